@@ -1,0 +1,446 @@
+"""Pure builders: ``JobSpec`` → Kubernetes objects as plain dicts, in apply order.
+
+Security by construction: only the allow-listed fields of the spec reach the
+manifest, and every pod runs with the Pod Security Standards "restricted"
+settings, in the team's namespace, without a service-account token.
+
+Shapes:
+
+- training, ``workers == 1``: one ``batch/v1`` Job.
+- training, ``workers > 1``: a headless Service, then an Indexed Job whose pods
+  find worker 0 at ``<job>-0.<service>`` and can start ``torchrun`` with no flags.
+- inference: an ``apps/v1`` Deployment, then a ClusterIP Service in front of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.manifests.context import ManifestContext
+from jobs.manifests.naming import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    object_labels,
+    object_name,
+    selector_labels,
+)
+from jobs.manifests.resources import (
+    GPU_RESOURCE,
+    container_resources,
+    gpu_resource_name,
+    shm_size_limit,
+)
+from jobs.spec import PRIORITIES, JobSpec, Priority
+
+Manifest = dict[str, Any]
+
+CONTAINER_NAME = "main"
+HTTP_PORT_NAME = "http"
+RENDEZVOUS_PORT_NAME = "rendezvous"
+SHM_VOLUME_NAME = "dshm"
+# Pod Security Standards "restricted" forbids root; 1000 is the conventional
+# first non-system uid and what most ML base images create their user as.
+POD_UID = 1000
+POD_GID = 1000
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+# Model loading can take minutes (weights pulled from a PVC or a hub, then
+# copied to the GPU): the startup probe allows 10 s × 60 = 10 minutes before
+# the kubelet restarts the container; liveness only starts counting after it.
+STARTUP_PERIOD_SECONDS = 10
+STARTUP_FAILURE_THRESHOLD = 60
+
+PRIORITY_CLASS_VALUES: dict[Priority, int] = {
+    "critical": 1_000_000,
+    "high": 100_000,
+    "normal": 10_000,
+    "low": 1_000,
+}
+PRIORITY_CLASS_DESCRIPTIONS: dict[Priority, str] = {
+    "critical": "Critical GPU workloads (production inference)",
+    "high": "High priority GPU workloads (urgent training)",
+    "normal": "Normal priority GPU workloads (standard training)",
+    "low": "Low priority GPU workloads (experiments)",
+}
+
+# Names the portal sets for distributed training; they win over a user env var
+# of the same name (spec validation should refuse such names up front).
+DISTRIBUTED_ENV_NAMES = frozenset(
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "NODE_RANK",
+        "RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+        "PET_NNODES",
+        "PET_NODE_RANK",
+        "PET_NPROC_PER_NODE",
+    }
+)
+
+
+def priority_class_name(priority: Priority) -> str:
+    return f"gpu-{priority}"
+
+
+def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
+    """The objects to apply for one job, in the order to apply them."""
+    if spec.kind == "inference":
+        return [_deployment(spec, ctx), _inference_service(spec, ctx)]
+    if spec.workers > 1:
+        # The Service goes first so worker 0's DNS name exists by the time
+        # the other workers try to reach it.
+        return [_headless_service(spec, ctx), _indexed_job(spec, ctx)]
+    return [_single_job(spec, ctx)]
+
+
+def priority_classes() -> list[Manifest]:
+    """The cluster-scoped PriorityClasses every job's ``priorityClassName`` refers to.
+
+    ``globalDefault`` is false on all four, although seed 004 marks gpu-normal
+    as the default: a cluster allows only one global default (the API server
+    refuses a second one), the cluster may already have one, and a global
+    default would also reprioritise every pod the portal does not own. The
+    portal always sets ``priorityClassName``, so it needs no default.
+    """
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {
+                "name": priority_class_name(priority),
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            },
+            "value": PRIORITY_CLASS_VALUES[priority],
+            "globalDefault": False,
+            # Low-priority experiments wait for free GPUs instead of evicting
+            # someone else's work; they can still be preempted themselves.
+            "preemptionPolicy": "Never" if priority == "low" else "PreemptLowerPriority",
+            "description": PRIORITY_CLASS_DESCRIPTIONS[priority],
+        }
+        for priority in PRIORITIES
+    ]
+
+
+# --- objects -----------------------------------------------------------------
+
+
+def _metadata(spec: JobSpec, ctx: ManifestContext) -> dict[str, Any]:
+    return {
+        "name": object_name(spec, ctx),
+        "namespace": ctx.namespace,
+        "labels": object_labels(spec, ctx),
+    }
+
+
+def _single_job(spec: JobSpec, ctx: ManifestContext) -> Manifest:
+    job_spec: dict[str, Any] = {
+        "completions": 1,
+        "parallelism": 1,
+        "backoffLimit": spec.retries,
+    }
+    if spec.max_runtime_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    job_spec["template"] = _pod_template(spec, ctx, restart_policy="Never")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(spec, ctx),
+        "spec": job_spec,
+    }
+
+
+def _headless_service(spec: JobSpec, ctx: ManifestContext) -> Manifest:
+    """Gives each Indexed Job pod a DNS name, ``<job>-<index>.<service>``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, ctx),
+        "spec": {
+            "clusterIP": "None",
+            # Workers must resolve each other while still starting up, before
+            # any of them would count as ready.
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(ctx),
+            "ports": [
+                {
+                    "name": RENDEZVOUS_PORT_NAME,
+                    "protocol": "TCP",
+                    "port": ctx.master_port,
+                    "targetPort": ctx.master_port,
+                }
+            ],
+        },
+    }
+
+
+def _indexed_job(spec: JobSpec, ctx: ManifestContext) -> Manifest:
+    """One pod per worker, each with a stable index, hostname and DNS name.
+
+    No required pod anti-affinity between workers: a worker that asks for a
+    whole node's GPUs (the usual 8) can only land on a node of its own anyway,
+    smaller workers that share a node talk faster (NVLink, shared memory) than
+    across the network, and a required rule would leave workers Pending
+    whenever there are fewer free nodes than workers.
+    """
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.workers,
+        "parallelism": spec.workers,
+        "backoffLimit": spec.retries,
+    }
+    if spec.max_runtime_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    job_spec["template"] = _pod_template(
+        spec,
+        ctx,
+        restart_policy="Never",
+        subdomain=object_name(spec, ctx),
+        portal_env=_distributed_env(spec, ctx),
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(spec, ctx),
+        "spec": job_spec,
+    }
+
+
+def _deployment(spec: JobSpec, ctx: ManifestContext) -> Manifest:
+    http_get = {"path": spec.health_path, "port": HTTP_PORT_NAME}
+    container_extras: dict[str, Any] = {
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": spec.port, "protocol": "TCP"}],
+        "startupProbe": {
+            "httpGet": dict(http_get),
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "failureThreshold": STARTUP_FAILURE_THRESHOLD,
+        },
+        "readinessProbe": {
+            "httpGet": dict(http_get),
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": dict(http_get),
+            "periodSeconds": 30,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+    }
+    # Preferred, not required: spreading replicas over nodes keeps the service
+    # up when a node goes, but two replicas on one node beat one Pending.
+    pod_anti_affinity = {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": selector_labels(ctx)},
+                    "topologyKey": HOSTNAME_TOPOLOGY_KEY,
+                },
+            }
+        ]
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(spec, ctx),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(ctx)},
+            "template": _pod_template(
+                spec,
+                ctx,
+                container_extras=container_extras,
+                pod_anti_affinity=pod_anti_affinity,
+            ),
+        },
+    }
+
+
+def _inference_service(spec: JobSpec, ctx: ManifestContext) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, ctx),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(ctx),
+            "ports": [
+                {
+                    "name": HTTP_PORT_NAME,
+                    "protocol": "TCP",
+                    "port": spec.port,
+                    "targetPort": HTTP_PORT_NAME,
+                }
+            ],
+        },
+    }
+
+
+# --- pod template --------------------------------------------------------------
+
+
+def _pod_template(
+    spec: JobSpec,
+    ctx: ManifestContext,
+    *,
+    restart_policy: str | None = None,
+    subdomain: str | None = None,
+    portal_env: list[dict[str, Any]] | None = None,
+    container_extras: dict[str, Any] | None = None,
+    pod_anti_affinity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    resources = container_resources(spec, ctx)
+    has_gpu = gpu_resource_name(spec, ctx) is not None
+
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for index, volume in enumerate(spec.volumes):
+        # Claim names may be DNS subdomains (dots, up to 253 characters);
+        # volume names must be DNS labels, so number them instead.
+        volume_name = f"pvc-{index}"
+        volumes.append(
+            {
+                "name": volume_name,
+                "persistentVolumeClaim": {"claimName": volume.claim, "readOnly": volume.read_only},
+            }
+        )
+        mounts.append(
+            {"name": volume_name, "mountPath": volume.mount_path, "readOnly": volume.read_only}
+        )
+    if has_gpu:
+        # Container runtimes give /dev/shm 64 MiB, far too little for PyTorch
+        # DataLoader workers and NCCL; a memory-backed emptyDir replaces it.
+        volumes.append(
+            {
+                "name": SHM_VOLUME_NAME,
+                "emptyDir": {
+                    "medium": "Memory",
+                    "sizeLimit": shm_size_limit(resources["limits"]["memory"]),
+                },
+            }
+        )
+        mounts.append({"name": SHM_VOLUME_NAME, "mountPath": "/dev/shm"})
+
+    container: dict[str, Any] = {"name": CONTAINER_NAME, "image": spec.image}
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    env = _env(spec, portal_env or [])
+    if env:
+        container["env"] = env
+    extras = dict(container_extras or {})
+    if "ports" in extras:
+        container["ports"] = extras.pop("ports")
+    container["resources"] = resources
+    if mounts:
+        container["volumeMounts"] = mounts
+    container.update(extras)
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+    }
+
+    pod_spec: dict[str, Any] = {}
+    if subdomain is not None:
+        pod_spec["subdomain"] = subdomain
+    if restart_policy is not None:
+        pod_spec["restartPolicy"] = restart_policy
+    pod_spec["priorityClassName"] = priority_class_name(spec.priority)
+    pod_spec["automountServiceAccountToken"] = False
+    # Service links inject every Service of the namespace as env vars: noise
+    # at best, and they can shadow the user's own variables.
+    pod_spec["enableServiceLinks"] = False
+    pod_spec["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": POD_UID,
+        "runAsGroup": POD_GID,
+        "fsGroup": POD_GID,
+        # Without this the kubelet chowns every file of a dataset PVC on each
+        # start, which can take longer than the job itself.
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    affinity: dict[str, Any] = {}
+    # The GPU product only means something when GPUs are requested; spec
+    # validation refuses a product without GPUs.
+    if has_gpu and spec.gpu.product:
+        affinity["nodeAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": GPU_PRODUCT_LABEL,
+                                "operator": "In",
+                                "values": [spec.gpu.product],
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    if pod_anti_affinity is not None:
+        affinity["podAntiAffinity"] = pod_anti_affinity
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if has_gpu:
+        # GPU nodes are tainted nvidia.com/gpu (any value) so that only pods
+        # that need a GPU land there; only those pods get the toleration.
+        pod_spec["tolerations"] = [
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    pod_spec["containers"] = [container]
+    if volumes:
+        pod_spec["volumes"] = volumes
+
+    return {"metadata": {"labels": object_labels(spec, ctx)}, "spec": pod_spec}
+
+
+def _env(spec: JobSpec, portal_env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """User env vars plus the portal's own, sorted by name; the portal's win."""
+    portal_names = {item["name"] for item in portal_env}
+    user_env = [
+        {"name": name, "value": value}
+        for name, value in spec.env.items()
+        if name not in portal_names
+    ]
+    return sorted(user_env + portal_env, key=lambda item: str(item["name"]))
+
+
+def _distributed_env(spec: JobSpec, ctx: ManifestContext) -> list[dict[str, Any]]:
+    """What ``torchrun`` (and plain ``torch.distributed``) reads from the environment.
+
+    ``torchrun`` takes each of its flags from a ``PET_<FLAG>`` variable, so with
+    these set ``torchrun train.py`` needs no flags at all.
+    """
+    name = object_name(spec, ctx)
+    # Pod hostname is <job>-<index>; with subdomain=<service> it resolves as
+    # <job>-<index>.<service> in the pod's namespace.
+    master_addr = f"{name}-0.{name}"
+    nproc_per_node = max(1, spec.gpu.count)
+    return [
+        {"name": "MASTER_ADDR", "value": master_addr},
+        {"name": "MASTER_PORT", "value": str(ctx.master_port)},
+        {"name": "WORLD_SIZE", "value": str(spec.workers)},
+        _completion_index_env("NODE_RANK"),
+        _completion_index_env("RANK"),
+        {"name": "PET_MASTER_ADDR", "value": master_addr},
+        {"name": "PET_MASTER_PORT", "value": str(ctx.master_port)},
+        {"name": "PET_NNODES", "value": str(spec.workers)},
+        _completion_index_env("PET_NODE_RANK"),
+        {"name": "PET_NPROC_PER_NODE", "value": str(nproc_per_node)},
+    ]
+
+
+def _completion_index_env(name: str) -> dict[str, Any]:
+    """An env var holding the pod's Indexed Job completion index (0 … workers-1)."""
+    field_path = f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}

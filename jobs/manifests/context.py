@@ -1,0 +1,23 @@
+"""What the manifest builders need to know about the cluster and the job row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ManifestContext:
+    """Per-job, per-cluster inputs that are not part of the user's ``JobSpec``.
+
+    ``shared_gpu_resource`` is the resource name time-sliced GPUs are advertised
+    under: ``nvidia.com/gpu.shared`` when the device plugin's time-slicing config
+    has ``renameByDefault: true``, plain ``nvidia.com/gpu`` when it is false.
+    """
+
+    job_id: int
+    namespace: str
+    shared_gpu_resource: str = "nvidia.com/gpu.shared"
+    kubernetes_version: str = "1.33"
+    # torchrun's default rendezvous port; any free port works as long as the
+    # headless Service and the workers agree on it.
+    master_port: int = 29500

@@ -1,0 +1,155 @@
+"""Check generated manifests against the Kubernetes OpenAPI schema before applying.
+
+The schemas are the strict ones shipped with ``kubernetes-validate`` (unknown
+fields are errors), and validation follows ``kubernetes_validate.validate(obj,
+version, strict=True)``: the same files, the same JSON Schema draft, the same
+choice of schema version. It differs in two ways:
+
+1. ``kubernetes_validate.validate`` re-reads the 1.4 MB ``_definitions.json``
+   on every call; here each schema file is read once per process and the
+   compiled validator is cached, so validating a preview costs milliseconds.
+2. It raises on the first error; here every error is reported, each naming the
+   object and the field, so a form can show them all at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import referencing
+
+_SCHEMA_ROOT = "kubernetes-json-schema"
+_SCHEMA_DIR = re.compile(r"^v(?P<version>\d+\.\d+)\.\d+-local-strict$")
+
+
+class UnsupportedKubernetesVersion(ValueError):
+    """No schema shipped with kubernetes-validate is close enough to the requested version."""
+
+
+def validate_manifests(manifests: list[dict[str, Any]], kubernetes_version: str) -> list[str]:
+    """Schema errors of every manifest, as ``"<Kind>/<name>: <field>: <problem>"``.
+
+    An empty list means every manifest is valid for ``kubernetes_version``
+    (``"1.33"``, ``"v1.33.2"`` …; the newest shipped schema not newer than it
+    is used, see ``schema_version_for``).
+    """
+    schema_version = schema_version_for(kubernetes_version)
+    errors: list[str] = []
+    for manifest in manifests:
+        errors.extend(_manifest_errors(manifest, schema_version))
+    return errors
+
+
+def available_schema_versions() -> tuple[str, ...]:
+    """``major.minor`` versions with strict schemas in the installed kubernetes-validate."""
+    return _available_schema_versions()
+
+
+def schema_version_for(kubernetes_version: str) -> str:
+    """The shipped schema version to validate ``kubernetes_version`` against.
+
+    The newest shipped version not newer than the requested one (what
+    kubernetes-validate does); a version newer than every shipped schema is
+    checked against the newest one, since API objects only gain fields.
+    """
+    match = re.match(r"^v?(\d+)\.(\d+)", kubernetes_version.strip())
+    if match is None:
+        raise UnsupportedKubernetesVersion(
+            f"not a Kubernetes version: {kubernetes_version!r} (expected e.g. '1.33')"
+        )
+    wanted = (int(match.group(1)), int(match.group(2)))
+    versions = _available_schema_versions()
+    candidates = [version for version in versions if _major_minor(version) <= wanted]
+    if not candidates:
+        raise UnsupportedKubernetesVersion(
+            f"Kubernetes {kubernetes_version} is older than every schema kubernetes-validate "
+            f"ships (oldest: {versions[0]})"
+        )
+    return candidates[-1]
+
+
+def _manifest_errors(manifest: Any, schema_version: str) -> list[str]:
+    if not isinstance(manifest, dict):
+        return [f"manifest is a {type(manifest).__name__}, not an object"]
+    kind = manifest.get("kind")
+    api_version = manifest.get("apiVersion")
+    metadata = manifest.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    label = f"{kind or '<no kind>'}/{name or '<no name>'}"
+    if not isinstance(kind, str) or not isinstance(api_version, str):
+        return [f"{label}: apiVersion and kind must both be strings"]
+    validator = _validator(schema_version, _schema_file_name(kind, api_version))
+    if validator is None:
+        return [f"{label}: no schema for {api_version} {kind} in Kubernetes {schema_version}"]
+    found = sorted(validator.iter_errors(manifest), key=lambda error: list(map(str, error.path)))
+    return [f"{label}: {_field_path(error)}: {error.message}" for error in found]
+
+
+def _field_path(error: jsonschema.ValidationError) -> str:
+    """``spec.template.spec.containers[0].image`` style, ``<root>`` for the object itself."""
+    path = ""
+    for part in error.absolute_path:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "<root>"
+
+
+def _schema_file_name(kind: str, api_version: str) -> str:
+    # kubernetes-validate's naming: group domain dropped, "/" → "-", kind lower
+    # case: apps/v1 Deployment → deployment-apps-v1.json, v1 Service → service-v1.json.
+    group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    return f"{kind.lower()}-{group_version}.json"
+
+
+def _schema_dir(schema_version: str) -> Any:
+    return resources.files("kubernetes_validate").joinpath(
+        _SCHEMA_ROOT, f"v{schema_version}.0-local-strict"
+    )
+
+
+@functools.cache
+def _available_schema_versions() -> tuple[str, ...]:
+    root = resources.files("kubernetes_validate").joinpath(_SCHEMA_ROOT)
+    versions = [
+        match.group("version")
+        for entry in root.iterdir()
+        if (match := _SCHEMA_DIR.match(entry.name)) is not None
+    ]
+    if not versions:
+        raise UnsupportedKubernetesVersion("kubernetes-validate ships no strict schemas")
+    return tuple(sorted(versions, key=_major_minor))
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+@functools.cache
+def _definitions(schema_version: str) -> referencing.Resource[Any]:
+    """The shared ``_definitions.json`` of one version: read once, it is 1.4 MB."""
+    text = _schema_dir(schema_version).joinpath("_definitions.json").read_text(encoding="utf-8")
+    return referencing.Resource.from_contents(json.loads(text))
+
+
+@functools.cache
+def _validator(schema_version: str, file_name: str) -> jsonschema.protocols.Validator | None:
+    schema_file = _schema_dir(schema_version).joinpath(file_name)
+    if not schema_file.is_file():
+        return None
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))
+    registry: referencing.Registry[Any] = referencing.Registry().with_resources(
+        [
+            (schema["$id"], referencing.Resource.from_contents(schema)),
+            (_definitions(schema_version).id() or "", _definitions(schema_version)),
+        ]
+    )
+    validator_class = jsonschema.validators.validator_for(schema)
+    return validator_class(schema, registry=registry)

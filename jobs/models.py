@@ -1,0 +1,102 @@
+"""Jobs and their timelines."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from portal.models import Team
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.RUNNING})
+
+# PriorityClass values (seed 004); admission orders the queue by them.
+PRIORITY_VALUES = {"critical": 1_000_000, "high": 100_000, "normal": 10_000, "low": 1_000}
+
+
+class Job(models.Model):
+    class Kind(models.TextChoices):
+        TRAINING = "training", "Training"
+        INFERENCE = "inference", "Inference"
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_jobs"
+    )
+    name = models.CharField(max_length=40)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    priority = models.CharField(max_length=10, default="normal")
+    priority_value = models.IntegerField(default=PRIORITY_VALUES["normal"])
+    state = models.CharField(
+        max_length=10, choices=JobState.choices, default=JobState.QUEUED, db_index=True
+    )
+    reason = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+    spec = models.JSONField()
+    manifests = models.JSONField(default=list)
+    # What the job holds against quota while admitted: {"nvidia.com/gpu": 8, "cpu": 64000, ...}
+    demand = models.JSONField(default=dict)
+    gpu_count = models.PositiveIntegerField(default=0, help_text="GPUs (or slices) in all pods.")
+    namespace = models.CharField(max_length=63)
+    object_name = models.CharField(max_length=63, blank=True)
+    cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["team", "state"], name="job_team_state"),
+            models.Index(fields=["state", "-priority_value", "created_at"], name="job_queue_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.name} #{self.pk}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+class JobEvent(models.Model):
+    """One line of a job's timeline: portal state changes and Kubernetes events."""
+
+    class Source(models.TextChoices):
+        PORTAL = "portal", "Portal"
+        KUBERNETES = "kubernetes", "Kubernetes"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    source = models.CharField(max_length=12, choices=Source.choices, default=Source.PORTAL)
+    type = models.CharField(max_length=10, default="Normal")
+    reason = models.CharField(max_length=64)
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Kubernetes events are deduplicated on (involved object uid, reason, message).
+    dedupe_key = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "dedupe_key"],
+                condition=~models.Q(dedupe_key=""),
+                name="jobevent_unique_dedupe",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.reason}"

@@ -1,0 +1,102 @@
+"""What a job holds against its team's quotas (pure functions, no database).
+
+A job's *demand* maps quota resources to amounts in base units: GPUs, MIG
+slices and shared GPUs as counts, ``cpu`` in millicores, ``memory`` in bytes.
+An exclusive GPU counts against ``nvidia.com/gpu`` (any product) and, when the
+job names one, against that product's quota too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from jobs.spec import JobSpec
+from portal.models import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
+
+GIB = 1024**3
+
+
+def gpu_quota_keys(spec: JobSpec) -> tuple[str, ...]:
+    """The quota resources that may cover this job's GPUs (any one of them is enough)."""
+    gpu = spec.gpu
+    if gpu.count == 0:
+        return ()
+    if gpu.sharing == "mig":
+        return (f"{MIG_PREFIX}{gpu.mig_profile}",)
+    if gpu.sharing == "shared":
+        return (SHARED_GPU,)
+    return (ANY_GPU, gpu.product) if gpu.product else (ANY_GPU,)
+
+
+def job_demand(spec: JobSpec, *, cpu_millis: int, memory_bytes: int) -> dict[str, int]:
+    """Resources the whole job (all workers or replicas) holds while admitted."""
+    pods = spec.pod_count
+    demand = {key: spec.gpu.count * pods for key in gpu_quota_keys(spec)}
+    demand[CPU] = cpu_millis * pods
+    demand[MEMORY] = memory_bytes * pods
+    return demand
+
+
+def quota_capacity(resource: str, limit: int) -> int:
+    """A quota limit (cores, GiB or devices) in the base units of a demand."""
+    if resource == CPU:
+        return limit * 1000
+    if resource == MEMORY:
+        return limit * GIB
+    return limit
+
+
+def format_amount(resource: str, amount: int) -> str:
+    if resource == CPU:
+        cores = amount / 1000
+        return f"{cores:g} cores"
+    if resource == MEMORY:
+        return f"{amount / GIB:g} GiB"
+    return str(amount)
+
+
+@dataclass(frozen=True)
+class QuotaProblem:
+    resource: str
+    message: str
+
+
+def quota_never_fits(
+    spec: JobSpec, demand: Mapping[str, int], limits: Mapping[str, int], *, team: str
+) -> QuotaProblem | None:
+    """Why this job could never be admitted under these limits, or None.
+
+    1. Its GPUs must be covered by at least one quota (a team without any
+       quota for a kind of GPU may not use it).
+    2. Every demanded resource that has a quota must fit inside the limit.
+    """
+    keys = gpu_quota_keys(spec)
+    if keys and not any(key in limits for key in keys):
+        offered = sorted(r for r in limits if r not in (CPU, MEMORY))
+        hint = f" The team has quota for: {', '.join(offered)}." if offered else ""
+        what = {
+            ANY_GPU: "GPUs of any product (nvidia.com/gpu)",
+            SHARED_GPU: "time-sliced GPUs (nvidia.com/gpu.shared)",
+        }.get(keys[0], keys[0])
+        if spec.gpu.product:
+            what = f"{spec.gpu.product} GPUs"
+        return QuotaProblem(
+            keys[0],
+            f"Team {team} has no quota for {what}.{hint} Choose a GPU the team has quota for, "
+            "or ask a platform admin for quota.",
+        )
+    for resource, amount in demand.items():
+        if resource not in limits:
+            continue
+        capacity = quota_capacity(resource, limits[resource])
+        if amount > capacity:
+            per_pod = amount // max(spec.pod_count, 1)
+            pods = f" ({format_amount(resource, per_pod)} × {spec.pod_count} pods)" if spec.pod_count > 1 else ""
+            return QuotaProblem(
+                resource,
+                f"Team {team}'s quota allows at most {format_amount(resource, capacity)} of "
+                f"{resource}; this job asks for {format_amount(resource, amount)}{pods}, so it "
+                "could never be admitted. Ask for less, or ask a platform admin for more quota.",
+            )
+    return None

@@ -1,0 +1,274 @@
+"""Writes for jobs: check a spec, preview it, submit it, cancel it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.manifests import (
+    ManifestContext,
+    build_manifests,
+    container_resources,
+    object_name,
+    resource_defaults,
+    to_yaml,
+    validate_manifests,
+)
+from jobs.models import FINAL_STATES, PRIORITY_VALUES, Job, JobEvent, JobState
+from jobs.quota import job_demand, quota_never_fits
+from jobs.spec import JobSpec
+from jobs.spec_input import quantity_value, spec_parse
+from portal.errors import ApplicationError, Conflict, PermissionDenied
+from portal.models import GpuQuota, Membership, Team
+from portal.selectors import Catalog, catalog_get, membership_role, teams_for_user
+from portal.services import audit_record
+
+logger = logging.getLogger(__name__)
+
+PREVIEW_JOB_ID = 0
+
+
+class ManifestInvalid(ApplicationError):
+    """A generated manifest failed schema validation: a bug in the builders, never the user's."""
+
+    status_code = 500
+
+
+@dataclass(frozen=True)
+class CheckedSpec:
+    spec: JobSpec
+    team: Team
+    catalog: Catalog
+    demand: dict[str, int]
+
+
+def _field_error(field: str, message: str) -> ApplicationError:
+    return ApplicationError(f"{field}: {message}", field_errors={field: [message]})
+
+
+def _check_catalog(spec: JobSpec, catalog: Catalog) -> None:
+    """Refuse GPUs this cluster does not offer, or more than any node has."""
+    gpu = spec.gpu
+    if gpu.product and gpu.count == 0:
+        raise _field_error("gpu.product", "A GPU product needs gpu.count of 1 or more.")
+    if gpu.product and gpu.product not in catalog.products:
+        offered = ", ".join(sorted(catalog.products)) or "none"
+        raise _field_error(
+            "gpu.product", f"Unknown GPU product '{gpu.product}' on this cluster; choose one of: {offered}."
+        )
+    if gpu.sharing == "mig" and gpu.mig_profile not in catalog.mig_profiles:
+        offered = ", ".join(sorted(catalog.mig_profiles)) or "none"
+        raise _field_error(
+            "gpu.mig_profile",
+            f"Unknown MIG profile '{gpu.mig_profile}' on this cluster; choose one of: {offered}.",
+        )
+    if gpu.count == 0:
+        return
+    spread = "more workers" if spec.kind == "training" else "more replicas"
+    if gpu.sharing == "exclusive":
+        if gpu.product:
+            largest, what = catalog.products[gpu.product].gpus_per_node, f"{gpu.product} GPUs"
+        else:
+            largest, what = catalog.max_gpus_per_node, "GPUs"
+        if gpu.count > largest:
+            raise _field_error(
+                "gpu.count",
+                f"No node has {gpu.count} {what}; the largest nodes have {largest}. Ask for at "
+                f"most {largest} per pod and use {spread} for more.",
+            )
+    elif gpu.sharing == "mig":
+        largest = catalog.mig_profiles[gpu.mig_profile or ""]
+        if gpu.count > largest:
+            raise _field_error(
+                "gpu.count",
+                f"No node has {gpu.count} MIG {gpu.mig_profile} instances; at most {largest}.",
+            )
+    elif gpu.count > catalog.max_shared_per_node:
+        raise _field_error(
+            "gpu.count",
+            f"No node has {gpu.count} time-sliced GPUs; at most {catalog.max_shared_per_node}.",
+        )
+
+
+def _context(*, spec: JobSpec, team: Team, catalog: Catalog, job_id: int) -> ManifestContext:
+    return ManifestContext(
+        job_id=job_id,
+        namespace=team.namespace,
+        shared_gpu_resource=catalog.shared_gpu_resource,
+        kubernetes_version=settings.KUBERNETES_VERSION,
+    )
+
+
+def job_spec_check(*, user: AbstractBaseUser | AnonymousUser, data: Any) -> CheckedSpec:
+    """Everything that decides whether a spec may be submitted, in order:
+
+    1. shape, types, sizes and characters (``spec_parse``);
+    2. the team is one of the user's;
+    3. the GPU catalog offers what is asked, on one node;
+    4. the team's quotas could ever admit it.
+    """
+    spec = spec_parse(data)
+    team = teams_for_user(user=user).filter(slug=spec.team).first()
+    if team is None:
+        raise _field_error(
+            "team", f"You are not a member of a team '{spec.team}'; use one of your teams."
+        )
+    catalog = catalog_get()
+    _check_catalog(spec, catalog)
+    ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)
+    requests = container_resources(spec, ctx)["requests"]
+    demand = job_demand(
+        spec,
+        cpu_millis=int(quantity_value(requests["cpu"]) * 1000),
+        memory_bytes=int(quantity_value(requests["memory"])),
+    )
+    limits = dict(GpuQuota.objects.filter(team=team).values_list("resource", "limit"))
+    problem = quota_never_fits(spec, demand, limits, team=team.slug)
+    if problem is not None:
+        field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
+        raise _field_error(field, problem.message)
+    return CheckedSpec(spec=spec, team=team, catalog=catalog, demand=demand)
+
+
+def _manifests_for(checked: CheckedSpec, job_id: int) -> list[dict[str, Any]]:
+    ctx = _context(spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job_id)
+    manifests = build_manifests(checked.spec, ctx)
+    errors = validate_manifests(manifests, settings.KUBERNETES_VERSION)
+    if errors:
+        logger.error("generated manifests failed schema validation: %s", errors)
+        raise ManifestInvalid(
+            "The portal generated an invalid manifest (a bug; nothing was stored): "
+            + "; ".join(errors[:3])
+        )
+    return manifests
+
+
+@dataclass(frozen=True)
+class Preview:
+    spec: JobSpec
+    manifests: list[dict[str, Any]]
+    yaml: str
+    defaults: dict[str, dict[str, str]]
+    demand: dict[str, int]
+
+
+def job_preview(*, user: AbstractBaseUser | AnonymousUser, data: Any) -> Preview:
+    """The manifests a spec would produce, validated; nothing is stored."""
+    checked = job_spec_check(user=user, data=data)
+    manifests = _manifests_for(checked, PREVIEW_JOB_ID)
+    return Preview(
+        spec=checked.spec,
+        manifests=manifests,
+        yaml=to_yaml(manifests),
+        defaults=resource_defaults(checked.spec),
+        demand=checked.demand,
+    )
+
+
+def job_event_add(
+    *, job: Job, reason: str, message: str = "", type: str = "Normal", source: str = "portal"
+) -> JobEvent:
+    return JobEvent.objects.create(job=job, reason=reason, message=message, type=type, source=source)
+
+
+@transaction.atomic
+def job_submit(
+    *, user: AbstractBaseUser, data: Any, cloned_from: Job | None = None
+) -> Job:
+    """Store a checked spec as a ``queued`` job with its manifests.
+
+    The row is written first (its id names the Kubernetes objects), then the
+    manifests are built and validated; any failure rolls the whole thing back,
+    so a rejected request stores nothing. Admission is triggered only after
+    commit, so a worker never sees a job that does not exist yet.
+    """
+    checked = job_spec_check(user=user, data=data)
+    spec, team = checked.spec, checked.team
+    job = Job.objects.create(
+        team=team,
+        owner=user,
+        name=spec.name,
+        kind=spec.kind,
+        priority=spec.priority,
+        priority_value=PRIORITY_VALUES[spec.priority],
+        state=JobState.QUEUED,
+        reason="Submitted",
+        message="Waiting for admission against the team's quota.",
+        spec=spec.to_dict(),
+        demand=checked.demand,
+        gpu_count=spec.gpu.count * spec.pod_count,
+        namespace=team.namespace,
+        cloned_from=cloned_from,
+    )
+    ctx = _context(spec=spec, team=team, catalog=checked.catalog, job_id=job.pk)
+    job.manifests = _manifests_for(checked, job.pk)
+    job.object_name = object_name(spec, ctx)
+    job.save(update_fields=["manifests", "object_name"])
+    job_event_add(job=job, reason="Submitted", message=f"Submitted by {user.get_username()}.")
+    audit_record(
+        actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": spec.name}
+    )
+    transaction.on_commit(lambda: _enqueue_admission(team_id=team.pk))
+    return job
+
+
+def _enqueue_admission(*, team_id: int) -> None:
+    """Ask a worker to run admission for the team (no-op until tasks are registered)."""
+    try:
+        from jobs import tasks
+    except ImportError:  # pragma: no cover - tasks arrive with the worker issue
+        return
+    enqueue = getattr(tasks, "admission_enqueue", None)
+    if enqueue is not None:
+        enqueue(team_id=team_id)
+
+
+def job_can_cancel(*, user: AbstractBaseUser | AnonymousUser, job: Job) -> bool:
+    """Members cancel their own jobs; leads (and platform admins) any job of the team."""
+    if not user.is_authenticated:
+        return False
+    if job.owner_id == user.pk:
+        return True
+    return membership_role(user=user, team=job.team) == Membership.Role.LEAD
+
+
+@transaction.atomic
+def job_cancel(*, user: AbstractBaseUser, job_id: int) -> Job:
+    """Cancel a job that has not finished. A queued job never reaches the cluster."""
+    job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
+    if not job_can_cancel(user=user, job=job):
+        raise PermissionDenied(
+            f"Only the job's owner or a lead of team {job.team.slug} can cancel it."
+        )
+    if job.state in FINAL_STATES:
+        raise Conflict(f"The job has already {job.state}; there is nothing to cancel.")
+    was_applied = job.applied_at is not None
+    job.state = JobState.CANCELLED
+    job.reason = "Cancelled"
+    job.message = f"Cancelled by {user.get_username()}."
+    job.finished_at = timezone.now()
+    job.save(update_fields=["state", "reason", "message", "finished_at", "updated_at"])
+    job_event_add(job=job, reason="Cancelled", message=job.message)
+    audit_record(actor=user, action="job.cancel", target=job)
+    team_id = job.team_id
+    if was_applied:
+        transaction.on_commit(lambda: _enqueue_cleanup(job_id=job_id))
+    # Freed quota may admit the next queued job.
+    transaction.on_commit(lambda: _enqueue_admission(team_id=team_id))
+    return job
+
+
+def _enqueue_cleanup(*, job_id: int) -> None:
+    try:
+        from jobs import tasks
+    except ImportError:  # pragma: no cover - tasks arrive with the worker issue
+        return
+    enqueue = getattr(tasks, "cleanup_enqueue", None)
+    if enqueue is not None:
+        enqueue(job_id=job_id)

@@ -1,0 +1,86 @@
+"""The job spec: the product's contract.
+
+The REST API and the submit form both produce a ``JobSpec``; manifest builders
+turn it into Kubernetes objects. JSON field names are fixed (external clients
+depend on them). This module is pure: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["training", "inference"]
+Sharing = Literal["exclusive", "mig", "shared"]
+Priority = Literal["critical", "high", "normal", "low"]
+
+KINDS: tuple[Kind, ...] = ("training", "inference")
+SHARINGS: tuple[Sharing, ...] = ("exclusive", "mig", "shared")
+PRIORITIES: tuple[Priority, ...] = ("critical", "high", "normal", "low")
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    count: int = 0
+    product: str | None = None  # value of node label nvidia.com/gpu.product
+    sharing: Sharing = "exclusive"
+    mig_profile: str | None = None  # e.g. "1g.10gb"; only with sharing="mig"
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    claim: str  # PersistentVolumeClaim name in the team namespace
+    mount_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    team: str
+    name: str
+    kind: Kind
+    image: str
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    gpu: GpuRequest = field(default_factory=GpuRequest)
+    cpu: str | None = None  # Kubernetes quantity; None → derived per GPU
+    memory: str | None = None
+    priority: Priority = "normal"
+    volumes: tuple[VolumeMount, ...] = ()
+    # training only
+    workers: int = 1
+    max_runtime_seconds: int | None = None
+    retries: int = 0
+    # inference only
+    replicas: int = 1
+    port: int = 8080
+    health_path: str = "/healthz"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form stored on the Job row and returned by the API."""
+        data = asdict(self)
+        data["command"] = list(self.command)
+        data["args"] = list(self.args)
+        data["volumes"] = [asdict(v) for v in self.volumes]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        """Rebuild a spec from its JSON form (already validated)."""
+        values = dict(data)
+        values["gpu"] = GpuRequest(**(values.get("gpu") or {}))
+        values["command"] = tuple(values.get("command") or ())
+        values["args"] = tuple(values.get("args") or ())
+        values["env"] = dict(values.get("env") or {})
+        values["volumes"] = tuple(VolumeMount(**v) for v in values.get("volumes") or ())
+        return cls(**values)
+
+    @property
+    def gpu_resource_count(self) -> int:
+        """GPUs (or MIG slices, or shared GPUs) one pod requests."""
+        return self.gpu.count
+
+    @property
+    def pod_count(self) -> int:
+        return self.workers if self.kind == "training" else self.replicas

@@ -1,0 +1,384 @@
+"""Structural validation of a job spec (the JSON the API and the form both produce).
+
+``spec_parse`` checks shapes, types, sizes and characters and returns a ``JobSpec``;
+checks that need the database (team membership, catalog, quota) are in
+``jobs.services.job_spec_check``. Every error names its field with a dotted path
+(``gpu.count``, ``volumes[1].mount_path``) and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from rest_framework import serializers
+
+from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec
+from portal.errors import ApplicationError
+
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# A container image reference: [registry[:port]/]path[:tag][@sha256:digest]
+IMAGE_RE = re.compile(
+    r"^(?:[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*"
+    r"(?::[0-9]{1,5})?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+QUANTITY_RE = re.compile(r"^([0-9]+(\.[0-9]+)?|\.[0-9]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+MIG_PROFILE_RE = re.compile(r"^[1-7]g\.[0-9]+gb$")
+GPU_PRODUCT_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+HEALTH_PATH_RE = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$")
+MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+MAX_NAME = 40
+MAX_GPUS_PER_POD = 64
+MAX_WORKERS = 64
+MAX_REPLICAS = 32
+MAX_LIST_ITEMS = 64
+MAX_ARG_LEN = 4096
+MAX_ENV = 64
+MAX_ENV_VALUE = 8192
+MAX_VOLUMES = 16
+MAX_CPU_CORES = Decimal(256)
+MAX_MEMORY_BYTES = Decimal(2 * 1024**4)  # 2 TiB on one pod is already a very large node
+MIN_MEMORY_BYTES = Decimal(64 * 1024**2)
+MAX_RUNTIME_SECONDS = 30 * 24 * 3600
+# Set by the portal for distributed training; a user value would silently break torchrun.
+RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK"})
+RESERVED_ENV_PREFIXES = ("PET_",)
+RESERVED_MOUNT_PATHS = ("/dev", "/proc", "/sys", "/etc", "/")
+
+TRAINING_ONLY = ("workers", "max_runtime_seconds", "retries")
+INFERENCE_ONLY = ("replicas", "port", "health_path")
+
+_SUFFIX = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+}
+
+
+def quantity_value(text: str) -> Decimal:
+    """The value of a Kubernetes quantity such as ``500m``, ``8``, ``64Gi``."""
+    match = QUANTITY_RE.match(text)
+    if not match:
+        raise ValueError(text)
+    number, suffix = match.group(1), match.group(3) or ""
+    return Decimal(number) * _SUFFIX[suffix]
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know: a typo must not be silently dropped."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {
+                        key: [f"Unknown field '{key}'. Allowed: {', '.join(sorted(self.fields))}."]
+                        for key in unknown
+                    }
+                )
+        return super().to_internal_value(data)
+
+
+class GpuCountField(serializers.Field):
+    """A whole number of GPUs; fractions get advice instead of a bare type error."""
+
+    default_error_messages = {
+        "fraction": (
+            "GPUs are whole devices: {value} is not a whole number. To share a GPU use "
+            "sharing 'mig' (a MIG slice, e.g. mig_profile 1g.10gb) or 'shared' "
+            "(a time-sliced GPU)."
+        ),
+        "invalid": "Enter a whole number of GPUs (0 for a CPU-only job).",
+        "min": "The GPU count cannot be negative.",
+        "max": f"At most {MAX_GPUS_PER_POD} GPUs per pod; use more workers for larger jobs.",
+    }
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        try:
+            value = Decimal(str(data).strip())
+        except (InvalidOperation, ValueError):
+            self.fail("invalid")
+        if not value.is_finite():
+            self.fail("invalid")
+        if value != value.to_integral_value():
+            self.fail("fraction", value=data)
+        count = int(value)
+        if count < 0:
+            self.fail("min")
+        if count > MAX_GPUS_PER_POD:
+            self.fail("max")
+        return count
+
+    def to_representation(self, value: int) -> int:
+        return value
+
+
+class GpuInput(StrictSerializer):
+    count = GpuCountField(default=0)
+    product = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=100, default=None
+    )
+    sharing = serializers.ChoiceField(choices=SHARINGS, default="exclusive")
+    mig_profile = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=30, default=None
+    )
+
+    def validate_product(self, value: str | None) -> str | None:
+        if value and not GPU_PRODUCT_RE.match(value):
+            raise serializers.ValidationError(
+                "A GPU product is a node label value such as NVIDIA-A100-SXM4-80GB."
+            )
+        return value or None
+
+    def validate_mig_profile(self, value: str | None) -> str | None:
+        if value and not MIG_PROFILE_RE.match(value):
+            raise serializers.ValidationError("A MIG profile looks like 1g.10gb or 3g.40gb.")
+        return value or None
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        sharing, profile = attrs.get("sharing", "exclusive"), attrs.get("mig_profile")
+        if sharing == "mig" and not profile:
+            raise serializers.ValidationError(
+                {"mig_profile": ["Choose a MIG profile (e.g. 1g.10gb) when sharing is 'mig'."]}
+            )
+        if profile and sharing != "mig":
+            raise serializers.ValidationError(
+                {"mig_profile": ["A MIG profile needs sharing 'mig'; set sharing to 'mig' or "
+                                 "remove mig_profile."]}
+            )
+        if sharing != "exclusive" and attrs.get("count", 0) == 0:
+            raise serializers.ValidationError(
+                {"count": [f"sharing '{sharing}' needs at least 1 GPU; use count 0 with "
+                           "sharing 'exclusive' for a CPU-only job."]}
+            )
+        return attrs
+
+
+class VolumeInput(StrictSerializer):
+    claim = serializers.CharField(max_length=253)
+    mount_path = serializers.CharField(max_length=256)
+    read_only = serializers.BooleanField(default=False)
+
+    def validate_claim(self, value: str) -> str:
+        if not DNS_SUBDOMAIN_RE.match(value):
+            raise serializers.ValidationError(
+                "A PersistentVolumeClaim name uses lower-case letters, digits, '-' and '.'."
+            )
+        return value
+
+    def validate_mount_path(self, value: str) -> str:
+        if not MOUNT_PATH_RE.match(value) or "//" in value or "/../" in f"{value}/":
+            raise serializers.ValidationError(
+                "Use an absolute path such as /data with letters, digits, '.', '_', '-' and '/'."
+            )
+        normalised = value.rstrip("/") or "/"
+        if normalised in RESERVED_MOUNT_PATHS or any(
+            normalised.startswith(p + "/") for p in RESERVED_MOUNT_PATHS if p != "/"
+        ):
+            raise serializers.ValidationError(
+                f"{value} is a system path; mount volumes elsewhere, e.g. /data."
+            )
+        return normalised
+
+
+class JobSpecInput(StrictSerializer):
+    """The job spec as clients send it; see README "Job spec"."""
+
+    team = serializers.CharField(max_length=40)
+    name = serializers.CharField(max_length=200)
+    kind = serializers.ChoiceField(choices=KINDS)
+    image = serializers.CharField(max_length=255)
+    command = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=list,
+        max_length=MAX_LIST_ITEMS,
+    )
+    args = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=list,
+        max_length=MAX_LIST_ITEMS,
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(
+            max_length=MAX_ENV_VALUE, allow_blank=True, trim_whitespace=False
+        ),
+        required=False,
+        default=dict,
+    )
+    gpu = GpuInput(required=False)
+    cpu = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None)
+    memory = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None)
+    priority = serializers.ChoiceField(choices=PRIORITIES, default="normal")
+    volumes = VolumeInput(many=True, required=False, default=list)
+    workers = serializers.IntegerField(required=False, min_value=1, max_value=MAX_WORKERS)
+    max_runtime_seconds = serializers.IntegerField(
+        required=False, allow_null=True, min_value=60, max_value=MAX_RUNTIME_SECONDS
+    )
+    retries = serializers.IntegerField(required=False, min_value=0, max_value=10)
+    replicas = serializers.IntegerField(required=False, min_value=1, max_value=MAX_REPLICAS)
+    port = serializers.IntegerField(
+        required=False,
+        min_value=1024,
+        max_value=65535,
+        error_messages={
+            "min_value": "Use a port of 1024 or above: containers run as a non-root user."
+        },
+    )
+    health_path = serializers.CharField(required=False, max_length=256)
+
+    def validate_name(self, value: str) -> str:
+        if len(value) > MAX_NAME:
+            raise serializers.ValidationError(
+                f"Use at most {MAX_NAME} characters (this one has {len(value)})."
+            )
+        if not DNS_LABEL_RE.match(value):
+            raise serializers.ValidationError(
+                "Use a DNS-1123 label: lower-case letters, digits and '-', starting and ending "
+                "with a letter or digit (e.g. resnet50-run2)."
+            )
+        return value
+
+    def validate_image(self, value: str) -> str:
+        if not IMAGE_RE.match(value):
+            raise serializers.ValidationError(
+                "Not a container image reference; use e.g. nvcr.io/nvidia/pytorch:24.05-py3."
+            )
+        return value
+
+    def validate_command(self, value: list[str]) -> list[str]:
+        return _check_strings(value)
+
+    def validate_args(self, value: list[str]) -> list[str]:
+        return _check_strings(value)
+
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV:
+            raise serializers.ValidationError(f"At most {MAX_ENV} environment variables.")
+        for key, item in value.items():
+            if len(key) > 128 or not ENV_NAME_RE.match(key):
+                raise serializers.ValidationError(
+                    f"'{key[:60]}' is not a valid variable name: use letters, digits and '_', "
+                    "not starting with a digit."
+                )
+            if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
+                raise serializers.ValidationError(
+                    f"{key} is set by the portal for distributed training; remove it."
+                )
+            if "\x00" in item:
+                raise serializers.ValidationError(f"The value of {key} contains a NUL character.")
+        return value
+
+    def validate_cpu(self, value: str | None) -> str | None:
+        if not value:
+            return None
+        amount = _quantity(value, "CPU", "500m or 8")
+        if amount <= 0:
+            raise serializers.ValidationError("CPU must be more than 0.")
+        if amount > MAX_CPU_CORES:
+            raise serializers.ValidationError(f"At most {MAX_CPU_CORES} CPU cores per pod.")
+        return value
+
+    def validate_memory(self, value: str | None) -> str | None:
+        if not value:
+            return None
+        amount = _quantity(value, "memory", "16Gi")
+        if amount < MIN_MEMORY_BYTES:
+            raise serializers.ValidationError("Memory must be at least 64Mi (e.g. 16Gi).")
+        if amount > MAX_MEMORY_BYTES:
+            raise serializers.ValidationError("At most 2Ti of memory per pod.")
+        return value
+
+    def validate_health_path(self, value: str) -> str:
+        if not HEALTH_PATH_RE.match(value):
+            raise serializers.ValidationError("Use an HTTP path starting with '/', e.g. /healthz.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        raw = self.initial_data if isinstance(self.initial_data, dict) else {}
+        kind = attrs.get("kind")
+        wrong = INFERENCE_ONLY if kind == "training" else TRAINING_ONLY
+        errors = {
+            field: [f"'{field}' applies to {'inference' if kind == 'training' else 'training'} "
+                    f"jobs only; remove it for a {kind} job."]
+            for field in wrong
+            if field in raw and raw[field] is not None
+        }
+        paths = [v["mount_path"] for v in attrs.get("volumes", [])]
+        if len(paths) != len(set(paths)):
+            errors["volumes"] = ["Two volumes use the same mount_path; give each its own."]
+        if len(attrs.get("volumes", [])) > MAX_VOLUMES:
+            errors["volumes"] = [f"At most {MAX_VOLUMES} volumes."]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+def _check_strings(values: list[str]) -> list[str]:
+    for item in values:
+        if "\x00" in item:
+            raise serializers.ValidationError("Arguments cannot contain NUL characters.")
+    return values
+
+
+def _quantity(value: str, what: str, example: str) -> Decimal:
+    try:
+        return quantity_value(value)
+    except ValueError:
+        raise serializers.ValidationError(
+            f"'{value[:40]}' is not a Kubernetes {what} quantity; use e.g. {example}."
+        ) from None
+
+
+def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested error structure → ``{"gpu.count": [...], "volumes[0].claim": [...]}``."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = prefix if key == "non_field_errors" else f"{prefix}.{key}" if prefix else key
+            for path, messages in flatten_errors(value, name).items():
+                flat.setdefault(path, []).extend(messages)
+    elif isinstance(detail, list):
+        if all(isinstance(item, str) for item in detail):
+            flat[prefix or "spec"] = [str(item) for item in detail]
+        else:
+            for index, item in enumerate(detail):
+                for path, messages in flatten_errors(item, f"{prefix}[{index}]").items():
+                    flat.setdefault(path, []).extend(messages)
+    else:
+        flat[prefix or "spec"] = [str(detail)]
+    return {path: messages for path, messages in flat.items() if messages}
+
+
+def spec_parse(data: Any) -> JobSpec:
+    """Validate the JSON form of a spec; raise ``ApplicationError`` naming each bad field."""
+    if not isinstance(data, dict):
+        raise ApplicationError("The job spec must be a JSON object.")
+    serializer = JobSpecInput(data=data)
+    if not serializer.is_valid():
+        errors = flatten_errors(serializer.errors)
+        first = next(iter(errors.items()))
+        raise ApplicationError(f"{first[0]}: {first[1][0]}", field_errors=errors)
+    values = dict(serializer.validated_data)
+    values["gpu"] = dict(values.get("gpu") or {"count": 0, "sharing": "exclusive"})
+    for field in ("workers", "retries", "replicas", "port", "health_path"):
+        if values.get(field) is None:
+            values.pop(field, None)
+    return JobSpec.from_dict(values)

@@ -1,0 +1,22 @@
+from django.urls import path
+
+from jobs import apis, views
+
+app_name = "jobs"
+
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("new/", views.job_new, name="new"),
+    path("new/preview/", views.job_preview_partial, name="preview"),
+    path("<int:job_id>/", views.job_detail, name="detail"),
+    path("<int:job_id>/clone/", views.job_clone, name="clone"),
+    path("<int:job_id>/cancel/", views.job_cancel_view, name="cancel"),
+]
+
+api_urlpatterns = [
+    path("jobs/", apis.JobListCreateApi.as_view(), name="api-jobs"),
+    path("jobs/preview/", apis.JobPreviewApi.as_view(), name="api-job-preview"),
+    path("jobs/<int:job_id>/", apis.JobDetailApi.as_view(), name="api-job"),
+    path("jobs/<int:job_id>/manifest/", apis.JobManifestApi.as_view(), name="api-job-manifest"),
+    path("jobs/<int:job_id>/cancel/", apis.JobCancelApi.as_view(), name="api-job-cancel"),
+]

@@ -1,0 +1,121 @@
+"""Pages for jobs: list, submit (with a live YAML preview), detail, clone, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from jobs.forms import JobForm, initial_from_spec
+from jobs.manifests import to_yaml
+from jobs.models import Job, JobState
+from jobs.selectors import job_get_for_user, jobs_for_user
+from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
+from portal.errors import ApplicationError
+from portal.selectors import catalog_get, teams_for_user
+
+
+def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None = None) -> JobForm:
+    return JobForm(
+        data,
+        initial=initial,
+        teams=list(teams_for_user(user=request.user)),
+        catalog=catalog_get(),
+    )
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    filters = {key: request.GET.get(key) or None for key in ("team", "state", "kind")}
+    jobs = jobs_for_user(user=request.user, **filters)
+    page = Paginator(jobs, 25).get_page(request.GET.get("page"))
+    query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+    return render(
+        request,
+        "jobs/list.html",
+        {
+            "page": page,
+            "filters": filters,
+            "query": query,
+            "teams": teams_for_user(user=request.user),
+            "states": JobState.choices,
+            "kinds": Job.Kind.choices,
+        },
+    )
+
+
+@login_required
+def job_new(request: HttpRequest) -> HttpResponse:
+    form = _form(request, request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        data = form.to_spec_data()
+        if form.is_valid():  # reshaping (env lines, quotes) may have added errors
+            try:
+                job = job_submit(user=request.user, data=data)  # type: ignore[arg-type]
+            except ApplicationError as exc:
+                form.add_spec_errors(exc.field_errors, exc.message)
+            else:
+                messages.success(request, f"Job {job.name} submitted: it is queued for admission.")
+                return redirect("jobs:detail", job_id=job.pk)
+    clone_of = request.GET.get("clone_of") or request.POST.get("clone_of")
+    return render(request, "jobs/new.html", {"form": form, "clone_of": clone_of})
+
+
+@login_required
+def job_clone(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    form = _form(request, initial=initial_from_spec(job.spec))
+    return render(request, "jobs/new.html", {"form": form, "clone_of": job})
+
+
+@login_required
+@require_POST
+def job_preview_partial(request: HttpRequest) -> HttpResponse:
+    """htmx partial: the exact manifests for the form as typed so far, or what is wrong."""
+    form = _form(request, request.POST)
+    context: dict[str, Any] = {}
+    if form.is_valid():
+        data = form.to_spec_data()
+        if form.is_valid():
+            try:
+                preview = job_preview(user=request.user, data=data)
+            except ApplicationError as exc:
+                context["errors"] = exc.field_errors or {"spec": [exc.message]}
+            else:
+                context.update(yaml=preview.yaml, defaults=preview.defaults, spec=preview.spec)
+    if not context:
+        context["errors"] = {field: list(errs) for field, errs in form.errors.items()}
+    return render(request, "jobs/_preview.html", context)
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    return render(
+        request,
+        "jobs/detail.html",
+        {
+            "job": job,
+            "manifest_yaml": to_yaml(job.manifests),
+            "events": job.events.all(),
+            "can_cancel": not job.is_final and job_can_cancel(user=request.user, job=job),
+        },
+    )
+
+
+@login_required
+@require_POST
+def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        job_cancel(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Job {job.name} cancelled.")
+    return redirect("jobs:detail", job_id=job.pk)

@@ -1,0 +1,1 @@
+"""Monitoring keeps no tables yet: metrics live in Prometheus."""

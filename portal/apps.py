@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class PortalConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "portal"
+    verbose_name = "Teams, quotas and GPU catalog"

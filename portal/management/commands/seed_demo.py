@@ -1,0 +1,92 @@
+"""Load the demo teams, users, GPU catalog and quotas (idempotent; refuses production)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from portal.models import CatalogSettings, GpuProduct, Membership, MigProfile, Team
+from portal.services import quota_set
+
+DEMO_PASSWORD = "demo"
+
+PRODUCTS = [
+    # (nvidia.com/gpu.product, MiB per GPU, GPUs per node)
+    ("NVIDIA-A100-SXM4-80GB", 81920, 8),
+    ("NVIDIA-H100-80GB-HBM3", 81559, 8),
+    ("Tesla-T4", 15360, 4),
+]
+MIG_PROFILES = [("1g.10gb", 10, 56), ("2g.20gb", 20, 24), ("3g.40gb", 40, 16)]
+TEAMS = [("vision", "Vision"), ("nlp", "NLP"), ("speech", "Speech")]
+USERS = [
+    # (username, team, role, is_staff/superuser)
+    ("alice", "vision", Membership.Role.MEMBER, False),
+    ("bob", "vision", Membership.Role.LEAD, False),
+    ("carol", "nlp", Membership.Role.MEMBER, False),
+    ("admin", None, None, True),
+]
+QUOTAS = [
+    ("vision", "nvidia.com/gpu", 16),
+    ("vision", "nvidia.com/mig-1g.10gb", 8),
+    ("vision", "nvidia.com/gpu.shared", 8),
+    ("nlp", "NVIDIA-A100-SXM4-80GB", 8),
+    ("speech", "nvidia.com/gpu.shared", 4),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo teams, users (password 'demo'), GPU catalog and quotas."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if settings.PRODUCTION:
+            raise CommandError("seed_demo refuses to run with production settings (PORTAL_ENV=production).")
+        with transaction.atomic():
+            self._catalog()
+            teams = self._teams()
+            self._users(teams)
+            for slug, resource, limit in QUOTAS:
+                quota_set(actor=None, team=teams[slug], resource=resource, limit=limit)
+        self.stdout.write(self.style.SUCCESS("Demo data ready. Log in at http://127.0.0.1:8000/ with:"))
+        for username, team, role, staff in USERS:
+            what = "platform admin" if staff else f"{role} of {team}"
+            self.stdout.write(f"  {username:6} / {DEMO_PASSWORD}   ({what})")
+
+    def _catalog(self) -> None:
+        for name, memory_mib, per_node in PRODUCTS:
+            GpuProduct.objects.update_or_create(
+                name=name, defaults={"memory_mib": memory_mib, "gpus_per_node": per_node}
+            )
+        for name, memory_gib, per_node in MIG_PROFILES:
+            MigProfile.objects.update_or_create(
+                name=name, defaults={"memory_gib": memory_gib, "max_per_node": per_node}
+            )
+        if not CatalogSettings.objects.exists():
+            CatalogSettings.objects.create()
+
+    def _teams(self) -> dict[str, Team]:
+        teams = {}
+        for slug, name in TEAMS:
+            team, _ = Team.objects.get_or_create(
+                slug=slug, defaults={"name": name, "namespace": f"team-{slug}"}
+            )
+            teams[slug] = team
+        return teams
+
+    def _users(self, teams: dict[str, Team]) -> None:
+        User = get_user_model()
+        for username, team, role, staff in USERS:
+            user, created = User.objects.get_or_create(
+                username=username, defaults={"email": f"{username}@example.com"}
+            )
+            if created or not user.check_password(DEMO_PASSWORD):
+                user.set_password(DEMO_PASSWORD)
+            user.is_staff = user.is_superuser = staff
+            user.save()
+            if team and role:
+                Membership.objects.update_or_create(
+                    user=user, team=teams[team], defaults={"role": role}
+                )

@@ -1,0 +1,26 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from jobs.urls import api_urlpatterns as job_api_urls
+from portal import apis, views
+
+api_urls = [
+    *job_api_urls,
+    path("teams/", apis.TeamListApi.as_view(), name="api-teams"),
+]
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False), name="home"),
+    path("jobs/", include("jobs.urls")),
+    path("teams/", views.team_list, name="teams"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", views.healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+]

@@ -1,0 +1,1 @@
+"""The Kubernetes REST API surface: discovery, generic CRUD and per-kind behaviour."""

@@ -1,0 +1,290 @@
+"""Admission plugins for pods, in the API server's order.
+
+1. ``Priority``: ``priorityClassName`` → ``spec.priority`` / ``preemptionPolicy``.
+2. ``DefaultTolerationSeconds``: not-ready/unreachable tolerations.
+3. ``LimitRanger``: container defaults, then min/max.
+4. ``PodSecurity``: the namespace's ``enforce`` level.
+5. ``ResourceQuota``: every quota in the namespace, against live usage.
+
+Each refusal is the 403 ``Forbidden`` the real plugin returns, so a Job controller that
+hits one records it as a ``FailedCreate`` event, exactly as on a real cluster.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from sandbox import quantity
+from sandbox.cluster import Cluster
+from sandbox.errors import forbidden
+
+Pod = dict[str, Any]
+COMPUTE = ("cpu", "memory", "ephemeral-storage")
+
+
+# -- 1. Priority --------------------------------------------------------------------------------
+def admit_priority(cluster: Cluster, pod: Pod) -> None:
+    spec = pod["spec"]
+    name = pod["metadata"]["name"]
+    class_name = spec.get("priorityClassName")
+    classes = cluster.store.list("priorityclasses.scheduling.k8s.io")
+    if class_name:
+        pc = next((c for c in classes if c["metadata"]["name"] == class_name), None)
+        if pc is None:
+            raise forbidden("pods", "", name, f"no PriorityClass with name {class_name} was found")
+    else:
+        pc = next((c for c in classes if c.get("globalDefault")), None)
+        if pc is not None:
+            spec["priorityClassName"] = pc["metadata"]["name"]
+    value = int(pc.get("value", 0)) if pc else 0
+    if spec.get("priority") is not None and spec["priority"] != value:
+        raise forbidden(
+            "pods", "", name,
+            f"the integer value of priority ({spec['priority']}) must not be provided in pod "
+            f"spec; priority admission controller computed {value} from the given "
+            "PriorityClass name",
+        )
+    spec["priority"] = value
+    policy = (pc or {}).get("preemptionPolicy") or "PreemptLowerPriority"
+    spec["preemptionPolicy"] = policy
+
+
+# -- 2. DefaultTolerationSeconds --------------------------------------------------------------
+def admit_default_tolerations(pod: Pod) -> None:
+    tolerations = pod["spec"].setdefault("tolerations", [])
+    keys = {t.get("key") for t in tolerations}
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if key not in keys:
+            tolerations.append(
+                {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            )
+
+
+# -- 3. LimitRanger ---------------------------------------------------------------------------
+def admit_limit_ranges(cluster: Cluster, pod: Pod) -> None:
+    ns = pod["metadata"]["namespace"]
+    name = pod["metadata"]["name"]
+    for lr in cluster.store.list("limitranges", ns):
+        for limit in (lr.get("spec") or {}).get("limits") or []:
+            if limit.get("type") != "Container":
+                continue
+            for container in pod["spec"].get("containers") or []:
+                res = container.setdefault("resources", {})
+                limits = res.setdefault("limits", {})
+                requests = res.setdefault("requests", {})
+                for rname, value in (limit.get("default") or {}).items():
+                    limits.setdefault(rname, value)
+                for rname, value in (limit.get("defaultRequest") or {}).items():
+                    requests.setdefault(rname, value)
+                for rname, value in (limit.get("max") or {}).items():
+                    have = limits.get(rname)
+                    if have is None or quantity.parse(have) > quantity.parse(value):
+                        shown = f"but limit is {have}" if have is not None else "but no limit is specified"
+                        raise forbidden("pods", "", name,
+                                        f"maximum {rname} usage per Container is {value}, {shown}")
+                for rname, value in (limit.get("min") or {}).items():
+                    have = requests.get(rname)
+                    if have is None or quantity.parse(have) < quantity.parse(value):
+                        shown = f"but request is {have}" if have is not None else "but no request is specified"
+                        raise forbidden("pods", "", name,
+                                        f"minimum {rname} usage per Container is {value}, {shown}")
+                if not limits:
+                    res.pop("limits")
+                if not requests:
+                    res.pop("requests")
+
+
+# -- 4. PodSecurity ---------------------------------------------------------------------------
+def pod_security_violations(spec: dict[str, Any], level: str) -> list[str]:
+    """Violations of the ``baseline`` / ``restricted`` Pod Security Standards, in PSA order."""
+    if level not in ("baseline", "restricted"):
+        return []
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    pod_sc = spec.get("securityContext") or {}
+    out: list[str] = []
+
+    def who(names: list[str]) -> str:
+        quoted = ", ".join(f'"{n}"' for n in names)
+        return f"container {quoted}" if len(names) == 1 else f"containers {quoted}"
+
+    host = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    if host:
+        out.append(f"host namespaces ({', '.join(host)})")
+    privileged = [c["name"] for c in containers if (c.get("securityContext") or {}).get("privileged")]
+    if privileged:
+        out.append(f"privileged ({who(privileged)} must not set securityContext.privileged=true)")
+    baseline_caps = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                     "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+    for c in containers:
+        added = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
+        bad = [a for a in added if a not in baseline_caps]
+        if bad:
+            out.append(f'non-default capabilities ({who([c["name"]])} must not include '
+                       f'{", ".join(chr(34) + b + chr(34) for b in bad)} in securityContext.capabilities.add)')
+    host_path = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
+    if host_path:
+        vols = ", ".join(f'"{v}"' for v in host_path)
+        out.append(f"hostPath volumes (volume{'s' if len(host_path) > 1 else ''} {vols})")
+    if level == "baseline":
+        return out
+    ape = [c["name"] for c in containers
+           if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False]
+    if ape:
+        out.append(f"allowPrivilegeEscalation != false ({who(ape)} must set "
+                   "securityContext.allowPrivilegeEscalation=false)")
+    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                       "persistentVolumeClaim", "projected", "secret"}
+    restricted_vols = [v["name"] for v in spec.get("volumes") or []
+                       if not (set(v) - {"name"}) <= allowed_volumes]
+    if restricted_vols:
+        out.append(f'restricted volume types (volume "{restricted_vols[0]}" uses restricted '
+                   "volume type)")
+    caps_missing = [c["name"] for c in containers
+                    if "ALL" not in (((c.get("securityContext") or {}).get("capabilities") or {})
+                                     .get("drop") or [])]
+    if caps_missing:
+        out.append(f'unrestricted capabilities ({who(caps_missing)} must set '
+                   'securityContext.capabilities.drop=["ALL"])')
+    pod_non_root = pod_sc.get("runAsNonRoot") is True
+    non_root_missing = [c["name"] for c in containers
+                        if (c.get("securityContext") or {}).get("runAsNonRoot") is not True
+                        and not (pod_non_root and (c.get("securityContext") or {}).get("runAsNonRoot") is None)]
+    if non_root_missing:
+        out.append(f"runAsNonRoot != true (pod or {who(non_root_missing)} must set "
+                   "securityContext.runAsNonRoot=true)")
+    root_user = [c["name"] for c in containers if (c.get("securityContext") or {}).get("runAsUser") == 0]
+    if root_user or pod_sc.get("runAsUser") == 0:
+        out.append(f"runAsUser=0 (pod and {who(root_user)} must not set runAsUser=0)"
+                   if root_user else "runAsUser=0 (pod must not set runAsUser=0)")
+    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type") in ("RuntimeDefault", "Localhost")
+    seccomp_missing = [c["name"] for c in containers
+                       if ((c.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
+                       not in ("RuntimeDefault", "Localhost") and not pod_seccomp]
+    if seccomp_missing:
+        out.append(f'seccompProfile (pod or {who(seccomp_missing)} must set '
+                   'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")')
+    return out
+
+
+def namespace_psa(cluster: Cluster, ns: str, mode: str = "enforce") -> tuple[str, str]:
+    obj = cluster.store.get("namespaces", "", ns) or {}
+    labels = obj.get("metadata", {}).get("labels") or {}
+    level = labels.get(f"pod-security.kubernetes.io/{mode}", "privileged")
+    version = labels.get(f"pod-security.kubernetes.io/{mode}-version", "latest")
+    return level, version
+
+
+def admit_pod_security(cluster: Cluster, pod: Pod) -> None:
+    level, version = namespace_psa(cluster, pod["metadata"]["namespace"])
+    violations = pod_security_violations(pod["spec"], level)
+    if violations:
+        raise forbidden("pods", "", pod["metadata"]["name"],
+                        f'violates PodSecurity "{level}:{version}": ' + ", ".join(violations))
+
+
+def workload_warnings(cluster: Cluster, ns: str, template_spec: dict[str, Any]) -> list[str]:
+    """PSA only warns on Jobs/Deployments; their pods are refused later (FailedCreate)."""
+    warnings: list[str] = []
+    for mode in ("enforce", "warn"):
+        level, version = namespace_psa(cluster, ns, mode)
+        violations = pod_security_violations(template_spec, level)
+        text = f'would violate PodSecurity "{level}:{version}": ' + ", ".join(violations)
+        if violations and text not in warnings:
+            warnings.append(text)
+    return warnings
+
+
+# -- 5. ResourceQuota -------------------------------------------------------------------------
+def pod_usage(pod: Pod) -> dict[str, Decimal]:
+    """What one pod charges against a quota (``requests.*``, ``limits.*``, ``pods``)."""
+    usage: dict[str, Decimal] = {"pods": Decimal(1), "count/pods": Decimal(1)}
+    spec = pod.get("spec") or {}
+    totals: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
+    for container in spec.get("containers") or []:
+        res = container.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for name, raw in (res.get(kind) or {}).items():
+                totals[kind][name] = totals[kind].get(name, Decimal(0)) + quantity.parse(raw)
+    for container in spec.get("initContainers") or []:
+        res = container.get("resources") or {}
+        for kind in ("requests", "limits"):
+            for name, raw in (res.get(kind) or {}).items():
+                totals[kind][name] = max(totals[kind].get(name, Decimal(0)), quantity.parse(raw))
+    for name, amount in totals["requests"].items():
+        usage[f"requests.{name}"] = amount
+        if name in COMPUTE:
+            usage[name] = amount
+    for name, amount in totals["limits"].items():
+        if name in COMPUTE:
+            usage[f"limits.{name}"] = amount
+    return usage
+
+
+def counts_for_quota(pod: Pod) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def quota_used(cluster: Cluster, ns: str, hard: dict[str, Any]) -> dict[str, Decimal]:
+    used = {key: Decimal(0) for key in hard}
+    for pod in cluster.store.list("pods", ns):
+        if not counts_for_quota(pod):
+            continue
+        for key, amount in pod_usage(pod).items():
+            if key in used:
+                used[key] += amount
+    for key in hard:
+        if key.startswith("count/") and key != "count/pods":
+            res = key[len("count/"):]
+            used[key] = Decimal(len(cluster.store.list(res, ns)))
+        elif key in ("services", "configmaps", "secrets", "resourcequotas"):
+            used[key] = Decimal(len(cluster.store.list(key, ns)))
+    return used
+
+
+def fmt(key: str, amount: Decimal, like: Any = None) -> str:
+    binary = quantity.is_binary(like) or (key.endswith("memory") and like is None)
+    return quantity.format_quantity(amount, binary=binary)
+
+
+def admit_resource_quota(cluster: Cluster, pod: Pod) -> None:
+    ns = pod["metadata"]["namespace"]
+    name = pod["metadata"]["name"]
+    usage = pod_usage(pod)
+    for rq in cluster.store.list("resourcequotas", ns):
+        hard = (rq.get("spec") or {}).get("hard") or {}
+        if not hard:
+            continue
+        # A quota on cpu/memory requires every container to say how much it wants.
+        missing = []
+        for key in sorted(hard):
+            base = key.split(".", 1)[1] if key.startswith(("requests.", "limits.")) else key
+            if base in COMPUTE and key not in usage and key != "pods":
+                missing.append(key)
+        if missing:
+            names = ",".join(c["name"] for c in pod["spec"].get("containers") or [])
+            detail = "; ".join(f"{k} for: {names}" for k in missing)
+            raise forbidden("pods", "", name,
+                            f"failed quota: {rq['metadata']['name']}: must specify {detail}")
+        used = quota_used(cluster, ns, hard)
+        exceeded = sorted(
+            key for key, amount in usage.items()
+            if key in hard and used.get(key, Decimal(0)) + amount > quantity.parse(hard[key])
+        )
+        if exceeded:
+            requested = ",".join(f"{k}={fmt(k, usage[k], hard[k])}" for k in exceeded)
+            in_use = ",".join(f"{k}={fmt(k, used[k], hard[k])}" for k in exceeded)
+            limited = ",".join(f"{k}={hard[k]}" for k in exceeded)
+            raise forbidden(
+                "pods", "", name,
+                f"exceeded quota: {rq['metadata']['name']}, requested: {requested}, "
+                f"used: {in_use}, limited: {limited}",
+            )
+
+
+def admit_pod(cluster: Cluster, pod: Pod) -> None:
+    admit_priority(cluster, pod)
+    admit_default_tolerations(pod)
+    admit_limit_ranges(cluster, pod)
+    admit_pod_security(cluster, pod)
+    admit_resource_quota(cluster, pod)

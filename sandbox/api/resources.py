@@ -1,0 +1,67 @@
+"""The resource types the sandbox serves, with the facts discovery and messages need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    plural: str
+    singular: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = tuple(ALL_VERBS)
+    subresources: tuple[str, ...] = field(default=())
+
+    @property
+    def key(self) -> str:
+        """Store key and message spelling: ``pods``, ``jobs.batch``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+RESOURCES: list[ResourceType] = [
+    ResourceType("namespaces", "namespace", "Namespace", "", "v1", False, ("ns",),
+                 ("create", "delete", "get", "list", "patch", "update", "watch"), ("status",)),
+    ResourceType("nodes", "node", "Node", "", "v1", False, ("no",), subresources=("status",)),
+    ResourceType("pods", "pod", "Pod", "", "v1", True, ("po",), subresources=("log", "status")),
+    ResourceType("events", "event", "Event", "", "v1", True, ("ev",)),
+    ResourceType("services", "service", "Service", "", "v1", True, ("svc",),
+                 ("create", "delete", "deletecollection", "get", "list", "patch", "update",
+                  "watch"), ("status",)),
+    ResourceType("resourcequotas", "resourcequota", "ResourceQuota", "", "v1", True, ("quota",),
+                 subresources=("status",)),
+    ResourceType("limitranges", "limitrange", "LimitRange", "", "v1", True, ("limits",)),
+    ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", True, ("cm",)),
+    ResourceType("secrets", "secret", "Secret", "", "v1", True),
+    ResourceType("serviceaccounts", "serviceaccount", "ServiceAccount", "", "v1", True, ("sa",)),
+    ResourceType("jobs", "job", "Job", "batch", "v1", True, (), subresources=("status",)),
+    ResourceType("deployments", "deployment", "Deployment", "apps", "v1", True, ("deploy",),
+                 subresources=("scale", "status")),
+    ResourceType("replicasets", "replicaset", "ReplicaSet", "apps", "v1", True, ("rs",),
+                 subresources=("scale", "status")),
+    ResourceType("priorityclasses", "priorityclass", "PriorityClass", "scheduling.k8s.io", "v1",
+                 False, ("pc",)),
+]
+
+BY_PATH: dict[tuple[str, str, str], ResourceType] = {
+    (r.group, r.version, r.plural): r for r in RESOURCES
+}
+BY_KEY: dict[str, ResourceType] = {r.key: r for r in RESOURCES}
+GROUPS: dict[str, list[str]] = {}
+for _r in RESOURCES:
+    if _r.group and _r.version not in GROUPS.setdefault(_r.group, []):
+        GROUPS[_r.group].append(_r.version)
+
+
+def rtype(key: str) -> ResourceType:
+    return BY_KEY[key]

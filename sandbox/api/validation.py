@@ -1,0 +1,282 @@
+"""Request body checks in the order the API server applies them.
+
+1. Decoding against the OpenAPI schema (``kubernetes_validate``): a wrong JSON type is a
+   400 "cannot be handled as", an unknown field is dropped with a ``Warning`` header
+   (``fieldValidation=Warn``, the server default) or refused (``Strict``).
+2. Field validation of the defaulted object: 422 ``Invalid`` with ``details.causes``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+
+from sandbox import quantity
+from sandbox.api.resources import ResourceType
+from sandbox.errors import Cause, bad_request, invalid
+
+SCHEMA_VERSION = "1.33"
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_GO_TYPES = {"integer": "int32", "string": "string", "boolean": "bool", "object": "map", "array": "slice"}
+
+
+def go_value(value: Any) -> str:
+    """How Go's ``%v`` prints a value in ``Invalid value: …``."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def _path_text(path: list[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def check_schema(rt: ResourceType, obj: dict[str, Any], field_validation: str) -> list[str]:
+    """Validate ``obj`` in place against the 1.33 schema; return ``Warning`` header texts."""
+    warnings: list[str] = []
+    for _ in range(50):
+        try:
+            kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+            return warnings
+        except kubernetes_validate.SchemaNotFoundError:
+            return warnings
+        except jsonschema.ValidationError as err:
+            path = list(err.path)
+            if err.validator == "additionalProperties":
+                extra = re.findall(r"'([^']+)' (?:was|were) unexpected", err.message)
+                names = extra or re.findall(r"'([^']+)'", err.message.split("(")[-1])
+                holder: Any = obj
+                for part in path:
+                    holder = holder[part]
+                for name in names:
+                    field = _path_text([*path, name])
+                    if field_validation == "Strict":
+                        raise bad_request(f'strict decoding error: unknown field "{field}"')
+                    if field_validation != "Ignore":
+                        warnings.append(f'unknown field "{field}"')
+                    holder.pop(name, None)
+                continue
+            field = _path_text(path)
+            if err.validator == "required":
+                missing = re.findall(r"'([^']+)' is a required property", err.message)
+                name = obj.get("metadata", {}).get("name", "")
+                raise invalid(
+                    rt.kind, rt.group, name,
+                    [Cause(_path_text([*path, *missing[:1]]), "Required value", "FieldValueRequired")],
+                )
+            if err.validator == "type":
+                expected = err.validator_value
+                expected = expected[0] if isinstance(expected, list) else expected
+                actual = type(err.instance).__name__
+                actual = {"str": "string", "int": "number", "float": "number", "dict": "object",
+                          "list": "array", "bool": "bool"}.get(actual, actual)
+                raise bad_request(
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                    f"json: cannot unmarshal {actual} into Go struct field "
+                    f".{field} of type {_GO_TYPES.get(str(expected), str(expected))}"
+                )
+            name = obj.get("metadata", {}).get("name", "")
+            raise invalid(
+                rt.kind, rt.group, name,
+                [Cause(field, f"Invalid value: {go_value(err.instance)}: {err.message}")],
+            ) from None
+    return warnings
+
+
+# -- field validation ------------------------------------------------------------------------
+def _name_causes(rt: ResourceType, meta: dict[str, Any]) -> list[Cause]:
+    name = meta.get("name") or ""
+    if not name:
+        return [Cause("metadata.name", "Required value: name or generateName is required",
+                      "FieldValueRequired")]
+    label_only = rt.plural in ("namespaces", "services")
+    pattern, msg = (DNS1123_LABEL, LABEL_MSG) if label_only else (DNS1123_SUBDOMAIN, SUBDOMAIN_MSG)
+    limit = 63 if label_only or rt.plural == "jobs" else 253
+    causes = []
+    if not pattern.match(name):
+        causes.append(Cause("metadata.name", f"Invalid value: {go_value(name)}: {msg}"))
+    if len(name) > limit:
+        causes.append(Cause("metadata.name", f"Invalid value: {go_value(name)}: must be no more "
+                            f"than {limit} characters"))
+    return causes
+
+
+def _nonneg(causes: list[Cause], spec: dict[str, Any], key: str, prefix: str, minimum: int = 0) -> None:
+    value = spec.get(key)
+    if isinstance(value, int) and value < minimum:
+        causes.append(Cause(f"{prefix}.{key}", f"Invalid value: {value}: must be greater than or "
+                            f"equal to {minimum}"))
+
+
+def _is_extended(resource: str) -> bool:
+    return "/" in resource and not resource.startswith("kubernetes.io/") and not resource.startswith(
+        "requests."
+    ) and not resource.startswith("hugepages-")
+
+
+def pod_spec_causes(spec: dict[str, Any], prefix: str) -> list[Cause]:
+    causes: list[Cause] = []
+    containers = spec.get("containers")
+    if not containers:
+        return [Cause(f"{prefix}.containers", "Required value", "FieldValueRequired")]
+    seen: set[str] = set()
+    for i, c in enumerate(containers):
+        path = f"{prefix}.containers[{i}]"
+        name = c.get("name") or ""
+        if not name:
+            causes.append(Cause(f"{path}.name", "Required value", "FieldValueRequired"))
+        elif not DNS1123_LABEL.match(name):
+            causes.append(Cause(f"{path}.name", f"Invalid value: {go_value(name)}: {LABEL_MSG}"))
+        elif name in seen:
+            causes.append(Cause(f"{path}.name", f"Duplicate value: {go_value(name)}",
+                                "FieldValueDuplicate"))
+        seen.add(name)
+        if not c.get("image"):
+            causes.append(Cause(f"{path}.image", "Required value", "FieldValueRequired"))
+        causes.extend(_resource_causes(c.get("resources") or {}, f"{path}.resources"))
+    policy = spec.get("restartPolicy")
+    if policy not in (None, "Always", "OnFailure", "Never"):
+        causes.append(Cause(f"{prefix}.restartPolicy", f'Unsupported value: {go_value(policy)}: '
+                            'supported values: "Always", "OnFailure", "Never"',
+                            "FieldValueNotSupported"))
+    return causes
+
+
+def _resource_causes(res: dict[str, Any], path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    parsed: dict[str, dict[str, Any]] = {"limits": {}, "requests": {}}
+    for kind in ("limits", "requests"):
+        for name, raw in (res.get(kind) or {}).items():
+            field = f"{path}.{kind}[{name}]"
+            try:
+                amount = quantity.parse(raw)
+            except ValueError:
+                causes.append(Cause(field, f"Invalid value: {go_value(raw)}: quantities must "
+                                    "match the regular expression "
+                                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))
+                continue
+            if amount < 0:
+                causes.append(Cause(field, f"Invalid value: {go_value(raw)}: must be greater "
+                                    "than or equal to 0"))
+            if _is_extended(name) and amount != amount.to_integral_value():
+                causes.append(Cause(field, f"Invalid value: {go_value(quantity.format_quantity(amount))}"
+                                    ": must be an integer"))
+            parsed[kind][name] = amount
+    for name, amount in parsed["requests"].items():
+        limit = parsed["limits"].get(name)
+        if _is_extended(name):
+            if limit is None:
+                causes.append(Cause(f"{path}.limits", "Required value: Limit must be set for "
+                                    "non overcommitable resources", "FieldValueRequired"))
+            elif limit != amount:
+                causes.append(Cause(f"{path}.requests", f"Invalid value: "
+                                    f"{go_value(quantity.format_quantity(amount))}: must be equal "
+                                    f"to {name} limit of {quantity.format_quantity(limit)}"))
+        elif limit is not None and amount > limit:
+            causes.append(Cause(f"{path}.requests", f"Invalid value: "
+                                f"{go_value(str((res.get('requests') or {})[name]))}: must be less "
+                                f"than or equal to {name} limit of "
+                                f"{(res.get('limits') or {})[name]}"))
+    return causes
+
+
+def validate_object(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+    """Raise 422 for the checks a real API server makes on the defaulted object."""
+    meta = obj.get("metadata") or {}
+    causes = _name_causes(rt, meta)
+    spec = obj.get("spec") or {}
+    if rt.plural == "pods":
+        causes += pod_spec_causes(spec, "spec")
+    elif rt.plural == "jobs":
+        for key in ("parallelism", "completions", "backoffLimit"):
+            _nonneg(causes, spec, key, "spec")
+        _nonneg(causes, spec, "activeDeadlineSeconds", "spec", 1)
+        _nonneg(causes, spec, "ttlSecondsAfterFinished", "spec")
+        if spec.get("completionMode") == "Indexed" and spec.get("completions") is None:
+            causes.append(Cause("spec.completions", "Required value: when completion mode is "
+                                "Indexed", "FieldValueRequired"))
+        if spec.get("completionMode") not in (None, "Indexed", "NonIndexed"):
+            causes.append(Cause("spec.completionMode", f"Unsupported value: "
+                                f"{go_value(spec.get('completionMode'))}: supported values: "
+                                '"NonIndexed", "Indexed"', "FieldValueNotSupported"))
+        tspec = (spec.get("template") or {}).get("spec") or {}
+        causes += pod_spec_causes(tspec, "spec.template.spec")
+        policy = tspec.get("restartPolicy")
+        if policy not in ("OnFailure", "Never"):
+            causes.append(Cause("spec.template.spec.restartPolicy", f"Unsupported value: "
+                                f"{go_value(policy or 'Always')}: supported values: "
+                                '"OnFailure", "Never"', "FieldValueNotSupported"))
+        if old is not None and old.get("spec", {}).get("template") != spec.get("template"):
+            # Only a suspended Job may change scheduling directives; keep the common rule.
+            causes.append(Cause("spec.template", "Invalid value: core.PodTemplateSpec{...}: "
+                                "field is immutable"))
+        if old is not None and old.get("spec", {}).get("completionMode") != spec.get("completionMode"):
+            causes.append(Cause("spec.completionMode", f"Invalid value: "
+                                f"{go_value(spec.get('completionMode'))}: field is immutable"))
+    elif rt.plural in ("deployments", "replicasets"):
+        _nonneg(causes, spec, "replicas", "spec")
+        selector = spec.get("selector")
+        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if not selector:
+            causes.append(Cause("spec.selector", "Required value", "FieldValueRequired"))
+        else:
+            from sandbox.selectors import match_label_selector_obj
+
+            if not match_label_selector_obj(selector, labels):
+                shown = ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items()))
+                causes.append(Cause("spec.template.metadata.labels", f"Invalid value: "
+                                    f"map[string]string{{{shown}}}: `selector` does not match "
+                                    "template `labels`"))
+        tspec = (spec.get("template") or {}).get("spec") or {}
+        causes += pod_spec_causes(tspec, "spec.template.spec")
+        if tspec.get("restartPolicy") not in (None, "Always"):
+            causes.append(Cause("spec.template.spec.restartPolicy", f"Unsupported value: "
+                                f"{go_value(tspec.get('restartPolicy'))}: supported values: "
+                                '"Always"', "FieldValueNotSupported"))
+    elif rt.plural == "priorityclasses":
+        name = meta.get("name", "")
+        if name.startswith("system-") and name not in ("system-cluster-critical",
+                                                        "system-node-critical"):
+            causes.append(Cause("metadata.name", f"Invalid value: {go_value(name)}: priority "
+                                "class names with 'system-' prefix are reserved"))
+        value = obj.get("value")
+        if isinstance(value, int) and value > 1_000_000_000 and not name.startswith("system-"):
+            causes.append(Cause("value", f"Invalid value: {value}: maximum allowed value of a "
+                                "user defined priority is 1000000000"))
+        if obj.get("preemptionPolicy") not in (None, "PreemptLowerPriority", "Never"):
+            causes.append(Cause("preemptionPolicy", f"Unsupported value: "
+                                f"{go_value(obj.get('preemptionPolicy'))}: supported values: "
+                                '"Never", "PreemptLowerPriority"', "FieldValueNotSupported"))
+        if old is not None and old.get("value") != obj.get("value"):
+            causes.append(Cause("value", f"Invalid value: {value}: field is immutable"))
+    elif rt.plural in ("resourcequotas", "limitranges"):
+        items = (spec.get("hard") or {}).items() if rt.plural == "resourcequotas" else []
+        for name, raw in items:
+            try:
+                quantity.parse(raw)
+            except ValueError:
+                causes.append(Cause(f"spec.hard[{name}]", f"Invalid value: {go_value(raw)}: "
+                                    "quantities must match the regular expression "
+                                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))
+    if causes:
+        raise invalid(rt.kind, rt.group, meta.get("name") or meta.get("generateName", ""), causes)

@@ -1,0 +1,68 @@
+"""The simulated clock every controller, duration and metric curve reads.
+
+Simulated time runs ``speed`` times faster than the wall clock and is persisted, so a
+restarted sandbox resumes where it stopped: running pods keep their elapsed time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+
+class SimClock:
+    def __init__(self, start: float, speed: float = 1.0) -> None:
+        self._lock = threading.Lock()
+        self._sim_base = start
+        self._real_base = time.monotonic()
+        self.speed = speed
+
+    def now(self) -> float:
+        with self._lock:
+            return self._sim_base + (time.monotonic() - self._real_base) * self.speed
+
+    def real_seconds(self, sim_seconds: float) -> float:
+        return sim_seconds / self.speed
+
+
+def rfc3339(ts: float) -> str:
+    """Kubernetes ``metav1.Time``: seconds precision, ``Z`` suffix."""
+    return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_micro(ts: float) -> str:
+    """``metav1.MicroTime`` as in ``eventTime``."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_rfc3339(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def parse_duration(text: str) -> float:
+    """``"90s"``, ``"2m"``, ``"1h30m"``, ``"45"`` → seconds."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty duration")
+    if text.replace(".", "", 1).isdigit():
+        return float(text)
+    total = 0.0
+    number = ""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = text[i : i + 2] if text[i : i + 2] == "ms" else ch
+        if unit not in units or not number:
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number:
+        raise ValueError(f"invalid duration {text!r}")
+    return total

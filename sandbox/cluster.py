@@ -1,0 +1,186 @@
+"""The shared state every part of the sandbox works on: store, clock, events, ids."""
+
+from __future__ import annotations
+
+import random
+import string
+import time
+import uuid as uuidlib
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.clock import SimClock, rfc3339, rfc3339_micro
+from sandbox.profiles import Device
+from sandbox.store import Obj, Store
+
+EVENT_MESSAGE_LIMIT = 1024
+
+
+@dataclass
+class Options:
+    token: str = "sandbox-token"
+    seed: int = 0
+    speed: float = 1.0
+    event_ttl: float = 3600.0  # simulated seconds, like the API server's --event-ttl=1h
+    default_training_seconds: float = 60.0
+    continue_ttl: float = 300.0  # simulated seconds before a continue token is "compacted"
+
+
+class Cluster:
+    """Everything a request handler or controller needs, behind ``store.lock``."""
+
+    def __init__(self, store: Store, options: Options) -> None:
+        self.store = store
+        self.options = options
+        start = store.meta_get("clock")
+        self.clock = SimClock(float(start) if start is not None else time.time(), options.speed)
+        # Random names are seeded too, so a run with the same --seed names pods alike.
+        self._rng = random.Random(f"{options.seed}/{store.current_rv()}")
+        self._event_index: dict[tuple[str, str, str, str], str] = {}
+        for event in store.list("events"):
+            self._event_index[self._event_key(event)] = event["metadata"]["name"]
+
+    # -- time and ids --------------------------------------------------------------------
+    def now(self) -> float:
+        return self.clock.now()
+
+    def timestamp(self) -> str:
+        return rfc3339(self.now())
+
+    def new_uid(self) -> str:
+        return str(uuidlib.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def random_suffix(self, length: int = 5) -> str:
+        # The API server's generateName alphabet: no vowels, no ambiguous characters.
+        alphabet = "bcdfghjklmnpqrstvwxz2456789"
+        return "".join(self._rng.choice(alphabet) for _ in range(length))
+
+    def random_hex(self, length: int) -> str:
+        return "".join(self._rng.choice(string.hexdigits[:16]) for _ in range(length))
+
+    # -- GPU devices ---------------------------------------------------------------------
+    def devices(self, node: str) -> list[Device]:
+        return [Device.from_json(d) for d in self.store.meta_get(f"devices/{node}", [])]
+
+    def assignment(self, pod_uid: str) -> list[str]:
+        """Device ids (GPU or MIG UUIDs) the kubelet gave a pod at bind time."""
+        return list(self.store.meta_get(f"assign/{pod_uid}", []))
+
+    # -- events --------------------------------------------------------------------------
+    @staticmethod
+    def _event_key(event: Obj) -> tuple[str, str, str, str]:
+        component = event.get("reportingComponent") or event.get("source", {}).get(
+            "component", ""
+        )
+        return (
+            event["involvedObject"].get("uid", ""),
+            event.get("reason", ""),
+            event.get("message", ""),
+            component,
+        )
+
+    def record_event(
+        self,
+        obj: Obj,
+        event_type: str,
+        reason: str,
+        message: str,
+        component: str,
+        *,
+        action: str | None = None,
+        host: str | None = None,
+    ) -> Obj:
+        """Record or aggregate an event about ``obj``.
+
+        Controllers and the kubelet use the core/v1 recorder (``source``, ``count``,
+        ``firstTimestamp``); the scheduler uses events.k8s.io (``action``, ``eventTime``,
+        ``series``), so the two look different when listed through core/v1, as they do
+        on a real cluster. Repeats of the same event bump its count instead of piling up.
+        """
+        message = message[:EVENT_MESSAGE_LIMIT]
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or "default"
+        involved = {
+            "kind": obj.get("kind", ""),
+            "namespace": ns,
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+            "apiVersion": obj.get("apiVersion", "v1"),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        }
+        if obj.get("kind") == "Pod" and component == "kubelet":
+            containers = obj["spec"].get("containers") or [{}]
+            involved["fieldPath"] = f"spec.containers{{{containers[0].get('name', '')}}}"
+        if obj.get("kind") == "Node":
+            involved.pop("namespace")
+            ns = "default"
+        now = self.now()
+        new_api = action is not None
+        key = (involved["uid"], reason, message, component)
+        existing_name = self._event_index.get(key)
+        existing = self.store.get("events", ns, existing_name) if existing_name else None
+        if existing is not None:
+            if new_api:
+                series = existing.get("series") or {"count": 1}
+                existing["series"] = {
+                    "count": int(series.get("count", 1)) + 1,
+                    "lastObservedTime": rfc3339_micro(now),
+                }
+            else:
+                existing["count"] = int(existing.get("count", 1)) + 1
+                existing["lastTimestamp"] = rfc3339(now)
+            existing["involvedObject"] = involved
+            return self.store.put("events", existing)
+        name = f"{meta['name']}.{int(now * 1e9):x}"[:253]
+        event: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": self.new_uid(),
+                "creationTimestamp": rfc3339(now),
+            },
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+        }
+        if new_api:
+            event.update(
+                {
+                    "source": {},
+                    "firstTimestamp": None,
+                    "lastTimestamp": None,
+                    "eventTime": rfc3339_micro(now),
+                    "action": action,
+                    "reportingComponent": component,
+                    "reportingInstance": f"{component}-sandbox-control-plane",
+                }
+            )
+        else:
+            source: dict[str, Any] = {"component": component}
+            if host:
+                source["host"] = host
+            event.update(
+                {
+                    "source": source,
+                    "firstTimestamp": rfc3339(now),
+                    "lastTimestamp": rfc3339(now),
+                    "count": 1,
+                    "eventTime": None,
+                    "reportingComponent": component,
+                    "reportingInstance": host or "",
+                }
+            )
+        self._event_index[key] = name
+        return self.store.put("events", event)
+
+    def expire_events(self) -> None:
+        cutoff = self.now() - self.options.event_ttl
+        from sandbox.clock import parse_rfc3339
+
+        for event in self.store.iter("events"):
+            if parse_rfc3339(event["metadata"]["creationTimestamp"]) < cutoff:
+                self.store.delete("events", event["metadata"]["namespace"], event["metadata"]["name"])
+                self._event_index.pop(self._event_key(event), None)

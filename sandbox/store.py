@@ -1,0 +1,126 @@
+"""The object store: every API object in memory, written through to SQLite.
+
+One re-entrant lock guards everything: each HTTP request and each controller pass holds it
+for its whole duration, so readers never see half-applied changes. Writes go to SQLite at
+once (WAL, no fsync) so a killed process loses at most the change in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+class Store:
+    def __init__(self, path: str | Path, reset: bool = False) -> None:
+        self.lock = threading.RLock()
+        path = Path(path)
+        if reset and path.exists():
+            path.unlink()
+            for suffix in ("-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=OFF")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS objects (res TEXT, ns TEXT, name TEXT, body TEXT,"
+            " PRIMARY KEY (res, ns, name))"
+        )
+        self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        self._meta: dict[str, Any] = {}
+        for res, ns, name, body in self._db.execute("SELECT res, ns, name, body FROM objects"):
+            self._objects.setdefault(res, {})[(ns, name)] = json.loads(body)
+        for key, value in self._db.execute("SELECT key, value FROM meta"):
+            self._meta[key] = json.loads(value)
+        self._rv = int(self._meta.get("resourceVersion", 1000))
+        # Bumped on every write; the scheduler retries pending pods when it moves.
+        self.generation = 0
+
+    @property
+    def fresh(self) -> bool:
+        return not self._objects
+
+    # -- resource versions --------------------------------------------------------------
+    def next_rv(self) -> str:
+        self._rv += 1
+        self._meta["resourceVersion"] = self._rv
+        return str(self._rv)
+
+    def current_rv(self) -> str:
+        return str(self._rv)
+
+    # -- objects ------------------------------------------------------------------------
+    def get(self, res: str, ns: str, name: str) -> Obj | None:
+        return self._objects.get(res, {}).get((ns, name))
+
+    def list(self, res: str, ns: str | None = None) -> list[Obj]:
+        items = self._objects.get(res, {})
+        keys = sorted(k for k in items if ns is None or k[0] == ns)
+        return [items[k] for k in keys]
+
+    def iter(self, res: str) -> Iterator[Obj]:
+        return iter(list(self._objects.get(res, {}).values()))
+
+    def count(self, res: str) -> int:
+        return len(self._objects.get(res, {}))
+
+    def put(self, res: str, obj: Obj) -> Obj:
+        """Store ``obj`` under a new resourceVersion (callers hold ``lock``)."""
+        meta = obj["metadata"]
+        meta["resourceVersion"] = self.next_rv()
+        ns = meta.get("namespace", "")
+        self._objects.setdefault(res, {})[(ns, meta["name"])] = obj
+        self._db.execute(
+            "INSERT OR REPLACE INTO objects (res, ns, name, body) VALUES (?, ?, ?, ?)",
+            (res, ns, meta["name"], json.dumps(obj, separators=(",", ":"))),
+        )
+        self._save_rv()
+        self.generation += 1
+        return obj
+
+    def delete(self, res: str, ns: str, name: str) -> Obj | None:
+        obj = self._objects.get(res, {}).pop((ns, name), None)
+        if obj is not None:
+            self._db.execute(
+                "DELETE FROM objects WHERE res = ? AND ns = ? AND name = ?", (res, ns, name)
+            )
+            # A delete is a change too: watchers and lists see a newer resourceVersion.
+            self.next_rv()
+            self._save_rv()
+            self.generation += 1
+        return obj
+
+    # -- sandbox-private state (device assignments, clock, controller bookkeeping) --------
+    def meta_get(self, key: str, default: Any = None) -> Any:
+        return self._meta.get(key, default)
+
+    def meta_set(self, key: str, value: Any) -> None:
+        self._meta[key] = value
+        self._db.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value))
+        )
+
+    def meta_delete(self, key: str) -> None:
+        if self._meta.pop(key, None) is not None:
+            self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+    def meta_keys(self, prefix: str) -> list[str]:
+        return [k for k in self._meta if k.startswith(prefix)]
+
+    def _save_rv(self) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('resourceVersion', ?)",
+            (json.dumps(self._rv),),
+        )
+
+    def close(self) -> None:
+        with self.lock:
+            self._db.close()

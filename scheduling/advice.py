@@ -1,0 +1,203 @@
+"""Plain-language advice for a researcher whose pod is pending (or about to be).
+
+kube-scheduler's message counts nodes per reason; a researcher wants to know
+whether to wait, change the request, or ask an administrator. ``explain`` answers
+that from the same snapshot the scheduling decision was made on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from scheduling.core import (
+    REASON_ANTI_AFFINITY,
+    REASON_EXISTING_ANTI_AFFINITY,
+    ClusterSnapshot,
+    ScheduleResult,
+)
+from scheduling.matching import (
+    FILTER_EFFECTS,
+    UNSCHEDULABLE_TAINT,
+    first_untolerated_taint,
+    node_matches_selector_and_affinity,
+    tolerates,
+)
+from scheduling.quantity import format_quantity
+from scheduling.types import Node, Pod, Taint
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+_NATIVE = ("cpu", "memory", "ephemeral-storage")
+_WAIT = "it will start when running jobs finish"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the portal shows next to a pending pod.
+
+    ``max_free_on_one_node`` and ``max_capacity_on_one_node`` cover the extended
+    resources the pod asks for (GPUs, MIG slices, shared GPUs), each maximised
+    separately over the nodes the pod may run on.
+    """
+
+    text: str
+    can_ever_fit: bool
+    matching_nodes: int
+    max_free_on_one_node: dict[str, int] = field(default_factory=dict)
+    max_capacity_on_one_node: dict[str, int] = field(default_factory=dict)
+    gpu_products: tuple[str, ...] = ()
+
+
+def requested_gpu_products(pod: Pod) -> tuple[str, ...]:
+    """GPU products the pod is pinned to via nodeSelector or required node affinity."""
+    if GPU_PRODUCT_LABEL in pod.node_selector:
+        return (pod.node_selector[GPU_PRODUCT_LABEL],)
+    products: list[str] = []
+    for term in pod.required_node_affinity:
+        for req in term.match_expressions:
+            if req.key == GPU_PRODUCT_LABEL and req.operator == "In":
+                products.extend(v for v in req.values if v not in products)
+    return tuple(products)
+
+
+def _amount(resource: str, qty: int) -> str:
+    return f"{format_quantity(qty, resource)} {resource}"
+
+
+def _asks_for(resource: str, qty: int, products: tuple[str, ...]) -> str:
+    if resource == GPU_RESOURCE and products:
+        noun = "GPU" if qty == 1 else "GPUs"
+        return f"{qty} {' or '.join(products)} {noun}"
+    return _amount(resource, qty)
+
+
+def _taint_text(taint: Taint) -> str:
+    return f"{{{taint.key}: {taint.value}}}"
+
+
+def _ordered_requests(pod: Pod) -> list[tuple[str, int]]:
+    """Extended resources first (what a GPU user cares about), then cpu, memory, disk."""
+    extended = sorted(
+        (name, qty)
+        for name, qty in pod.requests.items()
+        if qty > 0 and name not in _NATIVE and name != "pods"
+    )
+    native = [(n, pod.requests[n]) for n in _NATIVE if pod.requests.get(n, 0) > 0]
+    return extended + native
+
+
+def _fits_empty(node: Node, requests: Iterable[tuple[str, int]]) -> bool:
+    if node.allocatable.get("pods", 1) < 1:
+        return False
+    return all(qty <= node.allocatable.get(name, 0) for name, qty in requests)
+
+
+def explain(
+    pod: Pod,
+    result: ScheduleResult,
+    nodes: Sequence[Node] | ClusterSnapshot,
+    bound_pods: Iterable[Pod] = (),
+) -> Advice:
+    """Explain ``result`` (from ``schedule``) in words a researcher can act on."""
+    snapshot = nodes if isinstance(nodes, ClusterSnapshot) else ClusterSnapshot(nodes, bound_pods)
+    products = requested_gpu_products(pod)
+    requests = _ordered_requests(pod)
+    extended = [(n, q) for n, q in requests if n not in _NATIVE]
+    tolerates_cordon = any(tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations)
+
+    selected: list[Node] = []  # pass nodeSelector/affinity
+    matching: list[Node] = []  # ... and taints
+    blocking_taints: list[Taint] = []
+    for node in snapshot.nodes:
+        if not node_matches_selector_and_affinity(pod, node):
+            continue
+        selected.append(node)
+        taint = first_untolerated_taint(node.taints, pod.tolerations, FILTER_EFFECTS)
+        if taint is None:
+            matching.append(node)
+        elif taint not in blocking_taints:
+            blocking_taints.append(taint)
+    open_nodes = [n for n in matching if tolerates_cordon or not n.unschedulable]
+
+    max_capacity = {
+        name: max((n.allocatable.get(name, 0) for n in matching), default=0) for name, _ in requests
+    }
+    max_free = {
+        name: max((max(snapshot.free(n.name).get(name, 0), 0) for n in open_nodes), default=0)
+        for name, _ in requests
+    }
+    can_ever_fit = any(_fits_empty(n, requests) for n in matching)
+
+    def advice(text: str) -> Advice:
+        return Advice(
+            text=text,
+            can_ever_fit=can_ever_fit,
+            matching_nodes=len(matching),
+            max_free_on_one_node={n: max_free[n] for n, _ in extended},
+            max_capacity_on_one_node={n: max_capacity[n] for n, _ in extended},
+            gpu_products=products,
+        )
+
+    if result.node is not None:
+        return advice(f"fits now: it will be placed on {result.node}")
+    if result.nominated_node is not None:
+        names = ", ".join(v.key for v in result.victims)
+        count = len(result.victims)
+        pods = "pod" if count == 1 else "pods"
+        return advice(
+            f"will start on {result.nominated_node} once {count} lower-priority {pods} "
+            f"({names}) are preempted"
+        )
+    if not matching:
+        if products and not any(
+            n.labels.get(GPU_PRODUCT_LABEL) in products for n in snapshot.nodes
+        ):
+            return advice(f"no node matches the GPU product {' or '.join(products)}")
+        if not selected:
+            return advice("no node matches the pod's node selector/affinity")
+        if len(blocking_taints) == 1:
+            return advice(
+                f"every matching node has the untolerated taint {_taint_text(blocking_taints[0])}"
+            )
+        taints = ", ".join(_taint_text(t) for t in blocking_taints)
+        return advice(f"every matching node has an untolerated taint: {taints}")
+    if not can_ever_fit:
+        for name, qty in requests:
+            if qty > max_capacity[name]:
+                where = "no node"
+                if name == GPU_RESOURCE and products:
+                    where = f"no {' or '.join(products)} node"
+                return advice(
+                    f"can never fit: {where} has {_amount(name, qty)} "
+                    f"(largest: {format_quantity(max_capacity[name], name)})"
+                )
+        wanted = ", ".join(_amount(n, q) for n, q in requests)
+        return advice(f"can never fit: no single node has {wanted} at once")
+    if not open_nodes:
+        return advice(
+            "every matching node is cordoned (unschedulable); "
+            "it will start when an administrator uncordons one"
+        )
+
+    if products:
+        where = f"nodes with {' or '.join(products)}: {len(matching)}"
+    else:
+        where = f"matching nodes: {len(matching)}"
+    headline = extended or requests
+    if headline:
+        asks = ", ".join(_asks_for(n, q, products) for n, q in headline)
+        free = ", ".join(
+            f"{format_quantity(max_free[n], n)}"
+            + ("" if n == GPU_RESOURCE or len(headline) == 1 else f" {n}")
+            for n, _ in headline
+        )
+        text = f"asks for {asks} on one node; {where}, free now: {free} at most on one node"
+    else:
+        text = f"asks for no resources; {where}"
+    blocked = result.reasons.get(REASON_ANTI_AFFINITY, 0) + result.reasons.get(
+        REASON_EXISTING_ANTI_AFFINITY, 0
+    )
+    if blocked:
+        text += f"; pod anti-affinity rules keep it off {blocked} node(s)"
+    return advice(f"{text}; {_WAIT}")

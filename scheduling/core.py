@@ -1,0 +1,638 @@
+"""One kube-scheduler scheduling cycle: filter, score, and preempt when nothing fits.
+
+Follows kube-scheduler 1.33 with its default plugin set, restricted to what a GPU
+batch cluster uses:
+
+1. Filter every node with NodeUnschedulable, TaintToleration, NodeAffinity,
+   NodeResourcesFit and InterPodAffinity, in that order (the order of
+   ``getDefaultPlugins`` in pkg/scheduler/apis/config/v1/default_plugins.go). A node
+   reports the reasons of its first failing filter only.
+2. Score the feasible nodes (TaintToleration ×3, NodeAffinity ×2, InterPodAffinity ×2,
+   NodeResourcesFit ×1) and pick the highest; ties go to the smallest node name
+   where kube-scheduler would pick at random, so the sandbox is reproducible.
+3. If no node passes, run DefaultPreemption's dry run on the nodes whose failure a
+   preemption could cure (resources, pod anti-affinity) and nominate the best one.
+
+Not modelled: PodTopologySpread, BalancedAllocation, ImageLocality, volumes, ports,
+required pod affinity, PodDisruptionBudgets, pod start times (used by
+kube-scheduler only to break ties between equally important victims).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduling.matching import (
+    FILTER_EFFECTS,
+    UNSCHEDULABLE_TAINT,
+    affinity_term_matches,
+    first_untolerated_taint,
+    node_matches_selector_and_affinity,
+    node_selector_term_matches,
+    taint_reason,
+    tolerates,
+)
+from scheduling.types import Node, Pod, Strategy
+
+REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+REASON_TOO_MANY_PODS = "Too many pods"
+REASON_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+REASON_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
+PREEMPTION_NO_VICTIMS = "No preemption victims found for incoming pod"
+PREEMPTION_NEVER = "not eligible due to preemptionPolicy=Never."
+NO_NODES_AVAILABLE = "no nodes available to schedule pods"
+
+DEFAULT_SCORED_RESOURCES: Mapping[str, int] = {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}
+PLUGIN_WEIGHTS: Mapping[str, int] = {
+    "TaintToleration": 3,
+    "NodeAffinity": 2,
+    "InterPodAffinity": 2,
+    "NodeResourcesFit": 1,
+}
+MAX_NODE_SCORE = 100
+# The kubelet's default --max-pods; only used for hand-built nodes without a
+# ``pods`` allocatable (a real Node always reports one).
+DEFAULT_MAX_PODS = 110
+# kube-scheduler scores a pod without cpu/memory requests as if it asked for these
+# (schedutil.DefaultMilliCPURequest / DefaultMemoryRequest) so that such pods still
+# spread; the fit filter itself counts them as zero.
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+_NATIVE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+# Added to each victim priority before summing, as pickOneNodeForPreemption does, so
+# that negative priorities cannot make more victims look cheaper.
+_PRIORITY_OFFSET = 2**31
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """The outcome of one scheduling cycle for one pod.
+
+    ``message`` is what kube-scheduler puts in the ``PodScheduled`` condition and
+    the ``FailedScheduling`` event; it is empty when the pod fits.
+    """
+
+    node: str | None
+    nominated_node: str | None = None
+    victims: tuple[Pod, ...] = ()
+    reasons: dict[str, int] = field(default_factory=dict)
+    node_reasons: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    scores: dict[str, int] = field(default_factory=dict)
+    preemption_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def scheduled(self) -> bool:
+        return self.node is not None
+
+
+def _nonzero_cpu_memory(pod: Pod) -> tuple[int, int]:
+    requests = pod.requests
+    # Only a missing key gets the default; an explicit 0 stays 0, as in kube-scheduler.
+    cpu = requests.get("cpu", DEFAULT_MILLI_CPU_REQUEST)
+    memory = requests.get("memory", DEFAULT_MEMORY_REQUEST)
+    return cpu, memory
+
+
+class ClusterSnapshot:
+    """Nodes plus bound pods, with each node's requested resources kept up to date.
+
+    Build it once and call ``add_pod``/``remove_pod`` as pods are bound and finish;
+    every ``schedule`` call then costs O(nodes) instead of O(nodes + pods).
+    Pods are identified by ``namespace/name``.
+    """
+
+    def __init__(self, nodes: Iterable[Node], pods: Iterable[Pod] = ()) -> None:
+        self._nodes: dict[str, Node] = {}
+        self._sorted: tuple[Node, ...] | None = None
+        self._pods: dict[str, dict[str, Pod]] = {}
+        self._used: dict[str, dict[str, int]] = {}
+        self._nonzero: dict[str, list[int]] = {}
+        self._where: dict[str, str] = {}
+        self._with_anti_affinity: dict[str, Pod] = {}
+        for node in nodes:
+            self.add_node(node)
+        for pod in pods:
+            # Pods bound to nodes outside the snapshot (a node being deleted) or not
+            # bound at all hold nothing the scheduler can use, so skip them.
+            if pod.node_name is not None and pod.node_name in self._nodes:
+                self.add_pod(pod)
+
+    # -- nodes -----------------------------------------------------------------
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """Nodes sorted by name."""
+        if self._sorted is None:
+            self._sorted = tuple(self._nodes[name] for name in sorted(self._nodes))
+        return self._sorted
+
+    def node(self, name: str) -> Node:
+        return self._nodes[name]
+
+    def __contains__(self, node_name: object) -> bool:
+        return node_name in self._nodes
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def add_node(self, node: Node) -> None:
+        """Add a node, or replace it (labels, taints, cordon) keeping its pods."""
+        self._nodes[node.name] = node
+        self._sorted = None
+        self._pods.setdefault(node.name, {})
+        self._used.setdefault(node.name, {})
+        self._nonzero.setdefault(node.name, [0, 0])
+
+    def remove_node(self, name: str) -> list[Pod]:
+        """Remove a node; returns the pods that were bound to it."""
+        pods = list(self._pods.get(name, {}).values())
+        for pod in pods:
+            self.remove_pod(pod)
+        self._nodes.pop(name, None)
+        self._pods.pop(name, None)
+        self._used.pop(name, None)
+        self._nonzero.pop(name, None)
+        self._sorted = None
+        return pods
+
+    # -- pods ------------------------------------------------------------------
+    @property
+    def pods(self) -> Iterator[Pod]:
+        for node_pods in self._pods.values():
+            yield from node_pods.values()
+
+    def pods_on(self, node_name: str) -> list[Pod]:
+        """Pods bound to ``node_name`` in the order they were added."""
+        return list(self._pods.get(node_name, {}).values())
+
+    def pod_count(self, node_name: str) -> int:
+        return len(self._pods[node_name])
+
+    def used(self, node_name: str) -> Mapping[str, int]:
+        """Sum of the requests of the pods bound to ``node_name``."""
+        return self._used[node_name]
+
+    def free(self, node_name: str) -> dict[str, int]:
+        """Allocatable minus requested, per resource the node has (``pods`` included)."""
+        node = self._nodes[node_name]
+        used = self._used[node_name]
+        free = {name: qty - used.get(name, 0) for name, qty in node.allocatable.items()}
+        free["pods"] = node.allocatable.get("pods", DEFAULT_MAX_PODS) - len(self._pods[node_name])
+        return free
+
+    def nonzero_used(self, node_name: str) -> tuple[int, int]:
+        cpu, memory = self._nonzero[node_name]
+        return cpu, memory
+
+    def add_pod(self, pod: Pod, node_name: str | None = None) -> Pod:
+        """Bind ``pod`` (to ``node_name`` if given); returns the bound pod.
+
+        A pod already in the snapshot under the same ``namespace/name`` is replaced.
+        """
+        if node_name is not None and pod.node_name != node_name:
+            pod = dataclasses.replace(pod, node_name=node_name)
+        if pod.node_name is None or pod.node_name not in self._nodes:
+            raise KeyError(f"pod {pod.key} is not bound to a node of this snapshot")
+        if pod.key in self._where:
+            self.remove_pod(pod.key)
+        target = pod.node_name
+        self._pods[target][pod.key] = pod
+        self._where[pod.key] = target
+        used = self._used[target]
+        for name, qty in pod.requests.items():
+            used[name] = used.get(name, 0) + qty
+        cpu, memory = _nonzero_cpu_memory(pod)
+        nonzero = self._nonzero[target]
+        nonzero[0] += cpu
+        nonzero[1] += memory
+        if pod.required_pod_anti_affinity:
+            self._with_anti_affinity[pod.key] = pod
+        return pod
+
+    def remove_pod(self, pod: Pod | str) -> Pod | None:
+        """Unbind a pod (by object or ``namespace/name``); returns it, or None if unknown."""
+        key = pod if isinstance(pod, str) else pod.key
+        node_name = self._where.pop(key, None)
+        if node_name is None:
+            return None
+        removed = self._pods[node_name].pop(key)
+        used = self._used[node_name]
+        for name, qty in removed.requests.items():
+            left = used.get(name, 0) - qty
+            if left:
+                used[name] = left
+            else:
+                used.pop(name, None)
+        cpu, memory = _nonzero_cpu_memory(removed)
+        nonzero = self._nonzero[node_name]
+        nonzero[0] -= cpu
+        nonzero[1] -= memory
+        self._with_anti_affinity.pop(key, None)
+        return removed
+
+    def node_of(self, pod_key: str) -> str | None:
+        return self._where.get(pod_key)
+
+    def pods_with_required_anti_affinity(self) -> Iterable[Pod]:
+        return self._with_anti_affinity.values()
+
+
+def fit_error_message(num_nodes: int, reasons: Mapping[str, int]) -> str:
+    """``0/<N> nodes are available: <count> <reason>, ….`` sorted as plain strings."""
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items() if count)
+    return f"0/{num_nodes} nodes are available: {', '.join(parts)}."
+
+
+@dataclass
+class _Candidate:
+    node: str
+    victims: list[Pod]
+
+    def rank(self) -> tuple[int, int, int, str]:
+        # pickOneNodeForPreemption, minus PDBs and start times.
+        highest = max(v.priority for v in self.victims)
+        total = sum(v.priority + _PRIORITY_OFFSET for v in self.victims)
+        return highest, total, len(self.victims), self.node
+
+
+class _Cycle:
+    """Per-pod state computed once, then used for every node (kube-scheduler's PreFilter)."""
+
+    def __init__(
+        self,
+        pod: Pod,
+        snapshot: ClusterSnapshot,
+        strategy: Strategy,
+        scored_resources: Mapping[str, int],
+    ) -> None:
+        self.pod = pod
+        self.snapshot = snapshot
+        self.strategy = strategy
+        self.scored_resources = tuple(scored_resources.items())
+        self.tolerations = pod.tolerations
+        self.tolerates_unschedulable = any(
+            tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations
+        )
+        # NodeResourcesFit checks cpu, memory, ephemeral-storage, then the rest; the
+        # order decides which reason a node reports first in ``node_reasons``.
+        ordered: list[tuple[str, int]] = []
+        for name in ("cpu", "memory", "ephemeral-storage"):
+            if pod.requests.get(name, 0) > 0:
+                ordered.append((name, pod.requests[name]))
+        for name in sorted(pod.requests):
+            if name not in _NATIVE_RESOURCES and name != "pods" and pod.requests[name] > 0:
+                ordered.append((name, pod.requests[name]))
+        self.requests: tuple[tuple[str, int], ...] = tuple(ordered)
+        self.nonzero_cpu, self.nonzero_memory = _nonzero_cpu_memory(pod)
+        self.anti_counts = self._count_anti_affinity_matches()
+        self.existing_counts = self._count_existing_anti_affinity()
+
+    # -- PreFilter -------------------------------------------------------------
+    def _topology_value(self, pod: Pod, key: str) -> str | None:
+        assert pod.node_name is not None
+        return self.snapshot.node(pod.node_name).labels.get(key)
+
+    def _count_anti_affinity_matches(self) -> list[tuple[str, dict[str, int]]]:
+        """Per required anti-affinity term: matching bound pods per topology value."""
+        terms = self.pod.required_pod_anti_affinity
+        if not terms:
+            return []
+        counts: list[tuple[str, dict[str, int]]] = [(t.topology_key, {}) for t in terms]
+        for other in self.snapshot.pods:
+            for term, (key, per_value) in zip(terms, counts, strict=True):
+                if affinity_term_matches(term, self.pod.namespace, other):
+                    value = self._topology_value(other, key)
+                    if value is not None:
+                        per_value[value] = per_value.get(value, 0) + 1
+        return counts
+
+    def _count_existing_anti_affinity(self) -> dict[str, dict[str, int]]:
+        """Topology domains that bound pods' required anti-affinity keeps this pod out of."""
+        counts: dict[str, dict[str, int]] = {}
+        for other in self.snapshot.pods_with_required_anti_affinity():
+            for term in other.required_pod_anti_affinity:
+                if affinity_term_matches(term, other.namespace, self.pod):
+                    value = self._topology_value(other, term.topology_key)
+                    if value is not None:
+                        per_value = counts.setdefault(term.topology_key, {})
+                        per_value[value] = per_value.get(value, 0) + 1
+        return counts
+
+    def _anti_affinity_load(self, node: Node) -> tuple[int, int]:
+        labels = node.labels
+        anti = 0
+        for key, per_value in self.anti_counts:
+            value = labels.get(key)
+            if value is not None:
+                anti += per_value.get(value, 0)
+        existing = 0
+        for key, per_value in self.existing_counts.items():
+            value = labels.get(key)
+            if value is not None:
+                existing += per_value.get(value, 0)
+        return anti, existing
+
+    def _victim_anti_affinity_load(self, victim: Pod, node: Node) -> tuple[int, int]:
+        """How much removing ``victim`` from ``node`` lowers the two anti-affinity loads."""
+        labels = node.labels
+        anti = sum(
+            1
+            for term in self.pod.required_pod_anti_affinity
+            if term.topology_key in labels
+            and affinity_term_matches(term, self.pod.namespace, victim)
+        )
+        existing = sum(
+            1
+            for term in victim.required_pod_anti_affinity
+            if term.topology_key in labels
+            and affinity_term_matches(term, victim.namespace, self.pod)
+        )
+        return anti, existing
+
+    # -- Filter ----------------------------------------------------------------
+    def static_reason(self, node: Node) -> str | None:
+        """Failures no preemption can cure (UnschedulableAndUnresolvable)."""
+        if node.unschedulable and not self.tolerates_unschedulable:
+            return REASON_UNSCHEDULABLE
+        if node.taints:
+            taint = first_untolerated_taint(node.taints, self.tolerations, FILTER_EFFECTS)
+            if taint is not None:
+                return taint_reason(taint)
+        if not node_matches_selector_and_affinity(self.pod, node):
+            return REASON_NODE_AFFINITY
+        return None
+
+    def dynamic_reasons(
+        self, node: Node, used: Mapping[str, int], pod_count: int, anti: int, existing: int
+    ) -> list[str]:
+        """NodeResourcesFit then InterPodAffinity; these depend on which pods are bound."""
+        allocatable = node.allocatable
+        reasons: list[str] = []
+        if pod_count + 1 > allocatable.get("pods", DEFAULT_MAX_PODS):
+            reasons.append(REASON_TOO_MANY_PODS)
+        for name, qty in self.requests:
+            if qty > allocatable.get(name, 0) - used.get(name, 0):
+                reasons.append(f"Insufficient {name}")
+        if reasons:
+            return reasons
+        if anti > 0:
+            return [REASON_ANTI_AFFINITY]
+        if existing > 0:
+            return [REASON_EXISTING_ANTI_AFFINITY]
+        return reasons
+
+    def filter(self, node: Node) -> tuple[list[str], bool]:
+        """The node's failure reasons (empty if it fits) and whether preemption may help."""
+        reason = self.static_reason(node)
+        if reason is not None:
+            return [reason], False
+        anti, existing = self._anti_affinity_load(node)
+        snapshot = self.snapshot
+        reasons = self.dynamic_reasons(
+            node, snapshot.used(node.name), snapshot.pod_count(node.name), anti, existing
+        )
+        return reasons, True
+
+    # -- Score -----------------------------------------------------------------
+    def _fit_score(self, node: Node) -> int:
+        allocatable = node.allocatable
+        used = self.snapshot.used(node.name)
+        nonzero_cpu, nonzero_memory = self.snapshot.nonzero_used(node.name)
+        total = weights = 0
+        for name, weight in self.scored_resources:
+            capacity = allocatable.get(name, 0)
+            if capacity <= 0:
+                continue
+            if name == "cpu":
+                requested = nonzero_cpu + self.nonzero_cpu
+            elif name == "memory":
+                requested = nonzero_memory + self.nonzero_memory
+            else:
+                asked = self.pod.requests.get(name, 0)
+                # An extended resource the pod does not ask for is left out, so a
+                # CPU-only pod is not steered by how busy a node's GPUs are.
+                if asked == 0 and name not in _NATIVE_RESOURCES:
+                    continue
+                requested = used.get(name, 0) + asked
+            if self.strategy == "LeastAllocated":
+                score = 0 if requested > capacity else (capacity - requested) * 100 // capacity
+            else:
+                score = min(requested, capacity) * 100 // capacity
+            total += score * weight
+            weights += weight
+        return total // weights if weights else 0
+
+    def _node_affinity_scores(self, nodes: Sequence[Node]) -> list[int]:
+        terms = self.pod.preferred_node_affinity
+        if not terms:
+            return [0] * len(nodes)
+        raw = [
+            sum(t.weight for t in terms if node_selector_term_matches(t.preference, node))
+            for node in nodes
+        ]
+        best = max(raw)
+        return [r * MAX_NODE_SCORE // best if best > 0 else 0 for r in raw]
+
+    def _taint_scores(self, nodes: Sequence[Node]) -> list[int]:
+        prefer_tolerations = tuple(
+            t for t in self.pod.tolerations if t.effect in ("", "PreferNoSchedule")
+        )
+        raw = [
+            sum(
+                1
+                for taint in node.taints
+                if taint.effect == "PreferNoSchedule"
+                and not any(tolerates(t, taint) for t in prefer_tolerations)
+            )
+            for node in nodes
+        ]
+        worst = max(raw, default=0)
+        if worst == 0:
+            return [MAX_NODE_SCORE] * len(nodes)
+        return [MAX_NODE_SCORE - r * MAX_NODE_SCORE // worst for r in raw]
+
+    def _inter_pod_scores(self, nodes: Sequence[Node]) -> list[int]:
+        terms = self.pod.preferred_pod_anti_affinity
+        if not terms:
+            return [0] * len(nodes)
+        penalties: list[tuple[str, int, dict[str, int]]] = [
+            (w.term.topology_key, w.weight, {}) for w in terms
+        ]
+        for other in self.snapshot.pods:
+            for weighted, (key, _, per_value) in zip(terms, penalties, strict=True):
+                if affinity_term_matches(weighted.term, self.pod.namespace, other):
+                    value = self._topology_value(other, key)
+                    if value is not None:
+                        per_value[value] = per_value.get(value, 0) + 1
+        raw = []
+        for node in nodes:
+            score = 0
+            for key, weight, per_value in penalties:
+                value = node.labels.get(key)
+                if value is not None:
+                    score -= weight * per_value.get(value, 0)
+            raw.append(score)
+        low, high = min(raw), max(raw)
+        if high == low:
+            return [0] * len(nodes)
+        return [int(MAX_NODE_SCORE * ((r - low) / (high - low))) for r in raw]
+
+    def score(self, nodes: Sequence[Node]) -> dict[str, int]:
+        fit = [self._fit_score(n) for n in nodes]
+        affinity = self._node_affinity_scores(nodes)
+        taints = self._taint_scores(nodes)
+        inter_pod = self._inter_pod_scores(nodes)
+        w = PLUGIN_WEIGHTS
+        return {
+            node.name: w["NodeResourcesFit"] * fit[i]
+            + w["NodeAffinity"] * affinity[i]
+            + w["TaintToleration"] * taints[i]
+            + w["InterPodAffinity"] * inter_pod[i]
+            for i, node in enumerate(nodes)
+        }
+
+    # -- PostFilter (DefaultPreemption) ----------------------------------------
+    def select_victims(self, node: Node) -> tuple[list[Pod] | None, list[str]]:
+        """SelectVictimsOnNode: the fewest, least important pods whose removal makes room.
+
+        1. Remove every lower-priority pod; if the pod still does not fit, the node
+           reports that filter's reasons.
+        2. Re-add them from the most important down ("reprieve"), keeping each one
+           whose return still leaves room; the rest are the victims.
+        """
+        pod_priority = self.pod.priority
+        potential = [p for p in self.snapshot.pods_on(node.name) if p.priority < pod_priority]
+        if not potential:
+            return None, [PREEMPTION_NO_VICTIMS]
+        used = dict(self.snapshot.used(node.name))
+        pod_count = self.snapshot.pod_count(node.name)
+        anti, existing = self._anti_affinity_load(node)
+        loads = {v.key: self._victim_anti_affinity_load(v, node) for v in potential}
+        for victim in potential:
+            for name, qty in victim.requests.items():
+                used[name] = used.get(name, 0) - qty
+            pod_count -= 1
+            anti -= loads[victim.key][0]
+            existing -= loads[victim.key][1]
+        reasons = self.dynamic_reasons(node, used, pod_count, anti, existing)
+        if reasons:
+            return None, reasons
+        # Stable sort keeps bind order among equal priorities; kube-scheduler would
+        # use start time there, which the snapshot does not carry.
+        potential.sort(key=lambda p: -p.priority)
+        victims: list[Pod] = []
+        for candidate in potential:
+            trial = dict(used)
+            for name, qty in candidate.requests.items():
+                trial[name] = trial.get(name, 0) + qty
+            v_anti, v_existing = loads[candidate.key]
+            if self.dynamic_reasons(
+                node, trial, pod_count + 1, anti + v_anti, existing + v_existing
+            ):
+                victims.append(candidate)
+            else:
+                used = trial
+                pod_count += 1
+                anti += v_anti
+                existing += v_existing
+        return victims, []
+
+    def preempt(
+        self, resolvable: Sequence[Node], not_helpful: int
+    ) -> tuple[_Candidate | None, dict[str, int]]:
+        reasons: Counter[str] = Counter()
+        if not_helpful:
+            reasons[PREEMPTION_NOT_HELPFUL] = not_helpful
+        best: _Candidate | None = None
+        for node in resolvable:
+            victims, failure = self.select_victims(node)
+            if victims is None:
+                reasons.update(failure)
+                continue
+            candidate = _Candidate(node.name, victims)
+            if best is None or candidate.rank() < best.rank():
+                best = candidate
+        return best, dict(reasons)
+
+
+def schedule(
+    pod: Pod,
+    nodes: Sequence[Node] | ClusterSnapshot,
+    bound_pods: Iterable[Pod] = (),
+    *,
+    strategy: Strategy = "MostAllocated",
+    scored_resources: Mapping[str, int] | None = None,
+) -> ScheduleResult:
+    """Run one scheduling cycle for ``pod``.
+
+    ``nodes`` is either a list of nodes (then ``bound_pods`` are the pods already
+    placed) or a ``ClusterSnapshot`` (then ``bound_pods`` must be empty). The
+    snapshot is not changed: binding the pod or deleting victims is the caller's job.
+    """
+    if isinstance(nodes, ClusterSnapshot):
+        if tuple(bound_pods):
+            raise ValueError("pass bound pods inside the ClusterSnapshot, not alongside it")
+        snapshot = nodes
+    else:
+        snapshot = ClusterSnapshot(nodes, bound_pods)
+    all_nodes = snapshot.nodes
+    if not all_nodes:
+        return ScheduleResult(node=None, message=NO_NODES_AVAILABLE)
+
+    cycle = _Cycle(
+        pod,
+        snapshot,
+        strategy,
+        DEFAULT_SCORED_RESOURCES if scored_resources is None else scored_resources,
+    )
+    feasible: list[Node] = []
+    resolvable: list[Node] = []
+    reasons: Counter[str] = Counter()
+    node_reasons: dict[str, str] = {}
+    for node in all_nodes:
+        node_failures, preemption_may_help = cycle.filter(node)
+        if not node_failures:
+            feasible.append(node)
+            continue
+        node_reasons[node.name] = node_failures[0]
+        reasons.update(node_failures)
+        if preemption_may_help:
+            resolvable.append(node)
+
+    if feasible:
+        scores = cycle.score(feasible)
+        best = min(feasible, key=lambda n: (-scores[n.name], n.name))
+        return ScheduleResult(node=best.name, scores=scores)
+
+    message = fit_error_message(len(all_nodes), reasons)
+    if pod.preemption_policy == "Never":
+        return ScheduleResult(
+            node=None,
+            reasons=dict(reasons),
+            node_reasons=node_reasons,
+            message=f"{message} preemption: {PREEMPTION_NEVER}",
+        )
+    candidate, preemption_reasons = cycle.preempt(resolvable, len(all_nodes) - len(resolvable))
+    if candidate is None:
+        message += " preemption: " + fit_error_message(len(all_nodes), preemption_reasons)
+        return ScheduleResult(
+            node=None,
+            reasons=dict(reasons),
+            node_reasons=node_reasons,
+            message=message,
+            preemption_reasons=preemption_reasons,
+        )
+    return ScheduleResult(
+        node=None,
+        nominated_node=candidate.node,
+        victims=tuple(candidate.victims),
+        reasons=dict(reasons),
+        node_reasons=node_reasons,
+        message=message,
+        preemption_reasons=preemption_reasons,
+    )

@@ -1,0 +1,138 @@
+"""Kubernetes resource quantities (``500m``, ``80Gi``, ``1e3``) as exact numbers.
+
+Decimal rather than float so that ``0.1`` CPUs is exactly 100 millicores and
+``1.5Gi`` is exactly 1610612736 bytes, as the API server computes them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+
+_BINARY = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+# The number part is deliberately strict (no spaces, at most one dot): the API
+# server rejects anything looser, and so should the portal's form validation.
+_QUANTITY_RE = re.compile(
+    r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))"
+    r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
+)
+
+# Resources measured in bytes; everything else that is not cpu is a count.
+_BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage", "storage"})
+
+
+def parse_quantity(value: str | float | Decimal) -> Decimal:
+    """Parse a Kubernetes quantity string (or a number) into an exact Decimal.
+
+    Raises ValueError for anything the API server would reject (TypeError for a bool).
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"invalid quantity: {value!r}")
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        # str() first: Decimal(0.1) would carry the binary float's error.
+        return Decimal(str(value))
+    text = value.strip()
+    match = _QUANTITY_RE.match(text)
+    if match is None:
+        raise ValueError(f"invalid quantity: {value!r}")
+    try:
+        number = Decimal(match.group("num"))
+    except InvalidOperation as exc:  # pragma: no cover - the regex already guards this
+        raise ValueError(f"invalid quantity: {value!r}") from exc
+    exp = match.group("exp")
+    if exp is not None:
+        return number.scaleb(int(exp[1:]))
+    suffix = match.group("suffix") or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    return number * _DECIMAL[suffix]
+
+
+def _ceil_int(value: Decimal) -> int:
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
+
+
+def cpu_millis(value: str | float | Decimal) -> int:
+    """CPU in millicores, rounded up as the API server rounds ``MilliValue()``."""
+    return _ceil_int(parse_quantity(value) * 1000)
+
+
+def memory_bytes(value: str | float | Decimal) -> int:
+    """Bytes, rounded up (``0.5`` bytes is 1 byte, as in ``Quantity.Value()``)."""
+    return _ceil_int(parse_quantity(value))
+
+
+def is_byte_resource(name: str) -> bool:
+    return name in _BYTE_RESOURCES or name.startswith("hugepages-")
+
+
+def normalise_quantity(name: str, value: str | float | Decimal) -> int:
+    """One resource value in the unit the scheduling core uses for ``name``."""
+    if name == "cpu":
+        return cpu_millis(value)
+    if is_byte_resource(name):
+        return memory_bytes(value)
+    quantity = parse_quantity(value)
+    if quantity != quantity.to_integral_value():
+        # The API server refuses fractional extended resources (a GPU cannot be split
+        # by asking for 0.5); failing loudly beats silently rounding to 0 or 1.
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return int(quantity)
+
+
+def normalise_resources(resources: Mapping[str, str | float | Decimal]) -> dict[str, int]:
+    """Turn a Kubernetes resource list into ints: cpu→millicores, memory→bytes, rest→counts."""
+    return {name: normalise_quantity(name, value) for name, value in resources.items()}
+
+
+def _format_plain(value: Decimal) -> str:
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")
+
+
+def format_quantity(value: int | Decimal, resource: str | None = None) -> str:
+    """Render a normalised value back in the way a person writes it in a manifest.
+
+    ``cpu`` is taken as millicores (``1500`` → ``1500m``, ``2000`` → ``2``); byte
+    resources use the largest exact binary suffix (``85899345920`` → ``80Gi``) and
+    fall back to decimal suffixes; counts are plain integers.
+    """
+    amount = Decimal(value)
+    if resource == "cpu":
+        if amount % 1000 == 0:
+            return str(int(amount / 1000))
+        return f"{_format_plain(amount)}m"
+    if resource is not None and is_byte_resource(resource) and amount != 0:
+        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            if amount % _BINARY[suffix] == 0:
+                return f"{int(amount / _BINARY[suffix])}{suffix}"
+        for suffix in ("E", "P", "T", "G", "M", "k"):
+            if amount % _DECIMAL[suffix] == 0:
+                return f"{int(amount / _DECIMAL[suffix])}{suffix}"
+    return _format_plain(amount)
