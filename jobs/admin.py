@@ -14,8 +14,8 @@ class JobEventInline(admin.TabularInline):
     model = JobEvent
     extra = 0
     can_delete = False
-    fields = ["created_at", "source", "type", "reason", "message"]
-    readonly_fields = fields
+    fields = ("created_at", "source", "type", "reason", "message")
+    readonly_fields = ("created_at", "source", "type", "reason", "message")
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -23,7 +23,18 @@ class JobEventInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "team", "owner", "kind", "gpu_count", "priority", "state", "reason", "created_at"]
+    list_display = [
+        "id",
+        "name",
+        "team",
+        "owner",
+        "kind",
+        "gpu_count",
+        "priority",
+        "state",
+        "reason",
+        "created_at",
+    ]
     list_filter = ["state", "kind", "priority", "team"]
     search_fields = ["name", "owner__username", "team__slug", "object_name"]
     list_select_related = ["team", "owner"]

@@ -7,7 +7,7 @@ form and the API refuse exactly the same things with the same messages.
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 
@@ -28,15 +28,18 @@ class JobForm(forms.Form):
     # basics
     team = forms.ChoiceField()
     name = forms.CharField(
-        max_length=200, help_text="Lower-case letters, digits and '-' (at most 40).",
+        max_length=200,
+        help_text="Lower-case letters, digits and '-' (at most 40).",
         widget=forms.TextInput(attrs={"placeholder": "resnet50-run1", "autocomplete": "off"}),
     )
     kind = forms.ChoiceField(choices=[(k, k.title()) for k in KINDS], initial="training")
     image = forms.CharField(
-        max_length=255, widget=forms.TextInput(attrs={"placeholder": "nvcr.io/nvidia/pytorch:24.05-py3"})
+        max_length=255,
+        widget=forms.TextInput(attrs={"placeholder": "nvcr.io/nvidia/pytorch:24.05-py3"}),
     )
     command = forms.CharField(
-        required=False, help_text="Shell-style words, e.g. torchrun train.py",
+        required=False,
+        help_text="Shell-style words, e.g. torchrun train.py",
         widget=forms.TextInput(attrs={"placeholder": "python train.py"}),
     )
     args = forms.CharField(required=False, help_text="Shell-style words, e.g. --epochs 10")
@@ -62,13 +65,13 @@ class JobForm(forms.Form):
     cpu = forms.CharField(required=False, max_length=20, label="CPU per pod")
     memory = forms.CharField(required=False, max_length=20, label="Memory per pod")
     # scheduling
-    priority = forms.ChoiceField(
-        choices=[(p, p.title()) for p in PRIORITIES], initial="normal"
-    )
+    priority = forms.ChoiceField(choices=[(p, p.title()) for p in PRIORITIES], initial="normal")
     # storage
     volumes = forms.CharField(
         required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "imagenet:/data:ro\ncheckpoints:/ckpt"}),
+        widget=forms.Textarea(
+            attrs={"rows": 2, "placeholder": "imagenet:/data:ro\ncheckpoints:/ckpt"}
+        ),
         help_text="One PersistentVolumeClaim per line: claim:/mount/path, add :ro for read-only.",
     )
     # runtime — training
@@ -86,16 +89,20 @@ class JobForm(forms.Form):
         ("Resources", ("cpu", "memory")),
         ("Scheduling", ("priority",)),
         ("Storage", ("volumes",)),
-        ("Runtime", ("workers", "max_runtime_seconds", "retries", "replicas", "port", "health_path")),
+        (
+            "Runtime",
+            ("workers", "max_runtime_seconds", "retries", "replicas", "port", "health_path"),
+        ),
     )
 
     def __init__(self, *args: Any, teams: list[Team], catalog: Catalog, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].choices = [(t.slug, t.name) for t in teams]
-        self.fields["gpu_product"].choices = [("", "Any GPU")] + [
-            (name, f"{name} ({p.memory_mib // 1024} GB)") for name, p in sorted(catalog.products.items())
+        cast(forms.ChoiceField, self.fields["team"]).choices = [(t.slug, t.name) for t in teams]
+        cast(forms.ChoiceField, self.fields["gpu_product"]).choices = [("", "Any GPU")] + [
+            (name, f"{name} ({p.memory_mib // 1024} GB)")
+            for name, p in sorted(catalog.products.items())
         ]
-        self.fields["gpu_mig_profile"].choices = [("", "—")] + [
+        cast(forms.ChoiceField, self.fields["gpu_mig_profile"]).choices = [("", "—")] + [
             (name, name) for name in sorted(catalog.mig_profiles)
         ]
         self.fields["cpu"].widget.attrs["placeholder"] = "default per GPU"
@@ -190,8 +197,21 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
     gpu = spec.get("gpu") or {}
     initial = {
         key: spec.get(key)
-        for key in ("team", "name", "kind", "image", "cpu", "memory", "priority", "workers",
-                    "max_runtime_seconds", "retries", "replicas", "port", "health_path")
+        for key in (
+            "team",
+            "name",
+            "kind",
+            "image",
+            "cpu",
+            "memory",
+            "priority",
+            "workers",
+            "max_runtime_seconds",
+            "retries",
+            "replicas",
+            "port",
+            "health_path",
+        )
         if spec.get(key) is not None
     }
     initial.update(
@@ -208,5 +228,3 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
         ),
     )
     return initial
-
-

@@ -32,7 +32,7 @@ def gpu_quota_keys(spec: JobSpec) -> tuple[str, ...]:
 def job_demand(spec: JobSpec, *, cpu_millis: int, memory_bytes: int) -> dict[str, int]:
     """Resources the whole job (all workers or replicas) holds while admitted."""
     pods = spec.pod_count
-    demand = {key: spec.gpu.count * pods for key in gpu_quota_keys(spec)}
+    demand = dict.fromkeys(gpu_quota_keys(spec), spec.gpu.count * pods)
     demand[CPU] = cpu_millis * pods
     demand[MEMORY] = memory_bytes * pods
     return demand
@@ -92,7 +92,11 @@ def quota_never_fits(
         capacity = quota_capacity(resource, limits[resource])
         if amount > capacity:
             per_pod = amount // max(spec.pod_count, 1)
-            pods = f" ({format_amount(resource, per_pod)} × {spec.pod_count} pods)" if spec.pod_count > 1 else ""
+            pods = (
+                f" ({format_amount(resource, per_pod)} × {spec.pod_count} pods)"
+                if spec.pod_count > 1
+                else ""
+            )
             return QuotaProblem(
                 resource,
                 f"Team {team}'s quota allows at most {format_amount(resource, capacity)} of "

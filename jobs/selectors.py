@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from jobs.models import ACTIVE_STATES, Job, JobState
@@ -17,7 +17,7 @@ from portal.selectors import teams_for_user
 
 def jobs_for_user(
     *,
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     team: str | None = None,
     state: str | None = None,
     kind: str | None = None,
@@ -33,7 +33,7 @@ def jobs_for_user(
     return jobs
 
 
-def job_get_for_user(*, user: AbstractBaseUser | AnonymousUser, job_id: int) -> Job:
+def job_get_for_user(*, user: User | AnonymousUser, job_id: int) -> Job:
     """One job of the user's teams; another team's job is "not found", never "forbidden"."""
     job = jobs_for_user(user=user).filter(pk=job_id).first()
     if job is None:
@@ -80,7 +80,9 @@ def quota_usage(*, team: Team) -> list[QuotaUse]:
                 limit=quota.limit,
                 used=used,
                 used_display=format_amount(quota.resource, used_base),
-                limit_display=format_amount(quota.resource, quota_capacity(quota.resource, quota.limit)),
+                limit_display=format_amount(
+                    quota.resource, quota_capacity(quota.resource, quota.limit)
+                ),
             )
         )
     return rows

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
@@ -24,6 +24,7 @@ from jobs.models import FINAL_STATES, PRIORITY_VALUES, Job, JobEvent, JobState
 from jobs.quota import job_demand, quota_never_fits
 from jobs.spec import JobSpec
 from jobs.spec_input import quantity_value, spec_parse
+from jobs.tasks import admission_enqueue
 from portal.errors import ApplicationError, Conflict, PermissionDenied
 from portal.models import GpuQuota, Membership, Team
 from portal.selectors import Catalog, catalog_get, membership_role, teams_for_user
@@ -60,7 +61,8 @@ def _check_catalog(spec: JobSpec, catalog: Catalog) -> None:
     if gpu.product and gpu.product not in catalog.products:
         offered = ", ".join(sorted(catalog.products)) or "none"
         raise _field_error(
-            "gpu.product", f"Unknown GPU product '{gpu.product}' on this cluster; choose one of: {offered}."
+            "gpu.product",
+            f"Unknown GPU product '{gpu.product}' on this cluster; choose one of: {offered}.",
         )
     if gpu.sharing == "mig" and gpu.mig_profile not in catalog.mig_profiles:
         offered = ", ".join(sorted(catalog.mig_profiles)) or "none"
@@ -105,7 +107,7 @@ def _context(*, spec: JobSpec, team: Team, catalog: Catalog, job_id: int) -> Man
     )
 
 
-def job_spec_check(*, user: AbstractBaseUser | AnonymousUser, data: Any) -> CheckedSpec:
+def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     """Everything that decides whether a spec may be submitted, in order:
 
     1. shape, types, sizes and characters (``spec_parse``);
@@ -158,7 +160,7 @@ class Preview:
     demand: dict[str, int]
 
 
-def job_preview(*, user: AbstractBaseUser | AnonymousUser, data: Any) -> Preview:
+def job_preview(*, user: User | AnonymousUser, data: Any) -> Preview:
     """The manifests a spec would produce, validated; nothing is stored."""
     checked = job_spec_check(user=user, data=data)
     manifests = _manifests_for(checked, PREVIEW_JOB_ID)
@@ -174,13 +176,13 @@ def job_preview(*, user: AbstractBaseUser | AnonymousUser, data: Any) -> Preview
 def job_event_add(
     *, job: Job, reason: str, message: str = "", type: str = "Normal", source: str = "portal"
 ) -> JobEvent:
-    return JobEvent.objects.create(job=job, reason=reason, message=message, type=type, source=source)
+    return JobEvent.objects.create(
+        job=job, reason=reason, message=message, type=type, source=source
+    )
 
 
 @transaction.atomic
-def job_submit(
-    *, user: AbstractBaseUser, data: Any, cloned_from: Job | None = None
-) -> Job:
+def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     """Store a checked spec as a ``queued`` job with its manifests.
 
     The row is written first (its id names the Kubernetes objects), then the
@@ -214,22 +216,11 @@ def job_submit(
     audit_record(
         actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": spec.name}
     )
-    transaction.on_commit(lambda: _enqueue_admission(team_id=team.pk))
+    admission_enqueue(team_id=team.pk)
     return job
 
 
-def _enqueue_admission(*, team_id: int) -> None:
-    """Ask a worker to run admission for the team (no-op until tasks are registered)."""
-    try:
-        from jobs import tasks
-    except ImportError:  # pragma: no cover - tasks arrive with the worker issue
-        return
-    enqueue = getattr(tasks, "admission_enqueue", None)
-    if enqueue is not None:
-        enqueue(team_id=team_id)
-
-
-def job_can_cancel(*, user: AbstractBaseUser | AnonymousUser, job: Job) -> bool:
+def job_can_cancel(*, user: User | AnonymousUser, job: Job) -> bool:
     """Members cancel their own jobs; leads (and platform admins) any job of the team."""
     if not user.is_authenticated:
         return False
@@ -239,7 +230,7 @@ def job_can_cancel(*, user: AbstractBaseUser | AnonymousUser, job: Job) -> bool:
 
 
 @transaction.atomic
-def job_cancel(*, user: AbstractBaseUser, job_id: int) -> Job:
+def job_cancel(*, user: User, job_id: int) -> Job:
     """Cancel a job that has not finished. A queued job never reaches the cluster."""
     job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
     if not job_can_cancel(user=user, job=job):
@@ -256,19 +247,9 @@ def job_cancel(*, user: AbstractBaseUser, job_id: int) -> Job:
     job.save(update_fields=["state", "reason", "message", "finished_at", "updated_at"])
     job_event_add(job=job, reason="Cancelled", message=job.message)
     audit_record(actor=user, action="job.cancel", target=job)
-    team_id = job.team_id
     if was_applied:
-        transaction.on_commit(lambda: _enqueue_cleanup(job_id=job_id))
+        # Deleting the cluster objects is the worker's job (issue "Celery workers").
+        job_event_add(job=job, reason="CleanupPending", message="Cluster objects will be deleted.")
     # Freed quota may admit the next queued job.
-    transaction.on_commit(lambda: _enqueue_admission(team_id=team_id))
+    admission_enqueue(team_id=job.team_id)
     return job
-
-
-def _enqueue_cleanup(*, job_id: int) -> None:
-    try:
-        from jobs import tasks
-    except ImportError:  # pragma: no cover - tasks arrive with the worker issue
-        return
-    enqueue = getattr(tasks, "cleanup_enqueue", None)
-    if enqueue is not None:
-        enqueue(job_id=job_id)

@@ -159,13 +159,21 @@ class GpuInput(StrictSerializer):
             )
         if profile and sharing != "mig":
             raise serializers.ValidationError(
-                {"mig_profile": ["A MIG profile needs sharing 'mig'; set sharing to 'mig' or "
-                                 "remove mig_profile."]}
+                {
+                    "mig_profile": [
+                        "A MIG profile needs sharing 'mig'; set sharing to 'mig' or "
+                        "remove mig_profile."
+                    ]
+                }
             )
         if sharing != "exclusive" and attrs.get("count", 0) == 0:
             raise serializers.ValidationError(
-                {"count": [f"sharing '{sharing}' needs at least 1 GPU; use count 0 with "
-                           "sharing 'exclusive' for a CPU-only job."]}
+                {
+                    "count": [
+                        f"sharing '{sharing}' needs at least 1 GPU; use count 0 with "
+                        "sharing 'exclusive' for a CPU-only job."
+                    ]
+                }
             )
         return attrs
 
@@ -173,7 +181,8 @@ class GpuInput(StrictSerializer):
 class VolumeInput(StrictSerializer):
     claim = serializers.CharField(max_length=253)
     mount_path = serializers.CharField(max_length=256)
-    read_only = serializers.BooleanField(default=False)
+    # The JSON name is fixed; DRF's metaclass moves it out of the class attribute it shadows.
+    read_only = serializers.BooleanField(default=False)  # type: ignore[assignment]
 
     def validate_claim(self, value: str) -> str:
         if not DNS_SUBDOMAIN_RE.match(value):
@@ -205,13 +214,17 @@ class JobSpecInput(StrictSerializer):
     kind = serializers.ChoiceField(choices=KINDS)
     image = serializers.CharField(max_length=255)
     command = serializers.ListField(
-        child=serializers.CharField(max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False),
+        child=serializers.CharField(
+            max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False
+        ),
         required=False,
         default=list,
         max_length=MAX_LIST_ITEMS,
     )
     args = serializers.ListField(
-        child=serializers.CharField(max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False),
+        child=serializers.CharField(
+            max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False
+        ),
         required=False,
         default=list,
         max_length=MAX_LIST_ITEMS,
@@ -316,8 +329,10 @@ class JobSpecInput(StrictSerializer):
         kind = attrs.get("kind")
         wrong = INFERENCE_ONLY if kind == "training" else TRAINING_ONLY
         errors = {
-            field: [f"'{field}' applies to {'inference' if kind == 'training' else 'training'} "
-                    f"jobs only; remove it for a {kind} job."]
+            field: [
+                f"'{field}' applies to {'inference' if kind == 'training' else 'training'} "
+                f"jobs only; remove it for a {kind} job."
+            ]
             for field in wrong
             if field in raw and raw[field] is not None
         }
@@ -352,7 +367,12 @@ def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     flat: dict[str, list[str]] = {}
     if isinstance(detail, dict):
         for key, value in detail.items():
-            name = prefix if key == "non_field_errors" else f"{prefix}.{key}" if prefix else key
+            if key == "non_field_errors":
+                name = prefix
+            elif isinstance(key, int) or str(key).isdigit():  # a list item (many=True)
+                name = f"{prefix}[{key}]"
+            else:
+                name = f"{prefix}.{key}" if prefix else str(key)
             for path, messages in flatten_errors(value, name).items():
                 flat.setdefault(path, []).extend(messages)
     elif isinstance(detail, list):

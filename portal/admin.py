@@ -82,22 +82,26 @@ class TeamAdmin(admin.ModelAdmin):
         self, request: HttpRequest, form: ModelForm, formset: BaseInlineFormSet, change: bool
     ) -> None:
         if formset.model is GpuQuota:
-            before = {
-                q.pk: q.limit for q in GpuQuota.objects.filter(team=form.instance)
-            }
+            before = {q.pk: q.limit for q in GpuQuota.objects.filter(team=form.instance)}
             instances = formset.save(commit=False)
             for quota in formset.deleted_objects:
                 quota_change_record(
-                    actor=request.user, team=quota.team, resource=quota.resource,
-                    old_limit=before.get(quota.pk), new_limit=None,
+                    actor=request.user,
+                    team=quota.team,
+                    resource=quota.resource,
+                    old_limit=before.get(quota.pk),
+                    new_limit=None,
                 )
                 quota.delete()
             for quota in instances:
                 old = before.get(quota.pk) if quota.pk else None
                 quota.save()
                 quota_change_record(
-                    actor=request.user, team=quota.team, resource=quota.resource,
-                    old_limit=old, new_limit=quota.limit,
+                    actor=request.user,
+                    team=quota.team,
+                    resource=quota.resource,
+                    old_limit=old,
+                    new_limit=quota.limit,
                 )
             formset.save_m2m()
             return
@@ -110,7 +114,9 @@ class TeamAdmin(admin.ModelAdmin):
                 action = "membership.update" if membership.pk else "membership.create"
                 membership.save()
                 audit_record(
-                    actor=request.user, action=action, target=membership,
+                    actor=request.user,
+                    action=action,
+                    target=membership,
                     changes={"role": membership.role},
                 )
             formset.save_m2m()
@@ -130,16 +136,26 @@ class GpuQuotaAdmin(admin.ModelAdmin):
     def in_use(self, quota: GpuQuota) -> str:
         return format_amount(quota.resource, team_usage(team=quota.team).get(quota.resource, 0))
 
-    def save_model(self, request: HttpRequest, obj: GpuQuota, form: ModelForm, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: GpuQuota, form: ModelForm, change: bool
+    ) -> None:
         old = _old_limit(obj)
         super().save_model(request, obj, form, change)
         quota_change_record(
-            actor=request.user, team=obj.team, resource=obj.resource, old_limit=old, new_limit=obj.limit
+            actor=request.user,
+            team=obj.team,
+            resource=obj.resource,
+            old_limit=old,
+            new_limit=obj.limit,
         )
 
     def delete_model(self, request: HttpRequest, obj: GpuQuota) -> None:
         quota_change_record(
-            actor=request.user, team=obj.team, resource=obj.resource, old_limit=obj.limit, new_limit=None
+            actor=request.user,
+            team=obj.team,
+            resource=obj.resource,
+            old_limit=obj.limit,
+            new_limit=None,
         )
         super().delete_model(request, obj)
 
@@ -155,7 +171,9 @@ class MembershipAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "team__slug"]
     autocomplete_fields = ["user", "team"]
 
-    def save_model(self, request: HttpRequest, obj: Membership, form: ModelForm, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: Membership, form: ModelForm, change: bool
+    ) -> None:
         super().save_model(request, obj, form, change)
         audit_record(
             actor=request.user,
@@ -209,7 +227,15 @@ class AuditLogAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "user", "description", "created_at", "expires_at", "revoked_at", "last_used_at"]
+    list_display = [
+        "prefix",
+        "user",
+        "description",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+    ]
     list_filter = ["revoked_at"]
     search_fields = ["prefix", "user__username", "description"]
     readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]

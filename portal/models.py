@@ -30,7 +30,7 @@ class Team(models.Model):
         help_text="Kubernetes namespace of the team's jobs; team-<slug> when left empty.",
     )
     description = models.TextField(blank=True)
-    members = models.ManyToManyField(
+    members: models.ManyToManyField[models.Model, Membership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )
     created_at = models.DateTimeField(auto_now_add=True)

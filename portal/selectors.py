@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from portal.models import CatalogSettings, GpuProduct, Membership, MigProfile, Team
 
 
-def teams_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Team]:
+def teams_for_user(*, user: User | AnonymousUser) -> QuerySet[Team]:
     """Teams whose jobs the user may see: their own; platform admins see every team."""
     if not user.is_authenticated:
         return Team.objects.none()
@@ -19,7 +19,7 @@ def teams_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user).distinct()
 
 
-def membership_role(*, user: AbstractBaseUser | AnonymousUser, team: Team) -> str | None:
+def membership_role(*, user: User | AnonymousUser, team: Team) -> str | None:
     """``member``, ``lead`` or None. Superusers act as leads of every team."""
     if not user.is_authenticated:
         return None
@@ -57,9 +57,7 @@ def catalog_get() -> Catalog:
             p.name: ProductInfo(p.name, p.memory_mib, p.gpus_per_node)
             for p in GpuProduct.objects.filter(enabled=True)
         },
-        mig_profiles={
-            m.name: m.max_per_node for m in MigProfile.objects.filter(enabled=True)
-        },
+        mig_profiles={m.name: m.max_per_node for m in MigProfile.objects.filter(enabled=True)},
         shared_gpu_resource=settings_row.shared_gpu_resource,
         max_shared_per_node=settings_row.max_shared_per_node,
     )

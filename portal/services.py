@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,14 +19,14 @@ TOKEN_PREFIX_LEN = 8
 
 def audit_record(
     *,
-    actor: AbstractBaseUser | AnonymousUser | None,
+    actor: User | AnonymousUser | None,
     action: str,
     target: object | str = "",
     changes: dict[str, Any] | None = None,
     ip_address: str | None = None,
 ) -> AuditLog:
     """Append one row to the audit log (who, what, old → new)."""
-    user = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
+    user = actor if isinstance(actor, User) else None
     return AuditLog.objects.create(
         actor=user,
         action=action,
@@ -39,7 +39,7 @@ def audit_record(
 
 def quota_change_record(
     *,
-    actor: AbstractBaseUser | AnonymousUser | None,
+    actor: User | AnonymousUser | None,
     team: Team,
     resource: str,
     old_limit: int | None,
@@ -49,7 +49,11 @@ def quota_change_record(
     if old_limit == new_limit:
         return None
     action = (
-        "quota.create" if old_limit is None else "quota.delete" if new_limit is None else "quota.update"
+        "quota.create"
+        if old_limit is None
+        else "quota.delete"
+        if new_limit is None
+        else "quota.update"
     )
     return audit_record(
         actor=actor,
@@ -61,7 +65,7 @@ def quota_change_record(
 
 @transaction.atomic
 def quota_set(
-    *, actor: AbstractBaseUser | AnonymousUser | None, team: Team, resource: str, limit: int
+    *, actor: User | AnonymousUser | None, team: Team, resource: str, limit: int
 ) -> GpuQuota:
     """Create or change a team's quota on one resource, writing the audit log."""
     quota = GpuQuota.objects.select_for_update().filter(team=team, resource=resource).first()
@@ -82,10 +86,10 @@ def _digest(secret: str) -> str:
 @transaction.atomic
 def api_token_create(
     *,
-    user: AbstractBaseUser,
+    user: User,
     description: str = "",
     ttl_days: int | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: User | None = None,
 ) -> tuple[ApiToken, str]:
     """Create a token for ``user``; returns the row and the secret (shown once, never stored)."""
     secret = "gpp_" + secrets.token_urlsafe(32)
@@ -124,7 +128,7 @@ def api_token_authenticate(*, secret: str) -> ApiToken | None:
     return token
 
 
-def api_token_revoke(*, token: ApiToken, actor: AbstractBaseUser | None = None) -> None:
+def api_token_revoke(*, token: ApiToken, actor: User | None = None) -> None:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])

@@ -19,7 +19,7 @@ if PORTAL_ENV not in {"development", "production"}:
     raise ConfigurationError(f"PORTAL_ENV={PORTAL_ENV!r}: use development or production")
 PRODUCTION = PORTAL_ENV == "production"
 
-_DEV_SECRET = "django-insecure-local-development-only-key-do-not-use-in-production"
+_DEV_SECRET = "django-insecure-local-development-only-key-do-not-use-in-production"  # noqa: S105 - dev-only, refused in production
 SECRET_KEY = env_str("SECRET_KEY") or ("" if PRODUCTION else _DEV_SECRET)
 if PRODUCTION and (not SECRET_KEY or SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 50):
     raise ConfigurationError(
@@ -113,6 +113,8 @@ STATICFILES_FINDERS = [
     # plotly.js comes from the installed plotly package, never from a CDN.
     "portal.staticfinders.PlotlyFinder",
 ]
+# Outside production, WhiteNoise serves straight from the finders (no collectstatic needed).
+WHITENOISE_USE_FINDERS = not PRODUCTION
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -23,7 +23,9 @@ class PlotlyFinder(BaseFinder):
     def check(self, **kwargs: Any) -> list[Any]:
         return []
 
-    def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
+    def find(  # type: ignore[override]
+        self, path: str, find_all: bool = False, **kwargs: Any
+    ) -> str | list[str]:
         if path == PLOTLY_STATIC_PATH:
             found = str(_PACKAGE_DATA / "plotly.min.js")
             return [found] if find_all else found

@@ -144,10 +144,10 @@ def explain(
     if result.nominated_node is not None:
         names = ", ".join(v.key for v in result.victims)
         count = len(result.victims)
-        pods = "pod" if count == 1 else "pods"
+        pods, verb = ("pod", "is") if count == 1 else ("pods", "are")
         return advice(
             f"will start on {result.nominated_node} once {count} lower-priority {pods} "
-            f"({names}) are preempted"
+            f"({names}) {verb} preempted"
         )
     if not matching:
         if products and not any(

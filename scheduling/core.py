@@ -35,7 +35,7 @@ from scheduling.matching import (
     taint_reason,
     tolerates,
 )
-from scheduling.types import Node, Pod, Strategy
+from scheduling.types import Node, Pod, PodAffinityTerm, Strategy
 
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
 REASON_NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
@@ -115,6 +115,9 @@ class ClusterSnapshot:
         self._nonzero: dict[str, list[int]] = {}
         self._where: dict[str, str] = {}
         self._with_anti_affinity: dict[str, Pod] = {}
+        # Affinity terms default to their own namespace; this index lets them skip
+        # the other teams' pods.
+        self._by_namespace: dict[str, dict[str, Pod]] = {}
         for node in nodes:
             self.add_node(node)
         for pod in pods:
@@ -166,6 +169,14 @@ class ClusterSnapshot:
         for node_pods in self._pods.values():
             yield from node_pods.values()
 
+    def pods_in(self, namespaces: Iterable[str] | None) -> Iterator[Pod]:
+        """Bound pods in ``namespaces`` (every pod when None)."""
+        if namespaces is None:
+            yield from self.pods
+            return
+        for namespace in dict.fromkeys(namespaces):
+            yield from self._by_namespace.get(namespace, {}).values()
+
     def pods_on(self, node_name: str) -> list[Pod]:
         """Pods bound to ``node_name`` in the order they were added."""
         return list(self._pods.get(node_name, {}).values())
@@ -198,20 +209,22 @@ class ClusterSnapshot:
             pod = dataclasses.replace(pod, node_name=node_name)
         if pod.node_name is None or pod.node_name not in self._nodes:
             raise KeyError(f"pod {pod.key} is not bound to a node of this snapshot")
-        if pod.key in self._where:
-            self.remove_pod(pod.key)
+        key = pod.key
+        if key in self._where:
+            self.remove_pod(key)
         target = pod.node_name
-        self._pods[target][pod.key] = pod
-        self._where[pod.key] = target
+        self._pods[target][key] = pod
+        self._where[key] = target
         used = self._used[target]
-        for name, qty in pod.requests.items():
+        requests = pod.requests
+        for name, qty in requests.items():
             used[name] = used.get(name, 0) + qty
-        cpu, memory = _nonzero_cpu_memory(pod)
         nonzero = self._nonzero[target]
-        nonzero[0] += cpu
-        nonzero[1] += memory
+        nonzero[0] += requests.get("cpu", DEFAULT_MILLI_CPU_REQUEST)
+        nonzero[1] += requests.get("memory", DEFAULT_MEMORY_REQUEST)
+        self._by_namespace.setdefault(pod.namespace, {})[key] = pod
         if pod.required_pod_anti_affinity:
-            self._with_anti_affinity[pod.key] = pod
+            self._with_anti_affinity[key] = pod
         return pod
 
     def remove_pod(self, pod: Pod | str) -> Pod | None:
@@ -233,6 +246,10 @@ class ClusterSnapshot:
         nonzero[0] -= cpu
         nonzero[1] -= memory
         self._with_anti_affinity.pop(key, None)
+        in_namespace = self._by_namespace[removed.namespace]
+        del in_namespace[key]
+        if not in_namespace:
+            del self._by_namespace[removed.namespace]
         return removed
 
     def node_of(self, pod_key: str) -> str | None:
@@ -252,12 +269,13 @@ def fit_error_message(num_nodes: int, reasons: Mapping[str, int]) -> str:
 class _Candidate:
     node: str
     victims: list[Pod]
+    rank: tuple[int, int, int, str] = (0, 0, 0, "")
 
-    def rank(self) -> tuple[int, int, int, str]:
+    def __post_init__(self) -> None:
         # pickOneNodeForPreemption, minus PDBs and start times.
         highest = max(v.priority for v in self.victims)
         total = sum(v.priority + _PRIORITY_OFFSET for v in self.victims)
-        return highest, total, len(self.victims), self.node
+        self.rank = (highest, total, len(self.victims), self.node)
 
 
 class _Cycle:
@@ -297,19 +315,27 @@ class _Cycle:
         assert pod.node_name is not None
         return self.snapshot.node(pod.node_name).labels.get(key)
 
+    def _term_namespaces(self, term: PodAffinityTerm) -> Iterable[str] | None:
+        if term.all_namespaces:
+            return None
+        return term.namespaces or (self.pod.namespace,)
+
+    def _count_matches(self, term: PodAffinityTerm) -> dict[str, int]:
+        """Bound pods matching ``term`` (of the incoming pod), per topology value."""
+        per_value: dict[str, int] = {}
+        key = term.topology_key
+        for other in self.snapshot.pods_in(self._term_namespaces(term)):
+            if affinity_term_matches(term, self.pod.namespace, other):
+                value = self._topology_value(other, key)
+                if value is not None:
+                    per_value[value] = per_value.get(value, 0) + 1
+        return per_value
+
     def _count_anti_affinity_matches(self) -> list[tuple[str, dict[str, int]]]:
         """Per required anti-affinity term: matching bound pods per topology value."""
-        terms = self.pod.required_pod_anti_affinity
-        if not terms:
-            return []
-        counts: list[tuple[str, dict[str, int]]] = [(t.topology_key, {}) for t in terms]
-        for other in self.snapshot.pods:
-            for term, (key, per_value) in zip(terms, counts, strict=True):
-                if affinity_term_matches(term, self.pod.namespace, other):
-                    value = self._topology_value(other, key)
-                    if value is not None:
-                        per_value[value] = per_value.get(value, 0) + 1
-        return counts
+        return [
+            (t.topology_key, self._count_matches(t)) for t in self.pod.required_pod_anti_affinity
+        ]
 
     def _count_existing_anti_affinity(self) -> dict[str, dict[str, int]]:
         """Topology domains that bound pods' required anti-affinity keeps this pod out of."""
@@ -367,16 +393,21 @@ class _Cycle:
             return REASON_NODE_AFFINITY
         return None
 
+    def _free(self, node: Node) -> list[int]:
+        """Allocatable minus requested, for each resource the pod asks for (same order)."""
+        allocatable = node.allocatable
+        used = self.snapshot.used(node.name)
+        return [allocatable.get(name, 0) - used.get(name, 0) for name, _ in self.requests]
+
     def dynamic_reasons(
-        self, node: Node, used: Mapping[str, int], pod_count: int, anti: int, existing: int
+        self, free: Sequence[int], spare_pods: int, anti: int, existing: int
     ) -> list[str]:
         """NodeResourcesFit then InterPodAffinity; these depend on which pods are bound."""
-        allocatable = node.allocatable
         reasons: list[str] = []
-        if pod_count + 1 > allocatable.get("pods", DEFAULT_MAX_PODS):
+        if spare_pods < 1:
             reasons.append(REASON_TOO_MANY_PODS)
-        for name, qty in self.requests:
-            if qty > allocatable.get(name, 0) - used.get(name, 0):
+        for (name, qty), left in zip(self.requests, free, strict=True):
+            if qty > left:
                 reasons.append(f"Insufficient {name}")
         if reasons:
             return reasons
@@ -386,17 +417,17 @@ class _Cycle:
             return [REASON_EXISTING_ANTI_AFFINITY]
         return reasons
 
+    def _spare_pods(self, node: Node, pod_count: int) -> int:
+        return node.allocatable.get("pods", DEFAULT_MAX_PODS) - pod_count
+
     def filter(self, node: Node) -> tuple[list[str], bool]:
         """The node's failure reasons (empty if it fits) and whether preemption may help."""
         reason = self.static_reason(node)
         if reason is not None:
             return [reason], False
         anti, existing = self._anti_affinity_load(node)
-        snapshot = self.snapshot
-        reasons = self.dynamic_reasons(
-            node, snapshot.used(node.name), snapshot.pod_count(node.name), anti, existing
-        )
-        return reasons, True
+        spare = self._spare_pods(node, self.snapshot.pod_count(node.name))
+        return self.dynamic_reasons(self._free(node), spare, anti, existing), True
 
     # -- Score -----------------------------------------------------------------
     def _fit_score(self, node: Node) -> int:
@@ -460,15 +491,7 @@ class _Cycle:
         terms = self.pod.preferred_pod_anti_affinity
         if not terms:
             return [0] * len(nodes)
-        penalties: list[tuple[str, int, dict[str, int]]] = [
-            (w.term.topology_key, w.weight, {}) for w in terms
-        ]
-        for other in self.snapshot.pods:
-            for weighted, (key, _, per_value) in zip(terms, penalties, strict=True):
-                if affinity_term_matches(weighted.term, self.pod.namespace, other):
-                    value = self._topology_value(other, key)
-                    if value is not None:
-                        per_value[value] = per_value.get(value, 0) + 1
+        penalties = [(w.term.topology_key, w.weight, self._count_matches(w.term)) for w in terms]
         raw = []
         for node in nodes:
             score = 0
@@ -509,37 +532,50 @@ class _Cycle:
         potential = [p for p in self.snapshot.pods_on(node.name) if p.priority < pod_priority]
         if not potential:
             return None, [PREEMPTION_NO_VICTIMS]
-        used = dict(self.snapshot.used(node.name))
-        pod_count = self.snapshot.pod_count(node.name)
+        names = [name for name, _ in self.requests]
+        # Each victim's requests for the resources the pod asks for, plus its share of
+        # the anti-affinity loads; computed once, then only added and subtracted.
+        held = [[v.requests.get(name, 0) for name in names] for v in potential]
+        if self.pod.required_pod_anti_affinity or self.existing_counts:
+            loads = [self._victim_anti_affinity_load(v, node) for v in potential]
+        else:
+            loads = [(0, 0)] * len(potential)
+        free = self._free(node)
+        spare = self._spare_pods(node, self.snapshot.pod_count(node.name)) + len(potential)
         anti, existing = self._anti_affinity_load(node)
-        loads = {v.key: self._victim_anti_affinity_load(v, node) for v in potential}
-        for victim in potential:
-            for name, qty in victim.requests.items():
-                used[name] = used.get(name, 0) - qty
-            pod_count -= 1
-            anti -= loads[victim.key][0]
-            existing -= loads[victim.key][1]
-        reasons = self.dynamic_reasons(node, used, pod_count, anti, existing)
+        for amounts, (v_anti, v_existing) in zip(held, loads, strict=True):
+            for i, qty in enumerate(amounts):
+                free[i] += qty
+            anti -= v_anti
+            existing -= v_existing
+        reasons = self.dynamic_reasons(free, spare, anti, existing)
         if reasons:
             return None, reasons
+        wanted = [qty for _, qty in self.requests]
         # Stable sort keeps bind order among equal priorities; kube-scheduler would
         # use start time there, which the snapshot does not carry.
-        potential.sort(key=lambda p: -p.priority)
+        order = sorted(range(len(potential)), key=lambda i: -potential[i].priority)
         victims: list[Pod] = []
-        for candidate in potential:
-            trial = dict(used)
-            for name, qty in candidate.requests.items():
-                trial[name] = trial.get(name, 0) + qty
-            v_anti, v_existing = loads[candidate.key]
-            if self.dynamic_reasons(
-                node, trial, pod_count + 1, anti + v_anti, existing + v_existing
-            ):
-                victims.append(candidate)
-            else:
-                used = trial
-                pod_count += 1
+        for i in order:
+            amounts = held[i]
+            v_anti, v_existing = loads[i]
+            fits_with_it = (
+                spare >= 2
+                and anti + v_anti == 0
+                and existing + v_existing == 0
+                and all(
+                    want <= left - qty
+                    for want, left, qty in zip(wanted, free, amounts, strict=True)
+                )
+            )
+            if fits_with_it:
+                for j, qty in enumerate(amounts):
+                    free[j] -= qty
+                spare -= 1
                 anti += v_anti
                 existing += v_existing
+            else:
+                victims.append(potential[i])
         return victims, []
 
     def preempt(
@@ -555,7 +591,7 @@ class _Cycle:
                 reasons.update(failure)
                 continue
             candidate = _Candidate(node.name, victims)
-            if best is None or candidate.rank() < best.rank():
+            if best is None or candidate.rank < best.rank:
                 best = candidate
         return best, dict(reasons)
 

@@ -325,7 +325,7 @@ def _pod_template(
                 },
             }
         )
-        mounts.append({"name": SHM_VOLUME_NAME, "mountPath": "/dev/shm"})
+        mounts.append({"name": SHM_VOLUME_NAME, "mountPath": "/dev/shm"})  # noqa: S108 - shm volume
 
     container: dict[str, Any] = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command:

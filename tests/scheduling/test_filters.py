@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from scheduling import (
@@ -183,17 +185,20 @@ def test_cordoned_node(tolerations: tuple[Toleration, ...], reason: str | None) 
 
 def test_filters_run_in_kube_scheduler_order() -> None:
     """Unschedulable, then TaintToleration, then NodeAffinity, then resources."""
-    everything_wrong = dict(
-        taints=(Taint("t", "v"),), unschedulable=True, labels={"zone": "b"}, gpus=1
-    )
+    everything_wrong: dict[str, Any] = {
+        "taints": (Taint("t", "v"),),
+        "unschedulable": True,
+        "labels": {"zone": "b"},
+        "gpus": 1,
+    }
     p = pod(gpus=4, node_selector={"zone": "a"})
-    assert reason_on(node("n", **everything_wrong), p) == "node(s) were unschedulable"  # type: ignore[arg-type]
+    assert reason_on(node("n", **everything_wrong), p) == "node(s) were unschedulable"
     everything_wrong["unschedulable"] = False
-    assert reason_on(node("n", **everything_wrong), p) == "node(s) had untolerated taint {t: v}"  # type: ignore[arg-type]
+    assert reason_on(node("n", **everything_wrong), p) == "node(s) had untolerated taint {t: v}"
     everything_wrong["taints"] = ()
-    assert reason_on(node("n", **everything_wrong), p) == AFFINITY  # type: ignore[arg-type]
+    assert reason_on(node("n", **everything_wrong), p) == AFFINITY
     everything_wrong["labels"] = {"zone": "a"}
-    assert reason_on(node("n", **everything_wrong), p) == "Insufficient nvidia.com/gpu"  # type: ignore[arg-type]
+    assert reason_on(node("n", **everything_wrong), p) == "Insufficient nvidia.com/gpu"
 
 
 # -- resources -----------------------------------------------------------------
@@ -258,7 +263,9 @@ def test_pods_on_other_nodes_do_not_use_this_nodes_resources() -> None:
 # -- pod anti-affinity -----------------------------------------------------------
 
 
-def anti(labels: dict[str, str], key: str = "kubernetes.io/hostname", **kw: object) -> PodAffinityTerm:
+def anti(
+    labels: dict[str, str], key: str = "kubernetes.io/hostname", **kw: object
+) -> PodAffinityTerm:
     return PodAffinityTerm(LabelSelector(tuple(labels.items())), key, **kw)  # type: ignore[arg-type]
 
 
@@ -295,7 +302,9 @@ def test_anti_affinity_with_zone_topology_blocks_the_whole_zone() -> None:
     result = schedule(p, nodes, bound)
     assert result.node == "b1"
     nodes[2] = node("b1", labels={"zone": "b"}, gpus=0)
-    result = schedule(pod(gpus=1, required_pod_anti_affinity=p.required_pod_anti_affinity), nodes, bound)
+    result = schedule(
+        pod(gpus=1, required_pod_anti_affinity=p.required_pod_anti_affinity), nodes, bound
+    )
     assert result.node_reasons == {"a1": ANTI, "a2": ANTI, "b1": "Insufficient nvidia.com/gpu"}
 
 

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling import LabelSelector, PodAffinityTerm, Taint, schedule
+from scheduling import LabelSelector, Pod, PodAffinityTerm, Taint, schedule
 
 from .builders import node, pod
 
 
-def keys(pods: tuple) -> list[str]:  # type: ignore[type-arg]
+def keys(pods: tuple[Pod, ...]) -> list[str]:
     return [p.name for p in pods]
 
 
@@ -112,7 +112,7 @@ def test_node_still_too_small_after_removing_all_victims_reports_the_filter_reas
     ],
 )
 def test_choice_of_node_follows_kube_scheduler_order(
-    bound: list, expected_node: str, expected_victims: list[str]
+    bound: list[Pod], expected_node: str, expected_victims: list[str]
 ) -> None:
     nodes = [node("n1"), node("n2")]
     result = schedule(pod("urgent", gpus=8, priority=100), nodes, bound)

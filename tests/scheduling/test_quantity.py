@@ -65,14 +65,15 @@ def test_cpu_millis_rounds_up(value: str | int, millis: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "size"), [("1Gi", 2**30), ("1G", 10**9), ("0.5", 1), ("1500m", 2), ("128974848", 128974848)]
+    ("value", "size"),
+    [("1Gi", 2**30), ("1G", 10**9), ("0.5", 1), ("1500m", 2), ("128974848", 128974848)],
 )
 def test_memory_bytes_rounds_up(value: str, size: int) -> None:
     assert memory_bytes(value) == size
 
 
 def test_normalise_resources_uses_each_resource_unit() -> None:
-    raw = {
+    raw: dict[str, str | int] = {
         "cpu": "1500m",
         "memory": "80Gi",
         "ephemeral-storage": "10G",

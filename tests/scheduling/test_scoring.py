@@ -6,6 +6,7 @@ from scheduling import (
     LabelSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    Pod,
     PodAffinityTerm,
     PreferredSchedulingTerm,
     Taint,
@@ -41,7 +42,7 @@ def test_resource_strategy(strategy: Strategy, expected: str) -> None:
 
 def test_most_allocated_packs_a_sequence_of_pods_onto_one_node() -> None:
     nodes = [node("n1"), node("n2"), node("n3")]
-    bound: list = []
+    bound: list[Pod] = []
     for i in range(4):
         placed = schedule(pod(f"p{i}", gpus=2), nodes, bound)
         assert placed.node is not None
@@ -51,12 +52,12 @@ def test_most_allocated_packs_a_sequence_of_pods_onto_one_node() -> None:
 
 def test_least_allocated_spreads_a_sequence_of_pods() -> None:
     nodes = [node("n1"), node("n2"), node("n3")]
-    bound: list = []
+    bound: list[Pod] = []
     for i in range(3):
         placed = schedule(pod(f"p{i}", gpus=2), nodes, bound, strategy="LeastAllocated")
         assert placed.node is not None
         bound.append(pod(f"p{i}", gpus=2, on=placed.node))
-    assert sorted(p.node_name for p in bound) == ["n1", "n2", "n3"]
+    assert sorted(str(p.node_name) for p in bound) == ["n1", "n2", "n3"]
 
 
 def test_fit_score_values_follow_the_formulas() -> None:

@@ -34,5 +34,7 @@ class Command(BaseCommand):
             user=user, description=options["description"], ttl_days=options["days"]
         )
         expiry = f"expires {token.expires_at:%Y-%m-%d}" if token.expires_at else "never expires"
-        self.stdout.write(f"Token for {user.get_username()} ({expiry}). Use: Authorization: Bearer <token>")
+        self.stdout.write(
+            f"Token for {user.get_username()} ({expiry}). Use: Authorization: Bearer <token>"
+        )
         self.stdout.write(secret)

@@ -12,7 +12,7 @@ from django.db import transaction
 from portal.models import CatalogSettings, GpuProduct, Membership, MigProfile, Team
 from portal.services import quota_set
 
-DEMO_PASSWORD = "demo"
+DEMO_PASSWORD = "demo"  # noqa: S105 - the documented demo password, refused in production
 
 PRODUCTS = [
     # (nvidia.com/gpu.product, MiB per GPU, GPUs per node)
@@ -43,14 +43,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PRODUCTION:
-            raise CommandError("seed_demo refuses to run with production settings (PORTAL_ENV=production).")
+            raise CommandError(
+                "seed_demo refuses to run with production settings (PORTAL_ENV=production)."
+            )
         with transaction.atomic():
             self._catalog()
             teams = self._teams()
             self._users(teams)
             for slug, resource, limit in QUOTAS:
                 quota_set(actor=None, team=teams[slug], resource=resource, limit=limit)
-        self.stdout.write(self.style.SUCCESS("Demo data ready. Log in at http://127.0.0.1:8000/ with:"))
+        self.stdout.write(
+            self.style.SUCCESS("Demo data ready. Log in at http://127.0.0.1:8000/ with:")
+        )
         for username, team, role, staff in USERS:
             what = "platform admin" if staff else f"{role} of {team}"
             self.stdout.write(f"  {username:6} / {DEMO_PASSWORD}   ({what})")

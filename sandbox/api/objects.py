@@ -1,0 +1,499 @@
+"""Create, read, update, patch and delete any object, the way the API server's registry does.
+
+Handlers and controllers both come through here, so a pod the Job controller creates
+passes the same defaulting and admission (priority, LimitRange, PodSecurity, quota) as a
+pod a user posts.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import yaml
+
+from sandbox.api import admission, defaults, validation
+from sandbox.api.patch import json_patch, merge_patch, strategic_merge_patch
+from sandbox.api.resources import RESOURCES, ResourceType
+from sandbox.cluster import Cluster
+from sandbox.errors import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    expired,
+    forbidden,
+    not_found,
+)
+from sandbox.selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
+from sandbox.store import Obj
+
+PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
+JOB_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name",
+              "controller-uid", "job-name")
+
+
+def _check_namespace(cluster: Cluster, rt: ResourceType, ns: str, name: str) -> None:
+    ns_obj = cluster.store.get("namespaces", "", ns)
+    if ns_obj is None:
+        raise not_found("namespaces", "", ns)
+    if ns_obj.get("status", {}).get("phase") == "Terminating":
+        raise forbidden(rt.plural, rt.group, name,
+                        f"unable to create new content in namespace {ns} because it is being "
+                        "terminated")
+
+
+def _qos_class(pod: Obj) -> str:
+    containers = pod["spec"].get("containers") or []
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        if any(k in ("cpu", "memory") for k in list(req) + list(lim)):
+            any_set = True
+        for k in ("cpu", "memory"):
+            if k not in lim or req.get(k, lim.get(k)) != lim.get(k):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _prepare_kind(cluster: Cluster, rt: ResourceType, obj: Obj) -> list[str]:
+    """Kind-specific create-time filling; returns warnings."""
+    meta = obj["metadata"]
+    spec = obj.get("spec")
+    warnings: list[str] = []
+    if rt.plural == "namespaces":
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
+        obj["spec"] = {"finalizers": ["kubernetes"]}
+        obj["status"] = {"phase": "Active"}
+    elif rt.plural == "jobs" and isinstance(spec, dict):
+        uid = meta["uid"]
+        if not spec.get("manualSelector"):
+            spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        labels = spec["template"]["metadata"].setdefault("labels", {})
+        labels.update({"batch.kubernetes.io/controller-uid": uid,
+                       "batch.kubernetes.io/job-name": meta["name"],
+                       "controller-uid": uid, "job-name": meta["name"]})
+        if not meta.get("labels"):
+            # Job defaulting: a Job without labels takes its pod template's labels.
+            meta["labels"] = dict(labels)
+        obj["status"] = {}
+        warnings += admission.workload_warnings(cluster, meta["namespace"], spec["template"]["spec"])
+    elif rt.plural in ("deployments", "replicasets") and isinstance(spec, dict):
+        obj["status"] = {}
+        if rt.plural == "deployments":
+            meta.setdefault("annotations", {})
+            warnings += admission.workload_warnings(
+                cluster, meta["namespace"], spec["template"]["spec"]
+            )
+    elif rt.plural == "pods":
+        obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj)}
+    elif rt.plural == "resourcequotas":
+        hard = dict((spec or {}).get("hard") or {})
+        used = admission.quota_used(cluster, meta["namespace"], hard)
+        obj["status"] = {"hard": hard,
+                         "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()}}
+    elif rt.plural == "services" and isinstance(spec, dict):
+        if spec.get("clusterIP") != "None":
+            n = cluster.store.count("services") + 10
+            spec.setdefault("clusterIP", f"10.96.{n // 250}.{n % 250 + 1}")
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        obj["status"] = {"loadBalancer": {}}
+    elif rt.plural == "serviceaccounts":
+        pass
+    return warnings
+
+
+def create(
+    cluster: Cluster,
+    rt: ResourceType,
+    ns: str,
+    body: Any,
+    *,
+    field_validation: str = "Warn",
+    dry_run: bool = False,
+    check_schema: bool = True,
+) -> tuple[Obj, list[str]]:
+    """POST: generate name, validate, default, admit and store. Returns (object, warnings)."""
+    if not isinstance(body, dict):
+        raise bad_request("the body of the request was in an unknown format")
+    obj = copy.deepcopy(body)
+    obj["apiVersion"] = rt.api_version
+    obj["kind"] = rt.kind
+    meta = obj.setdefault("metadata", {}) or {}
+    obj["metadata"] = meta
+    if rt.namespaced:
+        if meta.get("namespace") not in (None, "", ns):
+            raise bad_request("the namespace of the provided object does not match the "
+                              "namespace sent on the request")
+        meta["namespace"] = ns
+    else:
+        meta.pop("namespace", None)
+    if not meta.get("name") and meta.get("generateName"):
+        for _ in range(10):
+            meta["name"] = meta["generateName"] + cluster.random_suffix()
+            if cluster.store.get(rt.key, ns if rt.namespaced else "", meta["name"]) is None:
+                break
+    name = meta.get("name") or ""
+    warnings = validation.check_schema(rt, obj, field_validation) if check_schema else []
+    defaults.apply_defaults(rt, obj)
+    validation.validate_object(rt, obj)
+    if rt.namespaced:
+        _check_namespace(cluster, rt, ns, name)
+    key_ns = ns if rt.namespaced else ""
+    if cluster.store.get(rt.key, key_ns, name) is not None:
+        raise already_exists(rt.plural, rt.group, name)
+    for field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                  "deletionGracePeriodSeconds", "managedFields", "selfLink"):
+        meta.pop(field, None)
+    meta["uid"] = cluster.new_uid()
+    meta["creationTimestamp"] = cluster.timestamp()
+    if rt.plural not in ("pods", "events", "namespaces", "nodes", "configmaps", "secrets",
+                         "services", "serviceaccounts", "resourcequotas", "limitranges"):
+        meta["generation"] = 1
+    warnings += _prepare_kind(cluster, rt, obj)
+    if rt.plural == "pods":
+        admission.admit_pod(cluster, obj)
+        obj["status"]["qosClass"] = _qos_class(obj)
+    if dry_run:
+        return obj, warnings
+    cluster.store.put(rt.key, obj)
+    return obj, warnings
+
+
+def get(cluster: Cluster, rt: ResourceType, ns: str, name: str) -> Obj:
+    obj = cluster.store.get(rt.key, ns if rt.namespaced else "", name)
+    if obj is None:
+        raise not_found(rt.plural, rt.group, name)
+    return obj
+
+
+def _spec_changed(old: Obj, new: Obj) -> bool:
+    return any(old.get(k) != new.get(k) for k in ("spec", "value", "preemptionPolicy", "data"))
+
+
+def update(
+    cluster: Cluster,
+    rt: ResourceType,
+    ns: str,
+    name: str,
+    body: Any,
+    *,
+    field_validation: str = "Warn",
+    status_only: bool = False,
+    check_schema: bool = True,
+) -> tuple[Obj, list[str]]:
+    """PUT: optimistic concurrency on ``resourceVersion``; spec changes bump ``generation``."""
+    if not isinstance(body, dict):
+        raise bad_request("the body of the request was in an unknown format")
+    old = get(cluster, rt, ns, name)
+    obj = copy.deepcopy(body)
+    meta = obj.setdefault("metadata", {})
+    if meta.get("name", name) != name:
+        raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name "
+                          f"on the URL ({name})")
+    rv = meta.get("resourceVersion")
+    if rv and rv != old["metadata"]["resourceVersion"]:
+        raise conflict(rt.plural, rt.group, name)
+    obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+    warnings = validation.check_schema(rt, obj, field_validation) if check_schema else []
+    for field in ("name", "namespace", "uid", "creationTimestamp", "generation",
+                  "deletionTimestamp", "deletionGracePeriodSeconds"):
+        if field in old["metadata"]:
+            meta[field] = old["metadata"][field]
+        else:
+            meta.pop(field, None)
+    if status_only:
+        new = copy.deepcopy(old)
+        new["status"] = obj.get("status", {})
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return cluster.store.put(rt.key, new), warnings
+    # The main resource ignores status, as on a real server with a status subresource.
+    if "status" in old and rt.plural not in ("namespaces",):
+        obj["status"] = copy.deepcopy(old["status"])
+    if rt.plural == "namespaces":
+        obj["spec"], obj["status"] = old.get("spec"), old.get("status")
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+    defaults.apply_defaults(rt, obj)
+    if rt.plural == "pods" and obj.get("spec") != old.get("spec"):
+        allowed = ("activeDeadlineSeconds", "tolerations")
+        if {k: v for k, v in obj["spec"].items() if k not in allowed} != {
+            k: v for k, v in old["spec"].items() if k not in allowed
+        }:
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: pod '
+                           "updates may not change fields other than `spec.containers[*].image`,"
+                           "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+                           "`spec.tolerations` (only additions to existing tolerations),"
+                           "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
+                           "was previously negative)",
+                           {"name": name, "kind": "Pod", "causes": [{
+                               "reason": "FieldValueForbidden", "message": "Forbidden: pod "
+                               "updates may not change fields other than ...", "field": "spec"}]})
+    if rt.plural == "jobs":
+        # Selector and generated labels are immutable; keep them when a client drops them.
+        obj["spec"]["selector"] = old["spec"].get("selector")
+        obj["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {}).update(
+            {k: v for k, v in old["spec"]["template"]["metadata"].get("labels", {}).items()
+             if k in JOB_LABELS}
+        )
+    validation.validate_object(rt, obj, old)
+    if rt.plural == "resourcequotas":
+        hard = dict((obj.get("spec") or {}).get("hard") or {})
+        used = admission.quota_used(cluster, ns, hard)
+        obj["status"] = {"hard": hard,
+                         "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()}}
+    if "generation" in meta and _spec_changed(old, obj):
+        meta["generation"] = int(meta["generation"]) + 1
+    if obj == old:
+        return old, warnings
+    return cluster.store.put(rt.key, obj), warnings
+
+
+PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+)
+
+
+def patch(
+    cluster: Cluster,
+    rt: ResourceType,
+    ns: str,
+    name: str,
+    raw: bytes,
+    content_type: str,
+    *,
+    field_validation: str = "Warn",
+    status_only: bool = False,
+) -> tuple[Obj, list[str]]:
+    ctype = content_type.split(";")[0].strip()
+    if ctype not in PATCH_TYPES:
+        raise ApiError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media "
+                       f"types include: {', '.join(PATCH_TYPES)}")
+    try:
+        body = yaml.safe_load(raw) if ctype.endswith("yaml") else json.loads(raw or b"null")
+    except (ValueError, yaml.YAMLError) as exc:
+        raise bad_request(f"error decoding patch: {exc}") from None
+    key_ns = ns if rt.namespaced else ""
+    old = cluster.store.get(rt.key, key_ns, name)
+    if old is None:
+        if ctype.endswith("yaml"):  # server-side apply creates
+            obj, warnings = create(cluster, rt, ns, body, field_validation=field_validation)
+            return obj, warnings
+        raise not_found(rt.plural, rt.group, name)
+    current = copy.deepcopy(old)
+    if ctype == "application/json-patch+json":
+        new = json_patch(current, body)
+    elif ctype == "application/merge-patch+json" or ctype.endswith("yaml"):
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request was in an unknown format")
+        new = merge_patch(current, body)
+    else:
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request was in an unknown format")
+        new = strategic_merge_patch(current, body)
+    if not isinstance(new, dict):
+        raise bad_request("the patch did not produce an object")
+    if status_only:
+        return update(cluster, rt, ns, name, new, status_only=True, check_schema=False)
+    # A patch need not carry resourceVersion; when it does, it is a precondition.
+    patched_rv = (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+    new.setdefault("metadata", {})["resourceVersion"] = patched_rv or old["metadata"]["resourceVersion"]
+    return update(cluster, rt, ns, name, new, field_validation=field_validation)
+
+
+# -- list ------------------------------------------------------------------------------------
+def _encode_continue(rv: str, after: tuple[str, str], now: float) -> str:
+    payload = {"v": "meta.k8s.io/v1", "rv": int(rv), "start": f"{after[0]}/{after[1]}\x00", "t": now}
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> dict[str, Any]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not isinstance(data, dict) or "start" not in data:
+            raise ValueError
+        return data
+    except (ValueError, TypeError):
+        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion "
+                          "(version meta.k8s.io/v1)") from None
+
+
+def list_objects(
+    cluster: Cluster, rt: ResourceType, ns: str | None, query: dict[str, str]
+) -> Obj:
+    label_reqs = parse_label_selector(query.get("labelSelector", ""))
+    field_reqs = parse_field_selector(query.get("fieldSelector", ""), rt.key)
+    items = cluster.store.list(rt.key, ns if rt.namespaced else None)
+    token = query.get("continue")
+    after: str | None = None
+    if token:
+        data = _decode_continue(token)
+        if cluster.now() - float(data.get("t", 0)) > cluster.options.continue_ttl:
+            raise expired(
+                "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter, or use the continue "
+                "token in this response to retrieve the remainder of the results. Continuing "
+                "with the provided token results in an inconsistent list - objects that were "
+                "created, modified, or deleted between the time the first chunk was returned "
+                "and now may show up in the list."
+            )
+        after = str(data["start"]).rstrip("\x00")
+    selected = []
+    for obj in items:
+        meta = obj["metadata"]
+        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        if after is not None and key <= after:
+            continue
+        if label_reqs and not labels_match(label_reqs, meta.get("labels") or {}):
+            continue
+        if field_reqs and not fields_match(field_reqs, obj):
+            continue
+        selected.append(obj)
+    limit = int(query.get("limit") or 0)
+    list_meta: dict[str, Any] = {"resourceVersion": cluster.store.current_rv()}
+    if limit > 0 and len(selected) > limit:
+        last = selected[limit - 1]["metadata"]
+        list_meta["continue"] = _encode_continue(
+            cluster.store.current_rv(), (last.get("namespace", ""), last["name"]), cluster.now()
+        )
+        if not label_reqs and not field_reqs:
+            list_meta["remainingItemCount"] = len(selected) - limit
+        selected = selected[:limit]
+    out_items = []
+    for obj in selected:
+        item = dict(obj)
+        item.pop("apiVersion", None)
+        item.pop("kind", None)
+        out_items.append(item)
+    return {
+        "kind": f"{rt.kind}List",
+        "apiVersion": rt.api_version,
+        "metadata": list_meta,
+        "items": out_items,
+    }
+
+
+# -- delete ----------------------------------------------------------------------------------
+def dependents(cluster: Cluster, owner_uid: str) -> list[tuple[ResourceType, Obj]]:
+    out = []
+    for rt in RESOURCES:
+        if rt.plural in ("events", "nodes", "namespaces"):
+            continue
+        for obj in cluster.store.iter(rt.key):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == owner_uid for r in refs):
+                out.append((rt, obj))
+    return out
+
+
+def _status_success(rt: ResourceType, obj: Obj) -> Obj:
+    details: dict[str, Any] = {"name": obj["metadata"]["name"]}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.plural
+    details["uid"] = obj["metadata"].get("uid", "")
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": details}
+
+
+def delete(
+    cluster: Cluster,
+    rt: ResourceType,
+    ns: str,
+    name: str,
+    options: dict[str, Any],
+) -> tuple[Obj, list[str]]:
+    """DELETE with ``propagationPolicy`` and ``gracePeriodSeconds``.
+
+    batch/v1 Jobs still orphan their pods when no policy is given (a legacy default the
+    API server warns about); apps/v1 objects default to Background.
+    """
+    obj = get(cluster, rt, ns, name)
+    meta = obj["metadata"]
+    key_ns = ns if rt.namespaced else ""
+    warnings: list[str] = []
+    pre = options.get("preconditions") or {}
+    if pre.get("uid") and pre["uid"] != meta.get("uid"):
+        raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {pre['uid']}, "
+                       f"UID in object meta: {meta.get('uid')}",
+                       {"name": name, "kind": rt.plural})
+    if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+        raise ApiError(409, "Conflict", "Precondition failed: ResourceVersion in precondition: "
+                       f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                       f"{meta.get('resourceVersion')}", {"name": name, "kind": rt.plural})
+    policy = options.get("propagationPolicy")
+    if options.get("orphanDependents") is True:
+        policy = "Orphan"
+    if policy not in (None, "Orphan", "Background", "Foreground"):
+        raise ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: '
+                       f'propagationPolicy: Unsupported value: "{policy}": supported values: '
+                       '"Foreground", "Background", "Orphan", "nil"')
+    if policy is None and rt.plural == "jobs":
+        policy = "Orphan"
+        warnings.append("child pods are preserved by default when jobs are deleted; set "
+                        "propagationPolicy=Background to remove them or set "
+                        "propagationPolicy=Orphan to suppress this warning")
+    policy = policy or "Background"
+    if rt.plural == "namespaces":
+        if name in PROTECTED_NAMESPACES:
+            raise forbidden("namespaces", "", name, "this namespace may not be deleted")
+        if meta.get("deletionTimestamp") is None:
+            meta["deletionTimestamp"] = cluster.timestamp()
+            meta["deletionGracePeriodSeconds"] = 0
+            obj["status"] = {"phase": "Terminating"}
+            cluster.store.put(rt.key, obj)
+        return obj, warnings
+    if rt.plural == "pods":
+        grace = options.get("gracePeriodSeconds")
+        grace = int(grace) if grace is not None else int(obj["spec"].get("terminationGracePeriodSeconds", 30))
+        running = obj["spec"].get("nodeName") and obj.get("status", {}).get("phase") not in (
+            "Succeeded", "Failed")
+        if running and grace > 0:
+            if meta.get("deletionTimestamp") is None:
+                meta["deletionTimestamp"] = cluster.timestamp()
+                meta["deletionGracePeriodSeconds"] = grace
+                cluster.store.put(rt.key, obj)
+            return obj, warnings
+        cluster.store.delete(rt.key, key_ns, name)
+        release_pod(cluster, obj)
+        return obj, warnings
+    if policy == "Orphan":
+        for drt, dep in dependents(cluster, meta["uid"]):
+            refs = [r for r in dep["metadata"].get("ownerReferences", []) if r.get("uid") != meta["uid"]]
+            if refs:
+                dep["metadata"]["ownerReferences"] = refs
+            else:
+                dep["metadata"].pop("ownerReferences", None)
+            cluster.store.put(drt.key, dep)
+    if policy == "Foreground" and dependents(cluster, meta["uid"]):
+        if meta.get("deletionTimestamp") is None:
+            meta["deletionTimestamp"] = cluster.timestamp()
+            meta["deletionGracePeriodSeconds"] = 0
+            meta.setdefault("finalizers", [])
+            if "foregroundDeletion" not in meta["finalizers"]:
+                meta["finalizers"].append("foregroundDeletion")
+            cluster.store.put(rt.key, obj)
+        return obj, warnings
+    cluster.store.delete(rt.key, key_ns, name)
+    return _status_success(rt, obj), warnings
+
+
+def release_pod(cluster: Cluster, pod: Obj) -> None:
+    """Hand the pod's GPUs back; done when the pod object is finally removed."""
+    from sandbox.controllers.kubelet import release_devices
+
+    release_devices(cluster, pod)
+    cluster.store.meta_delete(f"life/{pod['metadata'].get('uid', '')}")

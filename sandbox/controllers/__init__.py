@@ -1,0 +1,1 @@
+"""Background controllers: Job, Deployment/ReplicaSet, scheduler, kubelet, GC, quota."""

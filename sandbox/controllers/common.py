@@ -1,0 +1,112 @@
+"""Helpers the workload controllers share: owned pods, conditions, pod creation."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from sandbox.api import objects
+from sandbox.api.resources import BY_KEY
+from sandbox.cluster import Cluster
+from sandbox.errors import ApiError
+from sandbox.store import Obj
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+def owned_by(cluster: Cluster, res: str, ns: str, uid: str) -> list[Obj]:
+    return [
+        o for o in cluster.store.list(res, ns)
+        if any(r.get("uid") == uid and r.get("controller") for r in
+               o["metadata"].get("ownerReferences") or [])
+    ]
+
+
+def owner_ref(owner: Obj) -> dict[str, Any]:
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def is_active(pod: Obj) -> bool:
+    return pod["status"].get("phase") not in TERMINAL and not pod["metadata"].get(
+        "deletionTimestamp"
+    )
+
+
+def is_ready(pod: Obj) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in pod["status"].get("conditions") or [])
+
+
+def condition(ctype: str, status: str, reason: str, message: str, ts: str) -> dict[str, Any]:
+    return {"type": ctype, "status": status, "lastProbeTime": ts, "lastTransitionTime": ts,
+            "reason": reason, "message": message}
+
+
+def set_condition(obj: Obj, cond: dict[str, Any], probe: bool = True) -> None:
+    """Upsert a condition; lastTransitionTime only moves when the status flips."""
+    conds = obj.setdefault("status", {}).setdefault("conditions", [])
+    for i, old in enumerate(conds):
+        if old["type"] == cond["type"]:
+            if old.get("status") == cond["status"]:
+                cond["lastTransitionTime"] = old.get("lastTransitionTime")
+                if old.get("reason") == cond.get("reason") and old.get("message") == cond.get(
+                    "message"
+                ):
+                    cond["lastProbeTime"] = old.get("lastProbeTime") if not probe else cond[
+                        "lastProbeTime"]
+            conds[i] = cond
+            return
+    conds.append(cond)
+
+
+def get_condition(obj: Obj, ctype: str) -> dict[str, Any] | None:
+    return next((c for c in obj.get("status", {}).get("conditions") or []
+                 if c["type"] == ctype), None)
+
+
+def create_pod(cluster: Cluster, owner: Obj, template: dict[str, Any], generate_name: str,
+               component: str, extra_labels: dict[str, str] | None = None,
+               extra_annotations: dict[str, str] | None = None,
+               spec_patch: dict[str, Any] | None = None) -> tuple[Obj | None, str | None]:
+    """Create one pod from ``template`` through full admission.
+
+    Returns (pod, None) or (None, error message); the caller records ``FailedCreate``.
+    """
+    meta = copy.deepcopy(template.get("metadata") or {})
+    body: Obj = {
+        "metadata": {
+            "generateName": generate_name,
+            "namespace": owner["metadata"]["namespace"],
+            "labels": {**(meta.get("labels") or {}), **(extra_labels or {})},
+            "annotations": {**(meta.get("annotations") or {}), **(extra_annotations or {})},
+            "ownerReferences": [owner_ref(owner)],
+        },
+        "spec": {**copy.deepcopy(template.get("spec") or {}), **(spec_patch or {})},
+    }
+    if not body["metadata"]["annotations"]:
+        body["metadata"].pop("annotations")
+    try:
+        pod, _ = objects.create(cluster, BY_KEY["pods"], owner["metadata"]["namespace"], body,
+                                check_schema=False)
+    except ApiError as err:
+        return None, err.message
+    cluster.record_event(owner, "Normal", "SuccessfulCreate",
+                         f"Created pod: {pod['metadata']['name']}", component)
+    return pod, None
+
+
+def delete_pod(cluster: Cluster, owner: Obj, pod: Obj, component: str) -> None:
+    try:
+        objects.delete(cluster, BY_KEY["pods"], pod["metadata"]["namespace"],
+                       pod["metadata"]["name"], {})
+    except ApiError:
+        return
+    cluster.record_event(owner, "Normal", "SuccessfulDelete",
+                         f"Deleted pod: {pod['metadata']['name']}", component)

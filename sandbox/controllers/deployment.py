@@ -1,0 +1,236 @@
+"""Deployment and ReplicaSet controllers (apps/v1).
+
+A Deployment owns one ReplicaSet per pod-template hash (``<deploy>-<hash>``); template
+changes create a new ReplicaSet and scale the old ones to zero (a one-step rollout — the
+sandbox does not pace surges). ReplicaSets keep ``replicas`` pods, replacing deleted or
+evicted ones; a refused create becomes a ``FailedCreate`` event and a ``ReplicaFailure``
+condition that the Deployment copies, as K8S-NOTES describes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from sandbox.api import objects
+from sandbox.api.resources import BY_KEY
+from sandbox.clock import parse_rfc3339, rfc3339
+from sandbox.cluster import Cluster
+from sandbox.controllers.common import (
+    condition,
+    create_pod,
+    delete_pod,
+    get_condition,
+    is_active,
+    is_ready,
+    owned_by,
+    owner_ref,
+    set_condition,
+)
+from sandbox.errors import ApiError
+from sandbox.store import Obj
+
+RS_COMPONENT = "replicaset-controller"
+DEPLOY_COMPONENT = "deployment-controller"
+HASH_LABEL = "pod-template-hash"
+# The API server's safe-encoding alphabet for hashes in names.
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    digest = int(hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:12], 16)
+    out = ""
+    for _ in range(10):
+        digest, r = divmod(digest, len(_ALPHABET))
+        out += _ALPHABET[r]
+    return out
+
+
+def _max_unavailable(d: Obj) -> int:
+    replicas = int(d["spec"].get("replicas", 1))
+    raw = ((d["spec"].get("strategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable", "25%")
+    if isinstance(raw, str) and raw.endswith("%"):
+        return int(replicas * int(raw[:-1]) // 100)
+    return int(raw)
+
+
+def reconcile(cluster: Cluster) -> None:
+    for d in cluster.store.iter("deployments.apps"):
+        if d["metadata"].get("deletionTimestamp"):
+            continue
+        before = repr(d.get("status"))
+        _reconcile_deployment(cluster, d)
+        if repr(d.get("status")) != before:
+            cluster.store.put("deployments.apps", d)
+    for rs in cluster.store.iter("replicasets.apps"):
+        if rs["metadata"].get("deletionTimestamp"):
+            continue
+        before = repr(rs.get("status"))
+        _reconcile_replicaset(cluster, rs)
+        if repr(rs.get("status")) != before:
+            cluster.store.put("replicasets.apps", rs)
+
+
+def _scale(cluster: Cluster, d: Obj, rs: Obj, replicas: int) -> None:
+    old = int(rs["spec"].get("replicas", 0))
+    if old == replicas:
+        return
+    rs["spec"]["replicas"] = replicas
+    rs["metadata"].setdefault("annotations", {})["deployment.kubernetes.io/desired-replicas"] = str(
+        d["spec"].get("replicas", 1))
+    rs["metadata"]["generation"] = int(rs["metadata"].get("generation", 1)) + 1
+    cluster.store.put("replicasets.apps", rs)
+    verb = "up" if replicas > old else "down"
+    cluster.record_event(d, "Normal", "ScalingReplicaSet",
+                         f"Scaled {verb} replica set {rs['metadata']['name']} from {old} to "
+                         f"{replicas}", DEPLOY_COMPONENT)
+
+
+def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
+    now = cluster.now()
+    ts = rfc3339(now)
+    meta, spec = d["metadata"], d["spec"]
+    ns, name = meta["namespace"], meta["name"]
+    status = d.setdefault("status", {})
+    replicas = int(spec.get("replicas", 1))
+    h = template_hash(spec["template"])
+    owned = owned_by(cluster, "replicasets.apps", ns, meta["uid"])
+    new_rs = next((r for r in owned if r["metadata"].get("labels", {}).get(HASH_LABEL) == h), None)
+    revision = 1 + max([int((r["metadata"].get("annotations") or {}).get(
+        "deployment.kubernetes.io/revision", "0")) for r in owned] or [0])
+    if new_rs is None:
+        template = copy.deepcopy(spec["template"])
+        template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = h
+        selector = copy.deepcopy(spec["selector"])
+        selector.setdefault("matchLabels", {})[HASH_LABEL] = h
+        body = {
+            "metadata": {
+                "name": f"{name}-{h}",
+                "namespace": ns,
+                "labels": dict(template["metadata"]["labels"]),
+                "annotations": {
+                    "deployment.kubernetes.io/desired-replicas": str(replicas),
+                    "deployment.kubernetes.io/max-replicas": str(replicas + max(1, replicas // 4)),
+                    "deployment.kubernetes.io/revision": str(revision),
+                },
+                "ownerReferences": [owner_ref(d)],
+            },
+            "spec": {"replicas": 0, "selector": selector, "template": template},
+        }
+        try:
+            new_rs, _ = objects.create(cluster, BY_KEY["replicasets.apps"], ns, body,
+                                       check_schema=False)
+        except ApiError:
+            return
+        set_condition(d, condition("Progressing", "True", "NewReplicaSetCreated",
+                                   f'Created new replica set "{new_rs["metadata"]["name"]}"', ts))
+        status["lastProgress"] = now
+    _scale(cluster, d, new_rs, replicas)
+    for rs in owned:
+        if rs is not new_rs and int(rs["spec"].get("replicas", 0)) > 0:
+            _scale(cluster, d, rs, 0)
+    all_rs = owned_by(cluster, "replicasets.apps", ns, meta["uid"])
+    new_status = new_rs.get("status") or {}
+    total = sum(int((r.get("status") or {}).get("replicas", 0)) for r in all_rs)
+    ready = sum(int((r.get("status") or {}).get("readyReplicas", 0)) for r in all_rs)
+    available = sum(int((r.get("status") or {}).get("availableReplicas", 0)) for r in all_rs)
+    updated = int(new_status.get("replicas", 0))
+    status.pop("lastProgress", None)
+    status["observedGeneration"] = meta.get("generation", 1)
+    for key, value in (("replicas", total), ("updatedReplicas", updated),
+                       ("readyReplicas", ready), ("availableReplicas", available),
+                       ("unavailableReplicas", max(0, replicas - available))):
+        if value:
+            status[key] = value
+        else:
+            status.pop(key, None)
+    if available >= replicas - _max_unavailable(d):
+        set_condition(d, condition("Available", "True", "MinimumReplicasAvailable",
+                                   "Deployment has minimum availability.", ts), probe=False)
+    else:
+        set_condition(d, condition("Available", "False", "MinimumReplicasUnavailable",
+                                   "Deployment does not have minimum availability.", ts), probe=False)
+    rs_name = new_rs["metadata"]["name"]
+    progressing = get_condition(d, "Progressing")
+    if updated == replicas and available >= replicas and total == replicas:
+        set_condition(d, condition("Progressing", "True", "NewReplicaSetAvailable",
+                                   f'ReplicaSet "{rs_name}" has successfully progressed.', ts),
+                      probe=False)
+    else:
+        started = parse_rfc3339(progressing["lastTransitionTime"]) if progressing else now
+        deadline = float(spec.get("progressDeadlineSeconds", 600))
+        if now - started > deadline:
+            set_condition(d, condition("Progressing", "False", "ProgressDeadlineExceeded",
+                                       f'ReplicaSet "{rs_name}" has timed out progressing.', ts),
+                          probe=False)
+        elif not progressing or progressing.get("reason") not in ("NewReplicaSetCreated",
+                                                                   "ReplicaSetUpdated"):
+            set_condition(d, condition("Progressing", "True", "ReplicaSetUpdated",
+                                       f'ReplicaSet "{rs_name}" is progressing.', ts), probe=False)
+    failure = get_condition(new_rs, "ReplicaFailure")
+    if failure and failure["status"] == "True":
+        set_condition(d, dict(failure), probe=False)
+    elif get_condition(d, "ReplicaFailure"):
+        status["conditions"] = [c for c in status["conditions"] if c["type"] != "ReplicaFailure"]
+
+
+def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> None:
+    now = cluster.now()
+    ts = rfc3339(now)
+    meta, spec = rs["metadata"], rs["spec"]
+    ns, name = meta["namespace"], meta["name"]
+    status = rs.setdefault("status", {})
+    pods = owned_by(cluster, "pods", ns, meta["uid"])
+    # A failed pod of a ReplicaSet is replaced, not restarted in place.
+    for pod in pods:
+        if pod["status"].get("phase") in ("Failed", "Succeeded") and not pod["metadata"].get(
+                "deletionTimestamp"):
+            delete_pod(cluster, rs, pod, RS_COMPONENT)
+    active = [p for p in pods if is_active(p)]
+    wanted = int(spec.get("replicas", 0))
+    book_key = f"rs/{meta['uid']}"
+    book = cluster.store.meta_get(book_key) or {"next_create": 0.0, "failures": 0}
+    if len(active) < wanted and now >= book["next_create"]:
+        error = None
+        for _ in range(wanted - len(active)):
+            pod, error = create_pod(cluster, rs, spec["template"], f"{name}-", RS_COMPONENT)
+            if error:
+                cluster.record_event(rs, "Warning", "FailedCreate", f"Error creating: {error}",
+                                     RS_COMPONENT)
+                set_condition(rs, condition("ReplicaFailure", "True", "FailedCreate", error, ts),
+                              probe=False)
+                book["failures"] += 1
+                book["next_create"] = now + min(300.0, 5.0 * 2 ** (book["failures"] - 1))
+                break
+            if pod is not None:
+                active.append(pod)
+        if error is None:
+            book = {"next_create": 0.0, "failures": 0}
+            if get_condition(rs, "ReplicaFailure"):
+                status["conditions"] = [c for c in status["conditions"]
+                                        if c["type"] != "ReplicaFailure"]
+        cluster.store.meta_set(book_key, book)
+    elif len(active) > wanted:
+        # Delete the least useful first: unscheduled, then not ready, then newest.
+        def rank(p: Obj) -> tuple[int, int, str]:
+            return (1 if p["spec"].get("nodeName") else 0, 1 if is_ready(p) else 0,
+                    "".join(chr(255 - ord(ch)) for ch in p["metadata"]["creationTimestamp"]))
+
+        for pod in sorted(active, key=rank)[: len(active) - wanted]:
+            delete_pod(cluster, rs, pod, RS_COMPONENT)
+            active.remove(pod)
+    ready = sum(1 for p in active if is_ready(p))
+    status["replicas"] = len(active)
+    status["fullyLabeledReplicas"] = len(active)
+    status["observedGeneration"] = meta.get("generation", 1)
+    for key, value in (("readyReplicas", ready), ("availableReplicas", ready)):
+        if value:
+            status[key] = value
+        else:
+            status.pop(key, None)
+    if not status.get("conditions"):
+        status.pop("conditions", None)
+    if status.get("fullyLabeledReplicas") == 0:
+        status.pop("fullyLabeledReplicas")

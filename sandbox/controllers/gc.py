@@ -1,0 +1,75 @@
+"""Garbage collector, namespace lifecycle and ResourceQuota status.
+
+1. Dependents whose controller owner is gone are deleted (Background propagation).
+2. Owners marked ``foregroundDeletion`` lose their dependents first, then go themselves.
+3. Terminating namespaces are emptied, then removed.
+4. Every ResourceQuota's ``status.used`` follows the live pods.
+5. Events older than the event TTL expire.
+"""
+
+from __future__ import annotations
+
+from sandbox.api import admission, objects
+from sandbox.api.resources import BY_KEY, RESOURCES
+from sandbox.cluster import Cluster
+from sandbox.errors import ApiError
+
+OWNER_KINDS = ("jobs.batch", "replicasets.apps", "deployments.apps")
+
+
+def _delete(cluster: Cluster, key: str, ns: str, name: str, policy: str = "Background") -> None:
+    try:
+        objects.delete(cluster, BY_KEY[key], ns, name, {"propagationPolicy": policy})
+    except ApiError:
+        pass
+
+
+def reconcile(cluster: Cluster) -> None:
+    store = cluster.store
+    live_uids = {o["metadata"]["uid"] for key in OWNER_KINDS for o in store.iter(key)}
+    for key in ("pods", "replicasets.apps"):
+        for obj in store.iter(key):
+            refs = obj["metadata"].get("ownerReferences") or []
+            tracked = [r for r in refs if r.get("kind") in ("Job", "ReplicaSet", "Deployment")]
+            if tracked and not any(r.get("uid") in live_uids for r in tracked):
+                if key == "pods" and obj["metadata"].get("deletionTimestamp"):
+                    continue
+                _delete(cluster, key, obj["metadata"]["namespace"], obj["metadata"]["name"])
+    for key in OWNER_KINDS:
+        for obj in store.iter(key):
+            meta = obj["metadata"]
+            if "foregroundDeletion" not in (meta.get("finalizers") or []):
+                continue
+            deps = objects.dependents(cluster, meta["uid"])
+            for drt, dep in deps:
+                if not dep["metadata"].get("deletionTimestamp"):
+                    _delete(cluster, drt.key, dep["metadata"]["namespace"],
+                            dep["metadata"]["name"], "Foreground")
+            if not objects.dependents(cluster, meta["uid"]):
+                store.delete(key, meta["namespace"], meta["name"])
+    for ns_obj in store.iter("namespaces"):
+        if ns_obj.get("status", {}).get("phase") != "Terminating":
+            continue
+        name = ns_obj["metadata"]["name"]
+        remaining = 0
+        for rt in RESOURCES:
+            if not rt.namespaced:
+                continue
+            for obj in store.list(rt.key, name):
+                remaining += 1
+                if rt.plural == "pods":
+                    # The namespace controller waits for pods; ours stop at once.
+                    store.delete("pods", name, obj["metadata"]["name"])
+                    objects.release_pod(cluster, obj)
+                else:
+                    store.delete(rt.key, name, obj["metadata"]["name"])
+        if remaining == 0:
+            store.delete("namespaces", "", name)
+    for rq in store.iter("resourcequotas"):
+        hard = dict((rq.get("spec") or {}).get("hard") or {})
+        used = admission.quota_used(cluster, rq["metadata"]["namespace"], hard)
+        status = {"hard": hard, "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()}}
+        if rq.get("status") != status:
+            rq["status"] = status
+            store.put("resourcequotas", rq)
+    cluster.expire_events()

@@ -1,0 +1,306 @@
+"""The kubelets of every simulated node.
+
+1. A pod bound by the scheduler gets concrete GPUs (whole GPUs, time-slice replicas of a
+   physical GPU, or MIG instances), as the device plugin's Allocate would, persisted.
+2. Pending → ContainerCreating (``Pulling``) → Running (``Pulled``/``Created``/``Started``).
+3. Training containers exit after their duration (annotation or default) with their exit
+   code; ``OnFailure`` restarts with CrashLoopBackOff, ``Never`` makes the pod terminal.
+4. A pod being deleted is stopped (``Killing``) and removed after a short grace.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from scheduling import pod_requests
+
+from sandbox import annotations as ann
+from sandbox.clock import parse_duration, rfc3339
+from sandbox.cluster import Cluster
+from sandbox.store import Obj
+
+PULL_SECONDS = 2.5
+STOP_SECONDS = 1.0
+TERMINAL = ("Succeeded", "Failed")
+
+
+def workload_kind(pod: Obj) -> str:
+    kind = ann.get(pod, ann.WORKLOAD)
+    if kind in ("training", "inference"):
+        return kind
+    return "inference" if pod["spec"].get("restartPolicy", "Always") == "Always" else "training"
+
+
+def _duration(cluster: Cluster, pod: Obj) -> float:
+    text = ann.get(pod, ann.DURATION)
+    if text:
+        try:
+            return max(1.0, parse_duration(text))
+        except ValueError:
+            pass
+    return cluster.options.default_training_seconds
+
+
+def _exit_code(pod: Obj) -> int:
+    try:
+        return int(ann.get(pod, ann.EXIT_CODE, "0"))
+    except ValueError:
+        return 1
+
+
+# -- devices ----------------------------------------------------------------------------------
+def _node_usage(cluster: Cluster, node: str) -> dict[str, int]:
+    used: dict[str, int] = {}
+    for key in cluster.store.meta_keys("assign/"):
+        entry = cluster.store.meta_get(key)
+        if isinstance(entry, dict) and entry.get("node") == node:
+            for dev in entry.get("devices", []):
+                used[dev] = used.get(dev, 0) + 1
+    return used
+
+
+def assign_devices(cluster: Cluster, pod: Obj) -> list[str]:
+    node = pod["spec"]["nodeName"]
+    uid = pod["metadata"]["uid"]
+    existing = cluster.store.meta_get(f"assign/{uid}")
+    if existing:
+        return list(existing["devices"])
+    wanted = {k: v for k, v in pod_requests(pod["spec"]).items() if k.startswith("nvidia.com/")}
+    chosen: list[str] = []
+    if wanted:
+        used = _node_usage(cluster, node)
+        for resource, count in sorted(wanted.items()):
+            candidates = [d for d in cluster.devices(node) if d.resource == resource]
+            for _ in range(int(count)):
+                # Spread time-slice replicas over physical GPUs: least-shared first.
+                free = [d for d in candidates if used.get(d.id, 0) < d.slots]
+                if not free:
+                    break
+                best = min(free, key=lambda d: (used.get(d.id, 0), d.gpu, d.gi_id))
+                used[best.id] = used.get(best.id, 0) + 1
+                chosen.append(best.id)
+    cluster.store.meta_set(f"assign/{uid}", {"node": node, "devices": chosen})
+    return chosen
+
+
+def release_devices(cluster: Cluster, pod: Obj) -> None:
+    uid = pod["metadata"].get("uid", "")
+    entry = cluster.store.meta_get(f"assign/{uid}")
+    if entry is None:
+        return
+    from sandbox.dcgm import bank_energy
+
+    bank_energy(cluster, pod, entry)
+    cluster.store.meta_delete(f"assign/{uid}")
+
+
+# -- status -----------------------------------------------------------------------------------
+def _condition(ctype: str, status: bool, ts: str, reason: str | None = None) -> dict[str, Any]:
+    cond: dict[str, Any] = {"type": ctype, "status": "True" if status else "False",
+                            "lastProbeTime": None, "lastTransitionTime": ts}
+    if reason:
+        cond["reason"] = reason
+    return cond
+
+
+def _set_conditions(pod: Obj, wanted: list[dict[str, Any]]) -> None:
+    """Replace conditions, keeping lastTransitionTime when a status did not change."""
+    old = {c["type"]: c for c in pod["status"].get("conditions") or []}
+    merged = []
+    for cond in wanted:
+        prev = old.get(cond["type"])
+        if prev is not None and prev.get("status") == cond["status"]:
+            cond["lastTransitionTime"] = prev.get("lastTransitionTime", cond["lastTransitionTime"])
+        merged.append(cond)
+    # Conditions other controllers own (DisruptionTarget) are kept.
+    for ctype, cond in old.items():
+        if ctype not in {c["type"] for c in merged}:
+            merged.append(cond)
+    pod["status"]["conditions"] = merged
+
+
+def _container_status(c: dict[str, Any], state: dict[str, Any], ready: bool, restarts: int,
+                      uid: str, last: dict[str, Any] | None = None) -> dict[str, Any]:
+    image = c.get("image", "")
+    repo = image.split(":")[0] if "@" not in image else image.split("@")[0]
+    started = "running" in state
+    status: dict[str, Any] = {
+        "name": c["name"],
+        "state": state,
+        "lastState": last or {},
+        "ready": ready,
+        "restartCount": restarts,
+        "image": image if ("/" in image.split(":")[0] or "." in image.split("/")[0]) else
+        f"docker.io/library/{image}",
+        "imageID": f"{repo}@sha256:{uid.replace('-', '')[:32]}{'0' * 32}",
+        "started": started,
+    }
+    if started or "terminated" in state:
+        status["containerID"] = f"containerd://{uid.replace('-', '')}{c['name'].encode().hex()[:32]}"
+    return status
+
+
+def _ip(pod: Obj, node: Obj | None, cluster: Cluster) -> tuple[str, str]:
+    host = ""
+    cidr = "10.244.0.0/24"
+    if node:
+        host = next((a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"), "")
+        cidr = node["spec"].get("podCIDR", cidr)
+    base = cidr.split("/")[0].rsplit(".", 1)[0]
+    n = int(pod["metadata"]["uid"].replace("-", "")[:6], 16) % 250 + 2
+    return host, f"{base}.{n}"
+
+
+def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
+    uid = pod["metadata"]["uid"]
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    node_name = pod["spec"]["nodeName"]
+    life_key = f"life/{uid}"
+    life = cluster.store.meta_get(life_key)
+    ts = rfc3339(now)
+    containers = pod["spec"].get("containers") or []
+    phase = pod["status"].get("phase")
+
+    if pod["metadata"].get("deletionTimestamp"):
+        life = life or {}
+        if "kill_at" not in life:
+            if phase not in TERMINAL and life.get("state") == "running":
+                for c in containers:
+                    cluster.record_event(pod, "Normal", "Killing", f"Stopping container {c['name']}",
+                                         "kubelet", host=node_name)
+            grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            life["kill_at"] = now + min(grace, STOP_SECONDS)
+            cluster.store.meta_set(life_key, life)
+        if now >= life["kill_at"]:
+            cluster.store.delete("pods", ns, name)
+            release_devices(cluster, pod)
+            cluster.store.meta_delete(life_key)
+        return
+    if phase in TERMINAL:
+        return
+
+    node = cluster.store.get("nodes", "", node_name)
+    if life is None:
+        devices = assign_devices(cluster, pod)
+        kind = workload_kind(pod)
+        life = {"node": node_name, "bound": now, "start_at": now + PULL_SECONDS, "kind": kind,
+                "duration": _duration(cluster, pod), "exit": _exit_code(pod), "devices": devices,
+                "restarts": 0, "state": "creating", "started": None, "finished": None}
+        cluster.store.meta_set(life_key, life)
+        for c in containers:
+            cluster.record_event(pod, "Normal", "Pulling", f'Pulling image "{c.get("image", "")}"',
+                                 "kubelet", host=node_name)
+        host_ip, _ = _ip(pod, node, cluster)
+        status = pod["status"]
+        status.update({"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "startTime": ts})
+        _set_conditions(pod, [
+            _condition("PodReadyToStartContainers", False, ts),
+            _condition("Initialized", True, ts),
+            _condition("Ready", False, ts, "ContainersNotReady"),
+            _condition("ContainersReady", False, ts, "ContainersNotReady"),
+            _condition("PodScheduled", True, ts),
+        ])
+        for cond in status["conditions"]:
+            if cond["type"] in ("Ready", "ContainersReady"):
+                cond["message"] = "containers with unready status: [" + " ".join(
+                    c["name"] for c in containers) + "]"
+        status["containerStatuses"] = [
+            _container_status(c, {"waiting": {"reason": "ContainerCreating"}}, False, 0, uid)
+            for c in containers
+        ]
+        cluster.store.put("pods", pod)
+        return
+
+    if life["state"] in ("creating", "backoff") and now >= life["start_at"]:
+        first = life["state"] == "creating"
+        for c in containers:
+            if first:
+                cluster.record_event(pod, "Normal", "Pulled",
+                                     f'Successfully pulled image "{c.get("image", "")}" in 2.43s '
+                                     "(2.43s including waiting). Image size: 3514217816 bytes.",
+                                     "kubelet", host=node_name)
+            cluster.record_event(pod, "Normal", "Created", f"Created container: {c['name']}",
+                                 "kubelet", host=node_name)
+            cluster.record_event(pod, "Normal", "Started", f"Started container {c['name']}",
+                                 "kubelet", host=node_name)
+        life.update({"state": "running", "started": now, "finished": None})
+        cluster.store.meta_set(life_key, life)
+        host_ip, pod_ip = _ip(pod, node, cluster)
+        status = pod["status"]
+        status.update({"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]})
+        _set_conditions(pod, [
+            _condition("PodReadyToStartContainers", True, ts),
+            _condition("Initialized", True, ts),
+            _condition("Ready", True, ts),
+            _condition("ContainersReady", True, ts),
+            _condition("PodScheduled", True, ts),
+        ])
+        last = [cs.get("lastState", {}) for cs in status.get("containerStatuses") or []]
+        status["containerStatuses"] = [
+            _container_status(c, {"running": {"startedAt": ts}}, True, life["restarts"], uid,
+                              last[i] if i < len(last) else None)
+            for i, c in enumerate(containers)
+        ]
+        cluster.store.put("pods", pod)
+        return
+
+    if life["state"] == "running" and life["kind"] == "training" and now >= life["started"] + life["duration"]:
+        code = int(life["exit"])
+        finished = life["started"] + life["duration"]
+        terminated = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else
+                                     ("OOMKilled" if code == 137 else "Error"),
+                                     "startedAt": rfc3339(life["started"]),
+                                     "finishedAt": rfc3339(finished),
+                                     "containerID": f"containerd://{uid.replace('-', '')}"}}
+        status = pod["status"]
+        if code != 0 and pod["spec"].get("restartPolicy") == "OnFailure":
+            life["restarts"] += 1
+            delay = min(300.0, 10.0 * 2 ** (life["restarts"] - 1))
+            life.update({"state": "backoff", "start_at": now + delay, "finished": finished})
+            cluster.store.meta_set(life_key, life)
+            for c in containers:
+                cluster.record_event(pod, "Warning", "BackOff", f"Back-off restarting failed "
+                                     f"container {c['name']} in pod {name}_{ns}({uid})", "kubelet",
+                                     host=node_name)
+            status["containerStatuses"] = [
+                _container_status(c, {"waiting": {"reason": "CrashLoopBackOff", "message":
+                                      f"back-off {int(delay)}s restarting failed container="
+                                      f"{c['name']} pod={name}_{ns}({uid})"}}, False,
+                                  life["restarts"], uid, terminated)
+                for c in containers
+            ]
+            _set_conditions(pod, [
+                _condition("PodReadyToStartContainers", True, ts),
+                _condition("Initialized", True, ts),
+                _condition("Ready", False, ts, "ContainersNotReady"),
+                _condition("ContainersReady", False, ts, "ContainersNotReady"),
+                _condition("PodScheduled", True, ts),
+            ])
+            cluster.store.put("pods", pod)
+            return
+        life.update({"state": "done", "finished": finished})
+        cluster.store.meta_set(life_key, life)
+        status["phase"] = "Succeeded" if code == 0 else "Failed"
+        status["containerStatuses"] = [
+            _container_status(c, copy.deepcopy(terminated), False, life["restarts"], uid)
+            for c in containers
+        ]
+        _set_conditions(pod, [
+            _condition("PodReadyToStartContainers", False, ts),
+            _condition("Initialized", True, ts, "PodCompleted"),
+            _condition("Ready", False, ts, "PodCompleted"),
+            _condition("ContainersReady", False, ts, "PodCompleted"),
+            _condition("PodScheduled", True, ts),
+        ])
+        cluster.store.put("pods", pod)
+        release_devices(cluster, pod)
+
+
+def reconcile(cluster: Cluster) -> None:
+    now = cluster.now()
+    for pod in cluster.store.iter("pods"):
+        if pod["spec"].get("nodeName"):
+            _tick_pod(cluster, pod, now)
+        elif pod["metadata"].get("deletionTimestamp"):
+            cluster.store.delete("pods", pod["metadata"]["namespace"], pod["metadata"]["name"])

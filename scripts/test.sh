@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `make test`: lint, types and the whole suite against the local PostgreSQL and Redis.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+mkdir -p artifacts
+
+# pytest-django creates test_<name> from this and drops it afterwards: a throwaway database.
+export DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gpu_portal}"
+export REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/15}"
+export PORTAL_ENV=development DEBUG=false
+
+if ! $BIN/python scripts/preflight.py --db --redis 2>/dev/null; then
+  echo "Starting local PostgreSQL/Redis..." >&2
+  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start 2>/dev/null || true
+  fi
+  if command -v redis-server >/dev/null; then
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+      --logfile /tmp/gpu-portal-redis.log 2>/dev/null || true
+  fi
+  sleep 2
+  $BIN/python scripts/preflight.py --db --redis
+fi
+
+echo "== ruff"
+$BIN/ruff check .
+$BIN/ruff format --check .
+echo "== mypy"
+$BIN/mypy
+echo "== pytest"
+$BIN/pytest "$@"

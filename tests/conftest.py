@@ -1,0 +1,104 @@
+"""Shared fixtures: the demo catalog and teams, users of each role, API clients."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from portal.models import Team
+from portal.services import api_token_create
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    # PBKDF2's deliberate slowness is for attackers, not for test fixtures.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def demo(db: Any) -> dict[str, Any]:
+    """The `seed_demo` data: teams vision/nlp/speech, users alice/bob/carol/admin, quotas."""
+    call_command("seed_demo", stdout=io.StringIO())
+    return {
+        "teams": {t.slug: t for t in Team.objects.all()},
+        "users": {u.username: u for u in User.objects.all()},
+    }
+
+
+@pytest.fixture
+def alice(demo: dict[str, Any]) -> User:
+    return demo["users"]["alice"]
+
+
+@pytest.fixture
+def bob(demo: dict[str, Any]) -> User:
+    return demo["users"]["bob"]
+
+
+@pytest.fixture
+def carol(demo: dict[str, Any]) -> User:
+    return demo["users"]["carol"]
+
+
+@pytest.fixture
+def admin_user(demo: dict[str, Any]) -> User:
+    return demo["users"]["admin"]
+
+
+def api_client_for(user: User) -> APIClient:
+    """An API client authenticated with a real bearer token of ``user``."""
+    _, secret = api_token_create(user=user, description="tests")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+@pytest.fixture
+def alice_api(alice: User) -> APIClient:
+    return api_client_for(alice)
+
+
+@pytest.fixture
+def bob_api(bob: User) -> APIClient:
+    return api_client_for(bob)
+
+
+@pytest.fixture
+def carol_api(carol: User) -> APIClient:
+    return api_client_for(carol)
+
+
+def training_spec(**overrides: Any) -> dict[str, Any]:
+    """A valid single-GPU training spec for team vision; override any field."""
+    spec: dict[str, Any] = {
+        "team": "vision",
+        "name": "resnet50",
+        "kind": "training",
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "command": ["torchrun", "train.py"],
+        "args": ["--epochs", "10"],
+        "env": {"SEED": "1"},
+        "gpu": {"count": 1},
+    }
+    spec.update(overrides)
+    return spec
+
+
+def inference_spec(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "team": "vision",
+        "name": "embedder",
+        "kind": "inference",
+        "image": "ghcr.io/acme/embedder:1.2",
+        "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb"},
+        "replicas": 2,
+        "port": 8080,
+        "health_path": "/healthz",
+    }
+    spec.update(overrides)
+    return spec
