@@ -1,4 +1,4 @@
-"""The jobs REST API: submit, list, read, manifests, preview, cancel — scoped to the user's teams."""
+"""The jobs REST API: submit, list, read, manifests, preview, cancel, scoped to own teams."""
 
 from __future__ import annotations
 

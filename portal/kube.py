@@ -1,0 +1,312 @@
+"""The one adapter between the portal and Kubernetes (a real cluster or the sandbox).
+
+Built on the official ``kubernetes`` client and working on plain dicts exactly
+as the API server sends them (camelCase). Every call has a timeout. Errors are
+mapped to two types a caller can act on:
+
+- ``TemporaryClusterError``: 5xx, 429, timeouts, refused connections; retry
+  with backoff.
+- ``PermanentClusterError``: the API server refused the request (400/422
+  invalid, 403 forbidden, 404 …); retrying cannot help. ``QuotaRefused`` is
+  the ResourceQuota admission refusal ("exceeded quota"), which waits for quota.
+
+Create is idempotent: 409 AlreadyExists on an object carrying the same portal
+job label counts as success; 404 on delete means "already gone".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+logger = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+LIST_PAGE_SIZE = 500
+
+
+class ClusterError(Exception):
+    def __init__(self, message: str, *, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.reason = reason
+
+
+class TemporaryClusterError(ClusterError):
+    """Worth retrying: the cluster is down, slow, overloaded or restarting."""
+
+
+class PermanentClusterError(ClusterError):
+    """The API server refused the request; the same request will be refused again."""
+
+
+class QuotaRefused(PermanentClusterError):
+    """ResourceQuota admission: the namespace's quota is used up (waits, not fails)."""
+
+
+class NotFound(PermanentClusterError):
+    pass
+
+
+class Conflict(PermanentClusterError):
+    pass
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How to reach one kind of object through the typed client."""
+
+    api: Callable[[client.ApiClient], Any]
+    plural: str  # method-name stem, e.g. "job" → create_namespaced_job
+    namespaced: bool = True
+
+
+KINDS: dict[str, Kind] = {
+    "Namespace": Kind(client.CoreV1Api, "namespace", namespaced=False),
+    "Node": Kind(client.CoreV1Api, "node", namespaced=False),
+    "Pod": Kind(client.CoreV1Api, "pod"),
+    "Service": Kind(client.CoreV1Api, "service"),
+    "Event": Kind(client.CoreV1Api, "event"),
+    "ResourceQuota": Kind(client.CoreV1Api, "resource_quota"),
+    "LimitRange": Kind(client.CoreV1Api, "limit_range"),
+    "Job": Kind(client.BatchV1Api, "job"),
+    "Deployment": Kind(client.AppsV1Api, "deployment"),
+    "PriorityClass": Kind(client.SchedulingV1Api, "priority_class", namespaced=False),
+}
+
+_local = threading.local()
+_config_lock = threading.Lock()
+
+
+def _load_configuration() -> client.Configuration:
+    configuration = client.Configuration()
+    if settings.KUBE_IN_CLUSTER:
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(
+            config_file=settings.KUBECONFIG or None,
+            context=settings.KUBE_CONTEXT or None,
+            client_configuration=configuration,
+        )
+    # The client must not retry on its own: retries are the caller's decision.
+    configuration.retries = False
+    return configuration
+
+
+def api_client() -> client.ApiClient:
+    """One client (and its connection pool) per process and thread.
+
+    Keyed by pid so that a Celery prefork child never shares the parent's
+    sockets, and by thread because urllib3 pools are not fork-safe.
+    """
+    cached = getattr(_local, "client", None)
+    key = (os.getpid(), settings.KUBECONFIG, settings.KUBE_CONTEXT, settings.KUBE_IN_CLUSTER)
+    if cached is None or cached[0] != key:
+        with _config_lock:
+            try:
+                configuration = _load_configuration()
+            except (config.ConfigException, OSError, TypeError) as exc:
+                raise PermanentClusterError(
+                    f"No cluster configured: {exc}. Set KUBECONFIG (and KUBE_CONTEXT) or "
+                    "KUBE_IN_CLUSTER=true."
+                ) from exc
+        _local.client = (key, client.ApiClient(configuration))
+    return _local.client[1]
+
+
+def reset_client() -> None:
+    """Forget the cached client (tests switch clusters; settings changed)."""
+    _local.client = None
+
+
+def _status_body(exc: ApiException) -> Obj:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _map_api_exception(exc: ApiException) -> ClusterError:
+    status = exc.status or 0
+    body = _status_body(exc)
+    message = body.get("message") or exc.reason or f"HTTP {status}"
+    reason = body.get("reason") or ""
+    if status == 0 or status == 429 or status >= 500:
+        return TemporaryClusterError(message, status=status, reason=reason)
+    if status == 403 and "exceeded quota" in message:
+        return QuotaRefused(message, status=status, reason=reason)
+    if status == 404:
+        return NotFound(message, status=status, reason=reason)
+    if status == 409:
+        return Conflict(message, status=status, reason=reason)
+    if status == 401:
+        return TemporaryClusterError(
+            f"Unauthorized by the API server ({message}); check the kubeconfig credentials.",
+            status=status,
+            reason=reason,
+        )
+    return PermanentClusterError(message, status=status, reason=reason)
+
+
+def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call one client method with a timeout, returning the decoded JSON body."""
+    kwargs.setdefault("_request_timeout", settings.KUBE_REQUEST_TIMEOUT)
+    kwargs.setdefault("_preload_content", False)
+    try:
+        response = method(*args, **kwargs)
+    except ApiException as exc:
+        raise _map_api_exception(exc) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TemporaryClusterError(f"Cluster unreachable: {exc}") from exc
+    data = response.data if hasattr(response, "data") else response
+    if isinstance(data, bytes | bytearray):
+        text = data.decode("utf-8", errors="replace")
+        try:
+            return json.loads(text) if text else {}
+        except ValueError:
+            return text
+    return data
+
+
+def _method(kind: str, verb: str, *, all_namespaces: bool = False) -> Callable[..., Any]:
+    spec = KINDS[kind]
+    api = spec.api(api_client())
+    if verb == "list" and all_namespaces and spec.namespaced:
+        return getattr(api, f"list_{spec.plural}_for_all_namespaces")  # type: ignore[no-any-return]
+    scope = "namespaced_" if spec.namespaced else ""
+    return getattr(api, f"{verb}_{scope}{spec.plural}")  # type: ignore[no-any-return]
+
+
+def _ns_args(kind: str, namespace: str | None) -> tuple[Any, ...]:
+    return (namespace,) if KINDS[kind].namespaced else ()
+
+
+def get(kind: str, name: str, namespace: str | None = None) -> Obj:
+    return _call(_method(kind, "read"), name, *_ns_args(kind, namespace))  # type: ignore[no-any-return]
+
+
+def create(manifest: Obj) -> Obj:
+    kind, namespace = manifest["kind"], manifest["metadata"].get("namespace")
+    return _call(_method(kind, "create"), *_ns_args(kind, namespace), manifest)  # type: ignore[no-any-return]
+
+
+def replace(manifest: Obj) -> Obj:
+    kind, meta = manifest["kind"], manifest["metadata"]
+    return _call(  # type: ignore[no-any-return]
+        _method(kind, "replace"), meta["name"], *_ns_args(kind, meta.get("namespace")), manifest
+    )
+
+
+def create_idempotent(manifest: Obj, *, owner_label: str) -> tuple[Obj, bool]:
+    """Create ``manifest``; if it already exists and carries the same ``owner_label`` value,
+    return the existing object. Returns (object, created)."""
+    try:
+        return create(manifest), True
+    except Conflict:
+        meta = manifest["metadata"]
+        existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
+        want = meta.get("labels", {}).get(owner_label)
+        have = existing.get("metadata", {}).get("labels", {}).get(owner_label)
+        if want is not None and have == want:
+            return existing, False
+        raise PermanentClusterError(
+            f"{manifest['kind']} {meta.get('namespace', '')}/{meta['name']} already exists and "
+            "was not created by this job; delete it or rename the job.",
+            status=409,
+            reason="AlreadyExists",
+        ) from None
+
+
+def delete(
+    kind: str, name: str, namespace: str | None = None, *, propagation: str = "Background"
+) -> bool:
+    """Delete an object; returns False when it was already gone."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+    try:
+        _call(_method(kind, "delete"), name, *_ns_args(kind, namespace), body=body)
+    except NotFound:
+        return False
+    return True
+
+
+def list_all(
+    kind: str,
+    *,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+) -> Iterator[Obj]:
+    """Every object of a kind, page by page (``limit``/``continue``).
+
+    A continue token that expired mid-list (410 Gone) restarts the list: a
+    consistent snapshot matters more than the pages already read.
+    """
+    kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
+    if label_selector:
+        kwargs["label_selector"] = label_selector
+    if field_selector:
+        kwargs["field_selector"] = field_selector
+    method = _method(kind, "list", all_namespaces=namespace is None)
+    args = _ns_args(kind, namespace) if namespace is not None else ()
+    token: str | None = None
+    restarts = 0
+    while True:
+        try:
+            page = _call(method, *args, _continue=token, **kwargs) if token else _call(
+                method, *args, **kwargs
+            )
+        except PermanentClusterError as exc:
+            if exc.status == 410 and token and restarts < 3:
+                token, restarts = None, restarts + 1
+                continue
+            raise
+        yield from page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue") or None
+        if not token:
+            return
+
+
+def pod_log(name: str, namespace: str, *, tail_lines: int = 200) -> str:
+    text = _call(
+        client.CoreV1Api(api_client()).read_namespaced_pod_log,
+        name,
+        namespace,
+        tail_lines=tail_lines,
+    )
+    return text if isinstance(text, str) else json.dumps(text)
+
+
+def version() -> Obj:
+    return _call(client.VersionApi(api_client()).get_code)  # type: ignore[no-any-return]
+
+
+def ensure(manifest: Obj, *, compare: Callable[[Obj, Obj], bool]) -> str:
+    """Make the object match ``manifest``: create it, or replace it when ``compare`` says it
+    differs. Returns ``created``, ``updated`` or ``unchanged`` (safe to run again and again)."""
+    meta = manifest["metadata"]
+    try:
+        existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
+    except NotFound:
+        try:
+            create(manifest)
+            return "created"
+        except Conflict:  # created concurrently: fall through and compare
+            existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
+    if compare(existing, manifest):
+        return "unchanged"
+    updated = {**manifest, "metadata": {**meta, "resourceVersion": existing["metadata"].get("resourceVersion")}}
+    replace(updated)
+    return "updated"

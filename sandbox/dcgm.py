@@ -1,0 +1,273 @@
+"""A dcgm-exporter stand-in: ``/metrics`` in Prometheus text format.
+
+Values are pure functions of (seed, device, simulated time, what runs on the device), so
+two scrapes at the same simulated time agree and a given ``--seed`` replays the same
+curves. Training holds GPUs busy with periodic evaluation dips, inference follows a daily
+request curve, idle GPUs sit near 0 % and cool down; temperature and power follow
+utilisation with a lag. MIG instances carry ``GPU_I_PROFILE``/``GPU_I_ID`` and report
+``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` instead of ``DCGM_FI_DEV_GPU_UTIL``; time-sliced GPUs
+repeat the GPU's series once per pod sharing it.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any
+
+from sandbox import annotations as ann
+from sandbox.cluster import Cluster
+from sandbox.profiles import DRIVER_VERSION, GPU_MODELS, MIG_PROFILES, Device
+from sandbox.store import Obj
+
+FAMILIES: list[tuple[str, str, str]] = [
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
+     "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+     "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+]
+NOISE_BUCKET = 15.0  # seconds between independent noise samples (interpolated between)
+DIP_PERIOD, DIP_LENGTH = 600.0, 25.0  # training: evaluation/checkpoint every 10 minutes
+
+
+def _hash01(*parts: object) -> float:
+    return (zlib.crc32("/".join(map(str, parts)).encode()) & 0xFFFFFFFF) / 0xFFFFFFFF
+
+
+def noise(seed: int, key: str, t: float) -> float:
+    """Smooth deterministic noise in [-1, 1]."""
+    b = math.floor(t / NOISE_BUCKET)
+    frac = t / NOISE_BUCKET - b
+    a, c = _hash01(seed, key, b), _hash01(seed, key, b + 1)
+    return 2 * (a + (c - a) * frac) - 1
+
+
+class Holder:
+    """A pod holding a device, with what the simulation needs to know about it."""
+
+    def __init__(self, pod: Obj, life: dict[str, Any]) -> None:
+        self.pod = pod
+        self.life = life
+        self.kind = life.get("kind", "training")
+        self.idle = ann.flag(pod, ann.IDLE)
+        self.hot = ann.flag(pod, ann.HOT)
+        self.fb_full = ann.flag(pod, ann.FB_FULL)
+
+    def running_at(self, t: float) -> bool:
+        started = self.life.get("started")
+        if started is None or t < started:
+            return False
+        finished = self.life.get("finished")
+        return not (self.life.get("state") in ("done", "backoff") and finished is not None
+                    and t >= finished)
+
+    def container(self) -> str:
+        containers = self.pod["spec"].get("containers") or [{}]
+        for c in containers:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            if any(k.startswith("nvidia.com/") for k in limits):
+                return str(c.get("name", ""))
+        return str(containers[0].get("name", ""))
+
+
+def _load(seed: int, dev_key: str, holder: Holder, t: float) -> float:
+    """One holder's utilisation in percent at simulated time ``t``."""
+    if not holder.running_at(t):
+        return 0.0
+    if holder.idle:
+        return max(0.0, 0.4 + 0.4 * noise(seed, dev_key + "/idle", t))
+    if holder.kind == "training":
+        since = t - float(holder.life["started"])
+        if since < 20:  # data loading before the first step
+            return 15.0 + 10 * noise(seed, dev_key + "/warm", t)
+        if since % DIP_PERIOD > DIP_PERIOD - DIP_LENGTH:
+            return 22.0 + 8 * noise(seed, dev_key + "/dip", t)
+        return min(99.0, 92.0 + 5.0 * noise(seed, dev_key + "/train", t))
+    hour = (t % 86400) / 3600
+    daily = 0.5 + 0.5 * math.sin((hour - 9) / 24 * 2 * math.pi)
+    return max(0.0, min(100.0, 12 + 68 * daily + 6 * noise(seed, dev_key + "/infer", t)))
+
+
+def _util(seed: int, dev_key: str, holders: list[Holder], t: float) -> float:
+    return min(100.0, sum(_load(seed, dev_key, h, t) for h in holders))
+
+
+def _lagged(seed: int, dev_key: str, holders: list[Holder], t: float, lags: tuple[float, ...]) -> float:
+    return sum(_util(seed, dev_key, holders, t - lag) for lag in lags) / len(lags)
+
+
+def bank_energy(cluster: Cluster, pod: Obj, entry: dict[str, Any]) -> None:
+    """Keep the energy a finished pod drew so the energy counter never goes backwards."""
+    life = cluster.store.meta_get(f"life/{pod['metadata'].get('uid', '')}") or {}
+    started = life.get("started")
+    if started is None:
+        return
+    end = life.get("finished") or cluster.now()
+    busy = 0.02 if ann.flag(pod, ann.IDLE) else (0.9 if life.get("kind") == "training" else 0.5)
+    for dev in cluster.devices(entry.get("node", "")):
+        if dev.id in entry.get("devices", []):
+            model = GPU_MODELS.get(dev.model, {})
+            extra = (model.get("tdp", 300) - model.get("idle_power", 50)) * busy
+            key = f"energy/{entry['node']}/{dev.gpu}"
+            total = float(cluster.store.meta_get(key, 0.0))
+            cluster.store.meta_set(key, total + extra * max(0.0, end - started) * 1000)
+
+
+def _fmt(value: float, integer: bool) -> str:
+    return str(int(round(value))) if integer else f"{value:.6f}"
+
+
+def render(cluster: Cluster) -> str:
+    """The whole exposition, one sample per device (per holder for shared GPUs)."""
+    with cluster.store.lock:
+        t = cluster.now()
+        seed = cluster.options.seed
+        boot = float(cluster.store.meta_get("cluster_created", t))
+        by_uid = {p["metadata"]["uid"]: p for p in cluster.store.iter("pods")}
+        holders_by_dev: dict[tuple[str, str], list[Holder]] = {}
+        for key in cluster.store.meta_keys("assign/"):
+            uid = key[len("assign/"):]
+            entry = cluster.store.meta_get(key) or {}
+            pod = by_uid.get(uid)
+            life = cluster.store.meta_get(f"life/{uid}")
+            if pod is None or life is None or life.get("state") == "done":
+                continue
+            for dev_id in entry.get("devices", []):
+                holders_by_dev.setdefault((entry["node"], dev_id), []).append(Holder(pod, life))
+        samples: dict[str, list[str]] = {name: [] for name, _, _ in FAMILIES}
+        for node in cluster.store.list("nodes"):
+            node_name = node["metadata"]["name"]
+            devices = cluster.devices(node_name)
+            by_gpu: dict[int, list[Device]] = {}
+            for dev in devices:
+                by_gpu.setdefault(dev.gpu, []).append(dev)
+            for gpu_index, devs in sorted(by_gpu.items()):
+                _gpu_samples(cluster, samples, node_name, gpu_index, devs, holders_by_dev, t,
+                             seed, boot)
+    out: list[str] = []
+    for name, kind, help_text in FAMILIES:
+        if not samples[name]:
+            continue
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        out.extend(samples[name])
+    return "\n".join(out) + "\n"
+
+
+def _gpu_samples(cluster: Cluster, samples: dict[str, list[str]], node: str, gpu_index: int,
+                 devs: list[Device], holders_by_dev: dict[tuple[str, str], list[Holder]],
+                 t: float, seed: int, boot: float) -> None:
+    first = devs[0]
+    model = GPU_MODELS.get(first.model, {})
+    tdp, idle_power = float(model.get("tdp", 300)), float(model.get("idle_power", 50))
+    idle_temp = 30.0 + 4 * _hash01(seed, first.uuid, "ambient")
+    busy_temp = 68.0 + (8 if model.get("family") == "hopper" else 0)
+    mig = bool(first.mig_profile)
+    # Physical GPU load: MIG instances weighted by their slice share of 7.
+    all_holders: list[Holder] = []
+    weights: list[tuple[Device, list[Holder]]] = []
+    for dev in devs:
+        hs = holders_by_dev.get((node, dev.id), [])
+        weights.append((dev, hs))
+        all_holders.extend(hs)
+
+    def gpu_util(at: float) -> float:
+        if not mig:
+            return _util(seed, first.uuid, weights[0][1], at)
+        return sum(_util(seed, d.id, hs, at) * MIG_PROFILES[d.mig_profile]["slices"] / 7
+                   for d, hs in weights)
+
+    temp_util = sum(gpu_util(t - lag) for lag in (15, 45, 90, 150)) / 4
+    power_util = sum(gpu_util(t - lag) for lag in (0, 5)) / 2
+    temp = idle_temp + (busy_temp - idle_temp) * temp_util / 100 + 0.8 * noise(seed, first.uuid + "/temp", t)
+    if any(h.hot for h in all_holders):
+        temp = 88.0 + 2.5 * noise(seed, first.uuid + "/hot", t)
+    power = idle_power + (tdp - idle_power) * power_util / 100
+    power *= 1 + 0.03 * noise(seed, first.uuid + "/power", t)
+    banked = float(cluster.store.meta_get(f"energy/{node}/{gpu_index}", 0.0))
+    energy = banked + idle_power * max(0.0, t - boot) * 1000
+    for h in all_holders:
+        started = h.life.get("started")
+        if started is not None and h.life.get("state") != "done":
+            busy = 0.02 if h.idle else (0.9 if h.kind == "training" else 0.5)
+            energy += (tdp - idle_power) * busy * max(0.0, t - float(started)) * 1000
+    for dev, hs in weights:
+        key = dev.id
+        util = _util(seed, key, hs, t)
+        total = dev.memory_mib
+        reserved = max(1, int(total * 0.0075))
+        running = [h for h in hs if h.running_at(t)]
+        used = 0.0
+        if any(h.fb_full for h in running):
+            used = total - reserved - (300 + 500 * _hash01(seed, key, "fbfull"))
+        elif running:
+            for h in running:
+                if h.idle:
+                    share = 0.06
+                elif h.kind == "training":
+                    share = 0.78 + 0.04 * noise(seed, key + "/fb", t)
+                else:
+                    share = 0.45 + 0.1 * util / 100
+                used += share * total / max(1, len(running)) if len(running) > 1 else share * total
+        else:
+            used = 1.0 if not mig else 0.0
+        used = max(0.0, min(total - reserved, used))
+        free = total - reserved - used
+        sm_clock = float(model.get("sm_clock", 1410)) if util > 3 else 210.0
+        values: dict[str, float] = {
+            "DCGM_FI_DEV_SM_CLOCK": sm_clock,
+            "DCGM_FI_DEV_MEM_CLOCK": float(model.get("mem_clock", 1593)),
+            "DCGM_FI_DEV_MEMORY_TEMP": temp + 4,
+            "DCGM_FI_DEV_GPU_TEMP": temp,
+            "DCGM_FI_DEV_POWER_USAGE": power,
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": energy,
+            "DCGM_FI_DEV_MEM_COPY_UTIL": util * (0.45 if any(h.kind == "training" for h in running) else 0.3),
+            "DCGM_FI_DEV_ENC_UTIL": 0.0,
+            "DCGM_FI_DEV_DEC_UTIL": 0.0,
+            "DCGM_FI_DEV_XID_ERRORS": 0.0,
+            "DCGM_FI_DEV_FB_FREE": free,
+            "DCGM_FI_DEV_FB_USED": used,
+            "DCGM_FI_DEV_FB_RESERVED": float(reserved),
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": min(1.0, util / 100 * 0.98),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util / 100 * (0.55 if any(
+                h.kind == "training" for h in running) else 0.3),
+            "DCGM_FI_PROF_DRAM_ACTIVE": util / 100 * 0.42,
+        }
+        if not mig:
+            values["DCGM_FI_DEV_GPU_UTIL"] = util
+        labels = (
+            f'gpu="{dev.gpu}",UUID="{dev.uuid}",pci_bus_id="{dev.pci_bus_id}",'
+            f'device="nvidia{dev.gpu}",modelName="{model.get("modelName", dev.model)}"'
+        )
+        if mig:
+            labels += f',GPU_I_PROFILE="{dev.mig_profile}",GPU_I_ID="{dev.gi_id}"'
+        labels += f',Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"'
+        label_sets = [labels]
+        if hs:
+            label_sets = [
+                labels + f',container="{h.container()}",namespace="{h.pod["metadata"]["namespace"]}"'
+                f',pod="{h.pod["metadata"]["name"]}"'
+                for h in hs
+            ]
+        for name, _, _ in FAMILIES:
+            if name not in values:
+                continue
+            integer = name not in ("DCGM_FI_DEV_POWER_USAGE",) and not name.startswith("DCGM_FI_PROF")
+            for ls in label_sets:
+                samples[name].append(f"{name}{{{ls}}} {_fmt(values[name], integer)}")

@@ -1,0 +1,232 @@
+"""The admin console as platform admins use it: teams, quotas (with the audit log), catalog."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from jobs.models import JobState
+from portal.models import AuditLog, GpuQuota, Team
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+class FormFields(HTMLParser):
+    """What a browser would submit for one ``<form>``: named inputs, selects and textareas."""
+
+    def __init__(self, form_id: str) -> None:
+        super().__init__()
+        self.form_id = form_id
+        self.in_form = False
+        self.data: dict[str, str] = {}
+        self._select: str | None = None
+        self._first_option: str | None = None
+        self._textarea: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form" and a.get("id") == self.form_id:
+            self.in_form = True
+        if not self.in_form or not a.get("name") and tag != "option":
+            return
+        if tag == "input":
+            kind = a.get("type", "text")
+            if kind in ("submit", "button", "image", "file"):
+                return
+            if kind in ("checkbox", "radio") and "checked" not in a:
+                return
+            self.data[a["name"]] = a.get("value", "on" if kind == "checkbox" else "")
+        elif tag == "select":
+            self._select, self._first_option = a["name"], None
+            self.data[a["name"]] = ""
+        elif tag == "option" and self._select:
+            value = a.get("value", "")
+            if self._first_option is None:
+                self._first_option = value
+                self.data[self._select] = value
+            if "selected" in a:
+                self.data[self._select] = value
+        elif tag == "textarea":
+            self._textarea = a["name"]
+            self.data[a["name"]] = ""
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea:
+            self.data[self._textarea] += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "select":
+            self._select = None
+        elif tag == "textarea" and self._textarea:
+            self.data[self._textarea] = self.data[self._textarea].removeprefix("\n")
+            self._textarea = None
+        elif tag == "form" and self.in_form:
+            self.in_form = False
+
+
+def form_fields(page: str, form_id: str) -> dict[str, str]:
+    parser = FormFields(form_id)
+    parser.feed(page)
+    assert parser.data, f"no form #{form_id} on the page"
+    return parser.data
+
+
+def inline_prefix(data: dict[str, str], field: str) -> str:
+    """The formset prefix whose forms have ``field`` (e.g. ``quotas`` for ``resource``)."""
+    prefixes = [key.removesuffix("-TOTAL_FORMS") for key in data if key.endswith("-TOTAL_FORMS")]
+    matches = [p for p in prefixes if any(re.fullmatch(rf"{p}-\d+-{field}", k) for k in data)]
+    assert len(matches) == 1, (prefixes, field)
+    return matches[0]
+
+
+def saved_rows(data: dict[str, str], prefix: str) -> dict[str, int]:
+    """Row index of each saved quota by resource; the first empty row under ``""``."""
+    rows: dict[str, int] = {}
+    for i in range(int(data[f"{prefix}-TOTAL_FORMS"])):
+        key = data[f"{prefix}-{i}-resource"] if data.get(f"{prefix}-{i}-id") else ""
+        rows.setdefault(key, i)
+    return rows
+
+
+def admin_client(client: Client, user: User) -> Client:
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "portal/team",
+        "portal/gpuquota",
+        "portal/membership",
+        "portal/gpuproduct",
+        "portal/migprofile",
+        "portal/auditlog",
+        "portal/apitoken",
+        "jobs/job",
+    ],
+)
+def test_changelists_render(
+    client: Client, admin_user: User, demo: dict[str, Any], model: str
+) -> None:
+    # Given the demo data and a job
+    JobFactory(team=demo["teams"]["vision"], owner=demo["users"]["alice"])
+    admin_client(client, admin_user)
+    # When the admin opens the list page
+    response = client.get(f"/admin/{model}/")
+    # Then it renders
+    assert response.status_code == 200
+
+
+def test_changing_a_quota_limit_is_audited(client: Client, admin_user: User) -> None:
+    # Given vision's quota of 16 × nvidia.com/gpu
+    quota = GpuQuota.objects.get(team__slug="vision", resource="nvidia.com/gpu")
+    admin_client(client, admin_user)
+    url = f"/admin/portal/gpuquota/{quota.pk}/change/"
+    data = form_fields(client.get(url).content.decode(), "gpuquota_form")
+    assert data["limit"] == "16"
+    # When the admin raises it to 24 and saves
+    data.update(limit="24", _save="Save")
+    response = client.post(url, data)
+    # Then the limit is 24 and the audit log says who changed it, old → new
+    assert response.status_code == 302, response.content.decode()[:2000]
+    quota.refresh_from_db()
+    assert quota.limit == 24
+    entry = AuditLog.objects.get(action="quota.update")
+    assert entry.actor == admin_user
+    assert entry.changes == {
+        "team": "vision",
+        "resource": "nvidia.com/gpu",
+        "old": 16,
+        "new": 24,
+    }
+
+
+def test_adding_and_deleting_quotas_inline_on_a_team_is_audited(
+    client: Client, admin_user: User
+) -> None:
+    # Given the team page of vision, as a browser would post it back
+    team = Team.objects.get(slug="vision")
+    admin_client(client, admin_user)
+    url = f"/admin/portal/team/{team.pk}/change/"
+    data = form_fields(client.get(url).content.decode(), "team_form")
+    prefix = inline_prefix(data, "resource")
+    blank = saved_rows(data, prefix)[""]
+    # When the admin adds 4 × Tesla-T4 in the empty row and saves
+    add = dict(data, _save="Save")
+    add.update({f"{prefix}-{blank}-resource": "Tesla-T4", f"{prefix}-{blank}-limit": "4"})
+    response = client.post(url, add)
+    # Then the quota exists and its creation is audited
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert GpuQuota.objects.get(team=team, resource="Tesla-T4").limit == 4
+    created = AuditLog.objects.get(action="quota.create", actor=admin_user)
+    assert created.changes == {"team": "vision", "resource": "Tesla-T4", "old": None, "new": 4}
+    assert not AuditLog.objects.filter(action__in=["quota.update", "quota.delete"]).exists()
+    assert created.target == "vision/Tesla-T4"
+
+    # When the admin ticks "Delete" on the shared-GPU quota and saves
+    data = form_fields(client.get(url).content.decode(), "team_form")
+    row = saved_rows(data, prefix)["nvidia.com/gpu.shared"]
+    data.update({f"{prefix}-{row}-DELETE": "on", "_save": "Save"})
+    response = client.post(url, data)
+    # Then the quota is gone and its deletion is audited
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert not GpuQuota.objects.filter(team=team, resource="nvidia.com/gpu.shared").exists()
+    deleted = AuditLog.objects.get(action="quota.delete", actor=admin_user)
+    assert deleted.changes == {
+        "team": "vision",
+        "resource": "nvidia.com/gpu.shared",
+        "old": 8,
+        "new": None,
+    }
+
+
+def test_quota_changelist_shows_what_is_in_use(
+    client: Client, admin_user: User, demo: dict[str, Any]
+) -> None:
+    # Given vision running a 3-GPU job admitted against nvidia.com/gpu
+    JobFactory(
+        team=demo["teams"]["vision"],
+        owner=demo["users"]["alice"],
+        state=JobState.RUNNING,
+        admitted_at="2025-01-01T00:00:00Z",
+        demand={"nvidia.com/gpu": 3},
+        gpu_count=3,
+    )
+    admin_client(client, admin_user)
+    # When the admin opens the quota list
+    page = client.get("/admin/portal/gpuquota/").content.decode()
+    # Then an "In use" column shows it
+    assert "In use" in page
+    row = re.search(r"<tr>(?:(?!</tr>).)*>vision<(?:(?!</tr>).)*nvidia.com/gpu<(?:(?!</tr>).)*</tr>", page, re.S)
+    assert row is not None
+    assert re.search(r'<td class="field-in_use">3</td>', row.group(0))
+
+
+def test_non_staff_users_are_kept_out_of_the_admin(client: Client, alice: User) -> None:
+    # Given alice, a researcher
+    client.force_login(alice)
+    # When she opens the admin
+    response = client.get("/admin/")
+    # Then she is sent to the admin login instead
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+def test_new_team_without_namespace_gets_team_slug(client: Client, admin_user: User) -> None:
+    # Given the admin's "add team" page
+    admin_client(client, admin_user)
+    data = form_fields(client.get("/admin/portal/team/add/").content.decode(), "team_form")
+    # When a team is saved with no namespace
+    data.update(name="Robotics", slug="robotics", namespace="", _save="Save")
+    response = client.post("/admin/portal/team/add/", data)
+    # Then its namespace is team-<slug>
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Team.objects.get(slug="robotics").namespace == "team-robotics"
+    assert AuditLog.objects.filter(action="team.create", actor=admin_user).exists()
