@@ -47,6 +47,11 @@ class Job(models.Model):
     # What the job holds against quota while admitted: {"nvidia.com/gpu": 8, "cpu": 64000, ...}
     demand = models.JSONField(default=dict)
     gpu_count = models.PositiveIntegerField(default=0, help_text="GPUs (or slices) in all pods.")
+    # Plain-language "why pending" from the scheduling core, beside the scheduler's message.
+    advice = models.TextField(blank=True)
+    # Where the pods run: {"nodes": [...], "gpu_product": "...", "pods": [{name, node, phase}]}
+    placement = models.JSONField(default=dict, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
     namespace = models.CharField(max_length=63)
     object_name = models.CharField(max_length=63, blank=True)
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)

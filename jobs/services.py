@@ -24,7 +24,7 @@ from jobs.models import FINAL_STATES, PRIORITY_VALUES, Job, JobEvent, JobState
 from jobs.quota import job_demand, quota_never_fits
 from jobs.spec import JobSpec
 from jobs.spec_input import quantity_value, spec_parse
-from jobs.tasks import admission_enqueue
+from jobs.tasks import admission_enqueue, cleanup_enqueue
 from portal.errors import ApplicationError, Conflict, PermissionDenied
 from portal.models import GpuQuota, Membership, Team
 from portal.selectors import Catalog, catalog_get, membership_role, teams_for_user
@@ -248,8 +248,7 @@ def job_cancel(*, user: User, job_id: int) -> Job:
     job_event_add(job=job, reason="Cancelled", message=job.message)
     audit_record(actor=user, action="job.cancel", target=job)
     if was_applied:
-        # Deleting the cluster objects is the worker's job (issue "Celery workers").
-        job_event_add(job=job, reason="CleanupPending", message="Cluster objects will be deleted.")
+        cleanup_enqueue(job_id=job.pk)
     # Freed quota may admit the next queued job.
     admission_enqueue(team_id=job.team_id)
     return job

@@ -1,19 +1,104 @@
-"""Celery tasks: thin, take ids, safe to run twice; the work is in services."""
+"""Celery tasks: thin, take ids, safe to run twice; the work is in services.
+
+Every task acknowledges late and is rejected (so redelivered) when its worker
+dies; only temporary cluster errors are retried, with exponential backoff and
+jitter, a bounded number of times. Work whose retries run out is picked up
+again by the periodic reconcile.
+"""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 from celery import shared_task
 from django.db import transaction
 
 from jobs.admission import admission_run
+from portal.kube import TemporaryClusterError
+
+logger = logging.getLogger(__name__)
+
+RETRY = {
+    "autoretry_for": (TemporaryClusterError,),
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
+ROBUST = {"acks_late": True, "reject_on_worker_lost": True}
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, soft_time_limit=30, time_limit=60)
+@shared_task(**ROBUST, soft_time_limit=30, time_limit=60)
 def admission_task(team_id: int) -> list[int]:
-    """Admit what the team's quota allows; returns the admitted job ids."""
-    return admission_run(team_id=team_id).admitted
+    """Admit what the team's quota allows, then queue each admitted job's apply."""
+    admitted = admission_run(team_id=team_id).admitted
+    for job_id in admitted:
+        job_apply_task.delay(job_id)
+    return admitted
+
+
+@shared_task(**ROBUST, **RETRY, soft_time_limit=60, time_limit=90)
+def job_apply_task(job_id: int) -> str:
+    from jobs.apply import job_apply
+
+    return job_apply(job_id=job_id).value
+
+
+@shared_task(**ROBUST, **RETRY, soft_time_limit=60, time_limit=90)
+def job_cleanup_task(job_id: int) -> int:
+    from jobs.apply import job_cleanup
+
+    return job_cleanup(job_id=job_id)
+
+
+@shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
+def reconcile_task() -> dict[str, Any]:
+    """Periodic (beat): bring job rows in line with the cluster."""
+    from jobs.reconcile import cluster_reconcile
+
+    try:
+        report = cluster_reconcile()
+    except TemporaryClusterError as exc:
+        # Not an error of the jobs: tracking resumes at the next run.
+        logger.warning("reconcile: cluster unreachable, jobs left as they are: %s", exc)
+        return {"error": str(exc)}
+    return report.__dict__
+
+
+@shared_task(**ROBUST, **RETRY, soft_time_limit=60, time_limit=90)
+def team_sync_task(team_id: int) -> dict[str, str]:
+    """Mirror a team (namespace, ResourceQuota, LimitRange, PriorityClasses) into the cluster."""
+    from portal.cluster_sync import team_cluster_sync
+
+    return team_cluster_sync(team_id=team_id)
+
+
+@shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
+def teams_sync_task() -> dict[int, str]:
+    """Periodic (beat): every team's cluster objects, level-triggered."""
+    from portal.cluster_sync import team_cluster_sync
+    from portal.models import Team
+
+    results = {}
+    for team_id in Team.objects.values_list("pk", flat=True):
+        try:
+            team_cluster_sync(team_id=team_id)
+            results[team_id] = "ok"
+        except Exception as exc:  # noqa: BLE001 - one broken team must not stop the others
+            logger.warning("team %s sync failed: %s", team_id, exc)
+            results[team_id] = f"error: {exc}"
+    return results
 
 
 def admission_enqueue(*, team_id: int) -> None:
     """Queue admission for a team once the current transaction commits."""
     transaction.on_commit(lambda: admission_task.delay(team_id))
+
+
+def cleanup_enqueue(*, job_id: int) -> None:
+    transaction.on_commit(lambda: job_cleanup_task.delay(job_id))
+
+
+def team_sync_enqueue(*, team_id: int) -> None:
+    transaction.on_commit(lambda: team_sync_task.delay(team_id))

@@ -25,6 +25,7 @@ from portal.models import (
     MigProfile,
     Team,
 )
+from jobs.tasks import team_sync_enqueue
 from portal.services import api_token_revoke, audit_record, quota_change_record
 
 
@@ -77,6 +78,7 @@ class TeamAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         if not change:
             audit_record(actor=request.user, action="team.create", target=obj)
+        team_sync_enqueue(team_id=obj.pk)
 
     def save_formset(
         self, request: HttpRequest, form: ModelForm, formset: BaseInlineFormSet, change: bool
@@ -158,6 +160,7 @@ class GpuQuotaAdmin(admin.ModelAdmin):
             new_limit=None,
         )
         super().delete_model(request, obj)
+        team_sync_enqueue(team_id=obj.team_id)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[GpuQuota]) -> None:
         for quota in queryset.select_related("team"):

@@ -185,9 +185,9 @@ def _method(kind: str, verb: str, *, all_namespaces: bool = False) -> Callable[.
     spec = KINDS[kind]
     api = spec.api(api_client())
     if verb == "list" and all_namespaces and spec.namespaced:
-        return getattr(api, f"list_{spec.plural}_for_all_namespaces")  # type: ignore[no-any-return]
+        return getattr(api, f"list_{spec.plural}_for_all_namespaces")
     scope = "namespaced_" if spec.namespaced else ""
-    return getattr(api, f"{verb}_{scope}{spec.plural}")  # type: ignore[no-any-return]
+    return getattr(api, f"{verb}_{scope}{spec.plural}")
 
 
 def _ns_args(kind: str, namespace: str | None) -> tuple[Any, ...]:
@@ -195,17 +195,17 @@ def _ns_args(kind: str, namespace: str | None) -> tuple[Any, ...]:
 
 
 def get(kind: str, name: str, namespace: str | None = None) -> Obj:
-    return _call(_method(kind, "read"), name, *_ns_args(kind, namespace))  # type: ignore[no-any-return]
+    return _call(_method(kind, "read"), name, *_ns_args(kind, namespace))
 
 
 def create(manifest: Obj) -> Obj:
     kind, namespace = manifest["kind"], manifest["metadata"].get("namespace")
-    return _call(_method(kind, "create"), *_ns_args(kind, namespace), manifest)  # type: ignore[no-any-return]
+    return _call(_method(kind, "create"), *_ns_args(kind, namespace), manifest)
 
 
 def replace(manifest: Obj) -> Obj:
     kind, meta = manifest["kind"], manifest["metadata"]
-    return _call(  # type: ignore[no-any-return]
+    return _call(
         _method(kind, "replace"), meta["name"], *_ns_args(kind, meta.get("namespace")), manifest
     )
 
@@ -265,8 +265,10 @@ def list_all(
     restarts = 0
     while True:
         try:
-            page = _call(method, *args, _continue=token, **kwargs) if token else _call(
-                method, *args, **kwargs
+            page = (
+                _call(method, *args, _continue=token, **kwargs)
+                if token
+                else _call(method, *args, **kwargs)
             )
         except PermanentClusterError as exc:
             if exc.status == 410 and token and restarts < 3:
@@ -290,7 +292,7 @@ def pod_log(name: str, namespace: str, *, tail_lines: int = 200) -> str:
 
 
 def version() -> Obj:
-    return _call(client.VersionApi(api_client()).get_code)  # type: ignore[no-any-return]
+    return _call(client.VersionApi(api_client()).get_code)
 
 
 def ensure(manifest: Obj, *, compare: Callable[[Obj, Obj], bool]) -> str:
@@ -307,6 +309,9 @@ def ensure(manifest: Obj, *, compare: Callable[[Obj, Obj], bool]) -> str:
             existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
     if compare(existing, manifest):
         return "unchanged"
-    updated = {**manifest, "metadata": {**meta, "resourceVersion": existing["metadata"].get("resourceVersion")}}
+    updated = {
+        **manifest,
+        "metadata": {**meta, "resourceVersion": existing["metadata"].get("resourceVersion")},
+    }
     replace(updated)
     return "updated"

@@ -139,6 +139,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis redelivers an unacked task after this many seconds; it must exceed the hard limit.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 600)}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+RECONCILE_INTERVAL_SECONDS = env_float("RECONCILE_INTERVAL_SECONDS", 10.0)
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {"task": "jobs.tasks.reconcile_task", "schedule": RECONCILE_INTERVAL_SECONDS},
+    "teams-sync": {"task": "jobs.tasks.teams_sync_task", "schedule": 300.0},
+}
 
 # --- Kubernetes ------------------------------------------------------------------------
 KUBECONFIG = env_str("KUBECONFIG", "") or ""

@@ -9,7 +9,7 @@ from typing import Any
 from sandbox.errors import bad_request
 
 Requirement = tuple[str, str, tuple[str, ...]]  # key, operator, values
-_KEY = r"[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?"
+_KEY = r"[A-Za-z0-9](?:[-A-Za-z0-9_./]*[A-Za-z0-9])?"
 
 
 def _split_top(text: str) -> list[str]:

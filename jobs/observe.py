@@ -1,0 +1,214 @@
+"""Turn what the cluster says about a job into the portal's state (pure functions).
+
+Input is plain Kubernetes JSON (the Job or Deployment, its pods); output is an
+``Observation``. No I/O, so every mapping is unit-tested with hand-written objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobs.models import JobState
+
+Obj = dict[str, Any]
+
+UNSCHEDULABLE = "Unschedulable"
+
+
+@dataclass
+class Observation:
+    state: str
+    reason: str
+    message: str
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    placement: dict[str, Any] = field(default_factory=dict)
+    unschedulable_pod: Obj | None = None  # a pod the scheduler could not place
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _conditions(obj: Obj) -> dict[str, Obj]:
+    return {
+        c["type"]: c
+        for c in (obj.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
+
+
+def _phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _unschedulable(pod: Obj) -> Obj | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == UNSCHEDULABLE
+        ):
+            return condition
+    return None
+
+
+def _waiting_reason(pod: Obj) -> str | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting")
+        if waiting:
+            return str(waiting.get("reason") or "ContainerCreating")
+    return None
+
+
+def _terminated(pod: Obj) -> list[Obj]:
+    found = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated:
+            found.append({"container": status.get("name"), **terminated})
+    return found
+
+
+def placement_of(pods: list[Obj]) -> dict[str, Any]:
+    live = [p for p in pods if p.get("spec", {}).get("nodeName")]
+    return {
+        "nodes": sorted({p["spec"]["nodeName"] for p in live}),
+        "pods": [
+            {
+                "name": p["metadata"]["name"],
+                "node": p.get("spec", {}).get("nodeName") or "",
+                "phase": _phase(p),
+            }
+            for p in sorted(pods, key=lambda p: p["metadata"]["name"])
+        ],
+    }
+
+
+def _pending(pods: list[Obj], expected: int, what: str, events: list[Obj]) -> Observation:
+    """Why pods are not all running yet, most specific reason first."""
+    running = sum(1 for p in pods if _phase(p) == "Running")
+    for pod in pods:
+        condition = _unschedulable(pod)
+        if condition is not None:
+            return Observation(
+                JobState.PENDING,
+                UNSCHEDULABLE,
+                str(condition.get("message") or "The scheduler cannot place a pod."),
+                unschedulable_pod=pod,
+            )
+    failed_create = [e for e in events if e.get("reason") == "FailedCreate"]
+    if not pods and failed_create:
+        latest = max(
+            failed_create, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""
+        )
+        message = str(latest.get("message") or "")
+        reason = "QuotaExceeded" if "exceeded quota" in message else "FailedCreate"
+        return Observation(JobState.PENDING, reason, message)
+    for pod in pods:
+        waiting = _waiting_reason(pod)
+        if waiting and waiting != "ContainerCreating":
+            return Observation(
+                JobState.PENDING, waiting, f"Pod {pod['metadata']['name']}: {waiting}."
+            )
+    if running:
+        return Observation(JobState.PENDING, "Starting", f"{running} of {expected} {what} running.")
+    if pods:
+        return Observation(JobState.PENDING, "ContainerCreating", f"Starting {len(pods)} pod(s).")
+    return Observation(
+        JobState.PENDING, "WaitingForPods", "Waiting for the controller to create pods."
+    )
+
+
+def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observation:
+    """batch/v1 Job → state. Complete/SuccessCriteriaMet = succeeded; Failed/FailureTarget
+    = failed (with the exit code); otherwise running once every worker runs."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    conditions = _conditions(job)
+    placement = placement_of(pods)
+    started = parse_time(status.get("startTime"))
+    for kind in ("Complete", "SuccessCriteriaMet"):
+        if kind in conditions:
+            condition = conditions[kind]
+            return Observation(
+                JobState.SUCCEEDED,
+                str(condition.get("reason") or "Completed"),
+                str(condition.get("message") or "Job completed."),
+                started_at=started,
+                finished_at=parse_time(status.get("completionTime"))
+                or parse_time(condition.get("lastTransitionTime")),
+                exit_code=0,
+                placement=placement,
+            )
+    for kind in ("Failed", "FailureTarget"):
+        if kind in conditions:
+            condition = conditions[kind]
+            exit_code, detail = None, ""
+            failures = [t for p in pods for t in _terminated(p) if t.get("exitCode")]
+            if failures:
+                last = max(failures, key=lambda t: t.get("finishedAt") or "")
+                exit_code = int(last["exitCode"])
+                detail = (
+                    f" Container {last.get('container')} exited with code {exit_code}"
+                    f" ({last.get('reason') or 'Error'})."
+                )
+            return Observation(
+                JobState.FAILED,
+                str(condition.get("reason") or "Failed"),
+                str(condition.get("message") or "Job failed.") + detail,
+                started_at=started,
+                finished_at=parse_time(condition.get("lastTransitionTime")),
+                exit_code=exit_code,
+                placement=placement,
+            )
+    expected = int(spec.get("parallelism") or 1)
+    live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
+    running = sum(1 for p in live if _phase(p) == "Running")
+    if running and running >= min(expected, len(live) or expected):
+        workers = "worker" if expected == 1 else "workers"
+        return Observation(
+            JobState.RUNNING,
+            "Running",
+            f"{running} of {expected} {workers} running.",
+            started_at=started,
+            placement=placement,
+        )
+    observation = _pending(live, expected, "workers", events)
+    observation.placement = placement
+    return observation
+
+
+def observe_inference(deployment: Obj, pods: list[Obj], events: list[Obj]) -> Observation:
+    """apps/v1 Deployment → state: running while every replica is available."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    replicas = spec.get("replicas")
+    wanted = 1 if replicas is None else int(replicas)
+    available = int(status.get("availableReplicas") or 0)
+    placement = placement_of(pods)
+    conditions = _conditions(deployment)
+    if available >= wanted and wanted > 0:
+        return Observation(
+            JobState.RUNNING,
+            "Available",
+            f"{available} of {wanted} replicas available.",
+            placement=placement,
+        )
+    live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
+    observation = _pending(live, wanted, "replicas", events)
+    failure = conditions.get("ReplicaFailure")
+    if failure and observation.reason in ("WaitingForPods", "ContainerCreating"):
+        message = str(failure.get("message") or "")
+        reason = "QuotaExceeded" if "exceeded quota" in message else "FailedCreate"
+        observation = Observation(JobState.PENDING, reason, message)
+    if available and observation.state == JobState.PENDING and observation.reason == "Starting":
+        # Some replicas serve already: the service is up, degraded.
+        observation = Observation(
+            JobState.RUNNING, "Degraded", f"{available} of {wanted} replicas available."
+        )
+    observation.placement = placement
+    return observation

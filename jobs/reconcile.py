@@ -1,0 +1,294 @@
+"""Reconcile the portal's job rows with the cluster (level-triggered, safe to run twice).
+
+One paginated LIST per kind, filtered by the portal's label, instead of a call
+per job; only rows whose state changed are written; a Redis lock keeps two
+runs from overlapping. Also recovers work whose Celery task was lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.manifests import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from jobs.models import FINAL_STATES, Job, JobEvent, JobState
+from jobs.observe import Observation, observe_inference, observe_training
+from portal import kube
+from scheduling import (
+    ClusterSnapshot,
+    explain,
+    node_from_k8s,
+    pod_from_k8s,
+    pod_is_terminal,
+    schedule,
+)
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = "gpu-portal:reconcile"
+LOCK_TIMEOUT_SECONDS = 120
+# A freshly applied job may not be listed yet by a slow API server or cache.
+LOST_GRACE = timedelta(seconds=30)
+# A queued job whose task should have run by now had its task lost (broker or worker died).
+STALE_QUEUE_AFTER = timedelta(seconds=60)
+DEDUPE_KEY_LEN = 200
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class ReconcileReport:
+    skipped: bool = False
+    seen_jobs: int = 0
+    updated: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+    events_added: int = 0
+    requeued_apply: list[int] = field(default_factory=list)
+    requeued_admission: list[int] = field(default_factory=list)
+    cleanup: list[int] = field(default_factory=list)
+    duration_seconds: float = 0.0
+
+
+def _lock() -> Any:
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+    return client.lock(LOCK_NAME, timeout=LOCK_TIMEOUT_SECONDS, blocking=False)
+
+
+def _job_id(obj: Obj) -> int | None:
+    value = ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL)
+    return int(value) if value and str(value).isdigit() else None
+
+
+def _by_job(objects: Iterable[Obj]) -> dict[int, list[Obj]]:
+    grouped: dict[int, list[Obj]] = defaultdict(list)
+    for obj in objects:
+        job_id = _job_id(obj)
+        if job_id is not None:
+            grouped[job_id].append(obj)
+    return grouped
+
+
+def _event_key(event: Obj) -> str:
+    involved = event.get("involvedObject") or {}
+    raw = f"{involved.get('uid', '')}:{event.get('reason', '')}:{event.get('message', '')}"
+    return "k8s:" + hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+
+def _events_for(job: Job, owners: list[Obj], pods: list[Obj], events: list[Obj]) -> list[Obj]:
+    """Events about the job's objects, its pods and (for Deployments) its ReplicaSets."""
+    uids = {o["metadata"].get("uid") for o in owners + pods}
+    names = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in owners + pods}
+    prefix = f"{job.object_name}-"
+    found = []
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        key = (involved.get("namespace"), involved.get("name"))
+        if (
+            involved.get("uid") in uids
+            or key in names
+            or (
+                involved.get("kind") == "ReplicaSet"
+                and involved.get("namespace") == job.namespace
+                and str(involved.get("name", "")).startswith(prefix)
+            )
+        ):
+            found.append(event)
+    return found
+
+
+def _record_events(job: Job, events: list[Obj]) -> int:
+    added = 0
+    for event in sorted(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""):
+        involved = event.get("involvedObject") or {}
+        _, created = JobEvent.objects.get_or_create(
+            job=job,
+            dedupe_key=_event_key(event)[:DEDUPE_KEY_LEN],
+            defaults={
+                "source": JobEvent.Source.KUBERNETES,
+                "type": str(event.get("type") or "Normal")[:10],
+                "reason": str(event.get("reason") or "")[:64],
+                "message": f"{involved.get('kind', '')}/{involved.get('name', '')}: "
+                f"{event.get('message', '')}",
+            },
+        )
+        added += int(created)
+    return added
+
+
+class _Advisor:
+    """Explains unschedulable pods with the scheduling core, on one snapshot per run."""
+
+    def __init__(self) -> None:
+        self._snapshot: ClusterSnapshot | None = None
+        self._failed = False
+
+    def advice(self, pod_obj: Obj) -> str:
+        if self._failed:
+            return ""
+        if self._snapshot is None:
+            try:
+                nodes = [node_from_k8s(n) for n in kube.list_all("Node")]
+                bound = [
+                    pod_from_k8s(p)
+                    for p in kube.list_all("Pod")
+                    if (p.get("spec") or {}).get("nodeName") and not pod_is_terminal(p)
+                ]
+            except kube.ClusterError as exc:
+                logger.warning("no advice: cannot list nodes/pods: %s", exc)
+                self._failed = True
+                return ""
+            self._snapshot = ClusterSnapshot(nodes, bound)
+        pod = pod_from_k8s(pod_obj)
+        result = schedule(pod, self._snapshot)
+        return explain(pod, result, self._snapshot).text
+
+
+def _apply_observation(job: Job, seen: Observation, advice: str, report: ReconcileReport) -> None:
+    changes: dict[str, Any] = {}
+    for name in ("state", "reason", "message", "exit_code", "placement"):
+        value = getattr(seen, name)
+        if getattr(job, name) != value:
+            changes[name] = value
+    if job.advice != advice:
+        changes["advice"] = advice
+    if seen.started_at and job.started_at is None:
+        changes["started_at"] = seen.started_at
+    if seen.state == JobState.RUNNING and job.started_at is None and "started_at" not in changes:
+        changes["started_at"] = timezone.now()
+    if seen.state in FINAL_STATES and job.finished_at is None:
+        changes["finished_at"] = seen.finished_at or timezone.now()
+    if not changes:
+        return
+    with transaction.atomic():
+        # Conditional: a concurrent cancel (or another run) wins; we never undo it.
+        updated = Job.objects.filter(pk=job.pk, state=job.state).update(
+            **changes, updated_at=timezone.now()
+        )
+        if updated and "state" in changes:
+            JobEvent.objects.create(
+                job=job,
+                type="Warning" if seen.state == JobState.FAILED else "Normal",
+                reason=seen.reason,
+                message=f"{job.state} → {seen.state}: {seen.message}",
+            )
+    if updated:
+        report.updated.append(job.pk)
+
+
+def _mark_lost(job: Job, report: ReconcileReport) -> None:
+    now = timezone.now()
+    message = "Its objects disappeared from the cluster (deleted outside the portal?)."
+    with transaction.atomic():
+        updated = Job.objects.filter(pk=job.pk, state=job.state).update(
+            state=JobState.FAILED, reason="Lost", message=message, finished_at=now, updated_at=now
+        )
+        if updated:
+            JobEvent.objects.create(job=job, type="Warning", reason="Lost", message=message)
+            report.lost.append(job.pk)
+
+
+def _track(report: ReconcileReport) -> None:
+    active = list(
+        Job.objects.filter(
+            state__in=[JobState.PENDING, JobState.RUNNING], applied_at__isnull=False
+        ).select_related("team")
+    )
+    report.seen_jobs = len(active)
+    owners = _by_job(kube.list_all("Job", label_selector=MANAGED_BY_SELECTOR))
+    for job_id, deployments in _by_job(
+        kube.list_all("Deployment", label_selector=MANAGED_BY_SELECTOR)
+    ).items():
+        owners[job_id].extend(deployments)
+    _cleanup_leftovers(owners, report)
+    if not active:
+        return
+    pods = _by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
+    events = list(kube.list_all("Event"))
+    advisor = _Advisor()
+    now = timezone.now()
+    for job in active:
+        workload = [o for o in owners.get(job.pk, []) if o.get("kind") in ("Job", "Deployment")]
+        if not workload:
+            if job.applied_at and now - job.applied_at > LOST_GRACE:
+                _mark_lost(job, report)
+            continue
+        job_pods = pods.get(job.pk, [])
+        job_events = _events_for(job, workload, job_pods, events)
+        report.events_added += _record_events(job, job_events)
+        main = workload[0]
+        if job.kind == Job.Kind.TRAINING:
+            seen = observe_training(main, job_pods, job_events)
+        else:
+            seen = observe_inference(main, job_pods, job_events)
+        advice = advisor.advice(seen.unschedulable_pod) if seen.unschedulable_pod else ""
+        _apply_observation(job, seen, advice, report)
+
+
+def _cleanup_leftovers(owners: dict[int, list[Obj]], report: ReconcileReport) -> None:
+    """Cancelled jobs whose objects are still in the cluster get their cleanup again."""
+    from jobs import tasks  # tasks import this module
+
+    leftovers = Job.objects.filter(pk__in=list(owners), state=JobState.CANCELLED)
+    for job_id in leftovers.values_list("pk", flat=True):
+        tasks.job_cleanup_task.delay(job_id)
+        report.cleanup.append(job_id)
+
+
+def _recover_queue(report: ReconcileReport) -> None:
+    """Re-queue work whose task never ran (broker restart, worker killed) and clean up."""
+    from jobs import tasks  # tasks import this module
+
+    cutoff = timezone.now() - STALE_QUEUE_AFTER
+    stale_apply = Job.objects.filter(
+        state=JobState.QUEUED, admitted_at__lt=cutoff, applied_at__isnull=True
+    ).values_list("pk", flat=True)
+    for job_id in stale_apply:
+        tasks.job_apply_task.delay(job_id)
+        report.requeued_apply.append(job_id)
+    teams = set(
+        Job.objects.filter(
+            state=JobState.QUEUED, admitted_at__isnull=True, updated_at__lt=cutoff
+        ).values_list("team_id", flat=True)
+    )
+    for team_id in sorted(teams):
+        tasks.admission_task.delay(team_id)
+        report.requeued_admission.append(team_id)
+
+
+def cluster_reconcile() -> ReconcileReport:
+    """1. Take the reconcile lock (skip if another run holds it).
+    2. LIST the portal's Jobs, Deployments and Pods (by label) and recent Events.
+    3. For each applied, unfinished job: map objects to state, record new events,
+       explain unschedulable pods, mark vanished jobs ``Lost``.
+    4. Re-queue admission/apply work whose task was lost.
+    A cluster that cannot be reached raises ``kube.TemporaryClusterError`` after
+    step 1: no job is marked failed because the API server was down.
+    """
+    started = time.monotonic()
+    report = ReconcileReport()
+    lock = _lock()
+    if not lock.acquire():
+        report.skipped = True
+        return report
+    try:
+        # Queue recovery needs only the database: it runs even when the cluster is down.
+        _recover_queue(report)
+        _track(report)
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            logger.warning("reconcile lock expired before release (run took too long)")
+        report.duration_seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,114 @@
+"""``python -m sandbox``: start the API server, the metrics server and the controllers.
+
+On start it prints one ready line and writes a JSON ports file, so a test fixture that
+asked for port 0 can find the ports it got::
+
+    SANDBOX READY api=http://127.0.0.1:6443 metrics=http://127.0.0.1:9400/metrics ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sandbox.bootstrap import bootstrap
+from sandbox.cluster import Cluster, Options
+from sandbox.controllers.manager import ControllerManager
+from sandbox.profiles import load_profile
+from sandbox.server import ApiServer, MetricsServer
+from sandbox.store import Store
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__.splitlines()[0])
+    p.add_argument("--profile", default="default", help="profile name or YAML path")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=6443, help="API port (0 picks a free one)")
+    p.add_argument("--metrics-port", type=int, default=9400, help="dcgm-exporter port (0: free)")
+    p.add_argument("--state", default=".sandbox/state.sqlite3", help="SQLite state file")
+    p.add_argument("--kubeconfig", default=".sandbox/kubeconfig", help="kubeconfig to write")
+    p.add_argument("--ports-file", default=None, help="JSON file with the chosen ports")
+    p.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reset", action="store_true", help="start from an empty state file")
+    p.add_argument("--token", default=os.environ.get("SANDBOX_TOKEN", "sandbox-token"))
+    p.add_argument("--event-ttl", type=float, default=3600.0, help="simulated seconds")
+    p.add_argument("--default-duration", type=float, default=60.0,
+                   help="simulated seconds a training container runs without an annotation")
+    p.add_argument("--log-level", default="WARNING")
+    return p.parse_args(argv)
+
+
+def kubeconfig(server: str, token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "sandbox", "cluster": {"server": server}}],
+        "users": [{"name": "sandbox-admin", "user": {"token": token}}],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "sandbox-admin",
+                                                      "namespace": "default"}}],
+        "current-context": "sandbox",
+        "preferences": {},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    profile = load_profile(args.profile)
+    store = Store(args.state, reset=args.reset)
+    options = Options(token=args.token, seed=args.seed, speed=args.speed,
+                      event_ttl=args.event_ttl, default_training_seconds=args.default_duration)
+    cluster = Cluster(store, options)
+    bootstrap(cluster, profile)
+    api = ApiServer((args.host, args.port), cluster)
+    metrics = MetricsServer((args.host, args.metrics_port), cluster)
+    manager = ControllerManager(cluster)
+    manager.start()
+    threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+               for s in (api, metrics)]
+    for t in threads:
+        t.start()
+    api_url = api.url
+    metrics_url = f"http://{args.host}:{metrics.server_address[1]}/metrics"
+    kc_path = Path(args.kubeconfig)
+    kc_path.parent.mkdir(parents=True, exist_ok=True)
+    kc_path.write_text(yaml.safe_dump(kubeconfig(api_url, args.token), sort_keys=False))
+    info = {"api_port": api.server_address[1], "metrics_port": metrics.server_address[1],
+            "api_url": api_url, "metrics_url": metrics_url, "kubeconfig": str(kc_path),
+            "token": args.token, "pid": os.getpid()}
+    if args.ports_file:
+        tmp = Path(args.ports_file + ".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(args.ports_file)
+    print(f"SANDBOX READY api={api_url} metrics={metrics_url} kubeconfig={kc_path} "
+          f"profile={profile.get('name', args.profile)} speed={args.speed}", flush=True)
+
+    done = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    done.wait()
+    for server in (api, metrics):
+        server.shutdown()
+        server.server_close()
+    manager.stop()
+    store.close()
+    print("SANDBOX STOPPED", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Fixtures: one real sandbox subprocess per test session, official kubernetes clients."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client, config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # tests/ is not a package; make tests.sandbox_process importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.sandbox_process import SandboxProcess, start_sandbox  # noqa: E402
+
+# 60 simulated seconds per real second: a "30s" training job takes half a real second.
+SPEED = 60.0
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    proc = start_sandbox(tmp_path_factory.mktemp("sandbox"), profile="small", speed=SPEED)
+    yield proc
+    proc.stop()
+
+
+def make_client(proc: SandboxProcess) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(proc.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def api_client(sandbox: SandboxProcess) -> client.ApiClient:
+    return make_client(sandbox)
+
+
+@pytest.fixture(scope="session")
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def batch(api_client: client.ApiClient) -> client.BatchV1Api:
+    return client.BatchV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def apps(api_client: client.ApiClient) -> client.AppsV1Api:
+    return client.AppsV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def sched(api_client: client.ApiClient) -> client.SchedulingV1Api:
+    return client.SchedulingV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(core: client.CoreV1Api) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+def wait_for(fn: Callable[[], T | None], timeout: float = 20.0, interval: float = 0.1) -> T:
+    """Poll ``fn`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting; last value: {last!r}")
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def gpu_container(resources: dict[str, Any], name: str = "main", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "resources": {"limits": resources}, **extra}
+
+
+def job_manifest(name: str, resources: dict[str, Any], *, annotations: dict[str, str] | None = None,
+                 product: str | None = None, tolerate: bool = True,
+                 **spec: Any) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [gpu_container(resources)]}
+    if tolerate:
+        pod_spec["tolerations"] = [GPU_TOLERATION]
+    if product:
+        pod_spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "backoffLimit": 0,
+            **spec,
+            "template": {"metadata": {"annotations": annotations or {}}, "spec": pod_spec},
+        },
+    }
+
+
+def pod_manifest(name: str, resources: dict[str, Any], *, tolerate: bool = True,
+                 annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [gpu_container(resources)],
+                                **spec}
+    if tolerate:
+        pod_spec.setdefault("tolerations", [GPU_TOLERATION])
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations or {}}, "spec": pod_spec}
+
+
+def events_for(core: client.CoreV1Api, ns: str, name: str, reason: str | None = None) -> list[Any]:
+    selector = f"involvedObject.name={name}"
+    if reason:
+        selector += f",reason={reason}"
+    return core.list_namespaced_event(ns, field_selector=selector).items
