@@ -38,10 +38,6 @@ logger = logging.getLogger(__name__)
 
 LOCK_NAME = "gpu-portal:reconcile"
 LOCK_TIMEOUT_SECONDS = 120
-# A freshly applied job may not be listed yet by a slow API server or cache.
-LOST_GRACE = timedelta(seconds=30)
-# A queued job whose task should have run by now had its task lost (broker or worker died).
-STALE_QUEUE_AFTER = timedelta(seconds=60)
 DEDUPE_KEY_LEN = 200
 
 Obj = dict[str, Any]
@@ -205,6 +201,7 @@ def _track(report: ReconcileReport) -> None:
         ).select_related("team")
     )
     report.seen_jobs = len(active)
+    # List items carry no ``kind`` (only the list does), so group by kind here.
     owners = _by_job(kube.list_all("Job", label_selector=MANAGED_BY_SELECTOR))
     for job_id, deployments in _by_job(
         kube.list_all("Deployment", label_selector=MANAGED_BY_SELECTOR)
@@ -218,9 +215,11 @@ def _track(report: ReconcileReport) -> None:
     advisor = _Advisor()
     now = timezone.now()
     for job in active:
-        workload = [o for o in owners.get(job.pk, []) if o.get("kind") in ("Job", "Deployment")]
+        workload = owners.get(job.pk, [])
         if not workload:
-            if job.applied_at and now - job.applied_at > LOST_GRACE:
+            # A freshly applied job may not be listed yet by a slow API server or cache.
+            grace = timedelta(seconds=settings.LOST_GRACE_SECONDS)
+            if job.applied_at and now - job.applied_at > grace:
                 _mark_lost(job, report)
             continue
         job_pods = pods.get(job.pk, [])
@@ -249,7 +248,7 @@ def _recover_queue(report: ReconcileReport) -> None:
     """Re-queue work whose task never ran (broker restart, worker killed) and clean up."""
     from jobs import tasks  # tasks import this module
 
-    cutoff = timezone.now() - STALE_QUEUE_AFTER
+    cutoff = timezone.now() - timedelta(seconds=settings.STALE_QUEUE_SECONDS)
     stale_apply = Job.objects.filter(
         state=JobState.QUEUED, admitted_at__lt=cutoff, applied_at__isnull=True
     ).values_list("pk", flat=True)

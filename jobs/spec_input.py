@@ -12,6 +12,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec
@@ -93,6 +94,7 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+@extend_schema_field({"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_POD})
 class GpuCountField(serializers.Field):
     """A whole number of GPUs; fractions get advice instead of a bare type error."""
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -16,7 +16,7 @@ from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
 from jobs.selectors import job_get_for_user, jobs_for_user
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
-from portal.errors import ApplicationError
+from portal.errors import ApplicationError, NotFound
 from portal.selectors import catalog_get, teams_for_user
 
 
@@ -27,6 +27,14 @@ def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None
         teams=list(teams_for_user(user=request.user)),
         catalog=catalog_get(),
     )
+
+
+def _job_or_404(request: HttpRequest, job_id: int) -> Job:
+    """The job if it belongs to one of the user's teams; another team's job is a 404."""
+    try:
+        return job_get_for_user(user=request.user, job_id=job_id)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
 
 
 @login_required
@@ -68,7 +76,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_clone(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_get_for_user(user=request.user, job_id=job_id)
+    job = _job_or_404(request, job_id)
     form = _form(request, initial=initial_from_spec(job.spec))
     return render(request, "jobs/new.html", {"form": form, "clone_of": job})
 
@@ -95,7 +103,7 @@ def job_preview_partial(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_get_for_user(user=request.user, job_id=job_id)
+    job = _job_or_404(request, job_id)
     return render(
         request,
         "jobs/detail.html",
@@ -111,7 +119,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_get_for_user(user=request.user, job_id=job_id)
+    job = _job_or_404(request, job_id)
     try:
         job_cancel(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
     except ApplicationError as exc:

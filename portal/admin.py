@@ -15,6 +15,7 @@ from django.http import HttpRequest
 
 from jobs.quota import format_amount
 from jobs.selectors import team_usage
+from jobs.tasks import team_sync_enqueue
 from portal.models import (
     ApiToken,
     AuditLog,
@@ -25,7 +26,6 @@ from portal.models import (
     MigProfile,
     Team,
 )
-from jobs.tasks import team_sync_enqueue
 from portal.services import api_token_revoke, audit_record, quota_change_record
 
 
@@ -150,6 +150,7 @@ class GpuQuotaAdmin(admin.ModelAdmin):
             old_limit=old,
             new_limit=obj.limit,
         )
+        team_sync_enqueue(team_id=obj.team_id)
 
     def delete_model(self, request: HttpRequest, obj: GpuQuota) -> None:
         quota_change_record(

@@ -140,6 +140,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 600)}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 RECONCILE_INTERVAL_SECONDS = env_float("RECONCILE_INTERVAL_SECONDS", 10.0)
+# A queued job whose task should have run by then is re-queued (its task was lost).
+STALE_QUEUE_SECONDS = env_float("STALE_QUEUE_SECONDS", 60.0)
+# An applied job whose objects are missing for longer than this is marked Lost.
+LOST_GRACE_SECONDS = env_float("LOST_GRACE_SECONDS", 30.0)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile_task", "schedule": RECONCILE_INTERVAL_SECONDS},
     "teams-sync": {"task": "jobs.tasks.teams_sync_task", "schedule": 300.0},

@@ -42,8 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reset", action="store_true", help="start from an empty state file")
     p.add_argument("--token", default=os.environ.get("SANDBOX_TOKEN", "sandbox-token"))
     p.add_argument("--event-ttl", type=float, default=3600.0, help="simulated seconds")
-    p.add_argument("--default-duration", type=float, default=60.0,
-                   help="simulated seconds a training container runs without an annotation")
+    p.add_argument(
+        "--default-duration",
+        type=float,
+        default=60.0,
+        help="simulated seconds a training container runs without an annotation",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -54,8 +58,12 @@ def kubeconfig(server: str, token: str) -> dict[str, Any]:
         "kind": "Config",
         "clusters": [{"name": "sandbox", "cluster": {"server": server}}],
         "users": [{"name": "sandbox-admin", "user": {"token": token}}],
-        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "sandbox-admin",
-                                                      "namespace": "default"}}],
+        "contexts": [
+            {
+                "name": "sandbox",
+                "context": {"cluster": "sandbox", "user": "sandbox-admin", "namespace": "default"},
+            }
+        ],
         "current-context": "sandbox",
         "preferences": {},
     }
@@ -66,16 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     profile = load_profile(args.profile)
     store = Store(args.state, reset=args.reset)
-    options = Options(token=args.token, seed=args.seed, speed=args.speed,
-                      event_ttl=args.event_ttl, default_training_seconds=args.default_duration)
+    options = Options(
+        token=args.token,
+        seed=args.seed,
+        speed=args.speed,
+        event_ttl=args.event_ttl,
+        default_training_seconds=args.default_duration,
+    )
     cluster = Cluster(store, options)
     bootstrap(cluster, profile)
     api = ApiServer((args.host, args.port), cluster)
     metrics = MetricsServer((args.host, args.metrics_port), cluster)
     manager = ControllerManager(cluster)
     manager.start()
-    threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-               for s in (api, metrics)]
+    threads = [
+        threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        for s in (api, metrics)
+    ]
     for t in threads:
         t.start()
     api_url = api.url
@@ -83,15 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     kc_path = Path(args.kubeconfig)
     kc_path.parent.mkdir(parents=True, exist_ok=True)
     kc_path.write_text(yaml.safe_dump(kubeconfig(api_url, args.token), sort_keys=False))
-    info = {"api_port": api.server_address[1], "metrics_port": metrics.server_address[1],
-            "api_url": api_url, "metrics_url": metrics_url, "kubeconfig": str(kc_path),
-            "token": args.token, "pid": os.getpid()}
+    info = {
+        "api_port": api.server_address[1],
+        "metrics_port": metrics.server_address[1],
+        "api_url": api_url,
+        "metrics_url": metrics_url,
+        "kubeconfig": str(kc_path),
+        "token": args.token,
+        "pid": os.getpid(),
+    }
     if args.ports_file:
         tmp = Path(args.ports_file + ".tmp")
         tmp.write_text(json.dumps(info))
         tmp.replace(args.ports_file)
-    print(f"SANDBOX READY api={api_url} metrics={metrics_url} kubeconfig={kc_path} "
-          f"profile={profile.get('name', args.profile)} speed={args.speed}", flush=True)
+    print(
+        f"SANDBOX READY api={api_url} metrics={metrics_url} kubeconfig={kc_path} "
+        f"profile={profile.get('name', args.profile)} speed={args.speed}",
+        flush=True,
+    )
 
     done = threading.Event()
 

@@ -18,7 +18,7 @@ EVENT_MESSAGE_LIMIT = 1024
 
 @dataclass
 class Options:
-    token: str = "sandbox-token"
+    token: str = "sandbox-token"  # noqa: S105 - a local dev sandbox, not a secret
     seed: int = 0
     speed: float = 1.0
     event_ttl: float = 3600.0  # simulated seconds, like the API server's --event-ttl=1h
@@ -34,6 +34,7 @@ class Cluster:
         self.options = options
         start = store.meta_get("clock")
         self.clock = SimClock(float(start) if start is not None else time.time(), options.speed)
+        store.clock_fn = self.clock.now
         # Random names are seeded too, so a run with the same --seed names pods alike.
         self._rng = random.Random(f"{options.seed}/{store.current_rv()}")
         self._event_index: dict[tuple[str, str, str, str], str] = {}
@@ -69,9 +70,7 @@ class Cluster:
     # -- events --------------------------------------------------------------------------
     @staticmethod
     def _event_key(event: Obj) -> tuple[str, str, str, str]:
-        component = event.get("reportingComponent") or event.get("source", {}).get(
-            "component", ""
-        )
+        component = event.get("reportingComponent") or event.get("source", {}).get("component", "")
         return (
             event["involvedObject"].get("uid", ""),
             event.get("reason", ""),
@@ -182,5 +181,7 @@ class Cluster:
 
         for event in self.store.iter("events"):
             if parse_rfc3339(event["metadata"]["creationTimestamp"]) < cutoff:
-                self.store.delete("events", event["metadata"]["namespace"], event["metadata"]["name"])
+                self.store.delete(
+                    "events", event["metadata"]["namespace"], event["metadata"]["name"]
+                )
                 self._event_index.pop(self._event_key(event), None)

@@ -26,8 +26,11 @@ FAMILIES: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
     ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
-     "Total energy consumption since boot (in mJ)."),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "Total energy consumption since boot (in mJ).",
+    ),
     ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
     ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
     ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
@@ -37,10 +40,16 @@ FAMILIES: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
-    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
-     "Ratio of cycles the tensor (HMMA) pipe is active."),
-    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
-     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    (
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+    ),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
 ]
 NOISE_BUCKET = 15.0  # seconds between independent noise samples (interpolated between)
 DIP_PERIOD, DIP_LENGTH = 600.0, 25.0  # training: evaluation/checkpoint every 10 minutes
@@ -74,8 +83,9 @@ class Holder:
         if started is None or t < started:
             return False
         finished = self.life.get("finished")
-        return not (self.life.get("state") in ("done", "backoff") and finished is not None
-                    and t >= finished)
+        return not (
+            self.life.get("state") in ("done", "backoff") and finished is not None and t >= finished
+        )
 
     def container(self) -> str:
         containers = self.pod["spec"].get("containers") or [{}]
@@ -108,10 +118,6 @@ def _util(seed: int, dev_key: str, holders: list[Holder], t: float) -> float:
     return min(100.0, sum(_load(seed, dev_key, h, t) for h in holders))
 
 
-def _lagged(seed: int, dev_key: str, holders: list[Holder], t: float, lags: tuple[float, ...]) -> float:
-    return sum(_util(seed, dev_key, holders, t - lag) for lag in lags) / len(lags)
-
-
 def bank_energy(cluster: Cluster, pod: Obj, entry: dict[str, Any]) -> None:
     """Keep the energy a finished pod drew so the energy counter never goes backwards."""
     life = cluster.store.meta_get(f"life/{pod['metadata'].get('uid', '')}") or {}
@@ -130,7 +136,7 @@ def bank_energy(cluster: Cluster, pod: Obj, entry: dict[str, Any]) -> None:
 
 
 def _fmt(value: float, integer: bool) -> str:
-    return str(int(round(value))) if integer else f"{value:.6f}"
+    return str(round(value)) if integer else f"{value:.6f}"
 
 
 def render(cluster: Cluster) -> str:
@@ -142,7 +148,7 @@ def render(cluster: Cluster) -> str:
         by_uid = {p["metadata"]["uid"]: p for p in cluster.store.iter("pods")}
         holders_by_dev: dict[tuple[str, str], list[Holder]] = {}
         for key in cluster.store.meta_keys("assign/"):
-            uid = key[len("assign/"):]
+            uid = key[len("assign/") :]
             entry = cluster.store.meta_get(key) or {}
             pod = by_uid.get(uid)
             life = cluster.store.meta_get(f"life/{uid}")
@@ -158,8 +164,9 @@ def render(cluster: Cluster) -> str:
             for dev in devices:
                 by_gpu.setdefault(dev.gpu, []).append(dev)
             for gpu_index, devs in sorted(by_gpu.items()):
-                _gpu_samples(cluster, samples, node_name, gpu_index, devs, holders_by_dev, t,
-                             seed, boot)
+                _gpu_samples(
+                    cluster, samples, node_name, gpu_index, devs, holders_by_dev, t, seed, boot
+                )
     out: list[str] = []
     for name, kind, help_text in FAMILIES:
         if not samples[name]:
@@ -170,9 +177,17 @@ def render(cluster: Cluster) -> str:
     return "\n".join(out) + "\n"
 
 
-def _gpu_samples(cluster: Cluster, samples: dict[str, list[str]], node: str, gpu_index: int,
-                 devs: list[Device], holders_by_dev: dict[tuple[str, str], list[Holder]],
-                 t: float, seed: int, boot: float) -> None:
+def _gpu_samples(
+    cluster: Cluster,
+    samples: dict[str, list[str]],
+    node: str,
+    gpu_index: int,
+    devs: list[Device],
+    holders_by_dev: dict[tuple[str, str], list[Holder]],
+    t: float,
+    seed: int,
+    boot: float,
+) -> None:
     first = devs[0]
     model = GPU_MODELS.get(first.model, {})
     tdp, idle_power = float(model.get("tdp", 300)), float(model.get("idle_power", 50))
@@ -190,12 +205,18 @@ def _gpu_samples(cluster: Cluster, samples: dict[str, list[str]], node: str, gpu
     def gpu_util(at: float) -> float:
         if not mig:
             return _util(seed, first.uuid, weights[0][1], at)
-        return sum(_util(seed, d.id, hs, at) * MIG_PROFILES[d.mig_profile]["slices"] / 7
-                   for d, hs in weights)
+        return sum(
+            _util(seed, d.id, hs, at) * MIG_PROFILES[d.mig_profile]["slices"] / 7
+            for d, hs in weights
+        )
 
     temp_util = sum(gpu_util(t - lag) for lag in (15, 45, 90, 150)) / 4
     power_util = sum(gpu_util(t - lag) for lag in (0, 5)) / 2
-    temp = idle_temp + (busy_temp - idle_temp) * temp_util / 100 + 0.8 * noise(seed, first.uuid + "/temp", t)
+    temp = (
+        idle_temp
+        + (busy_temp - idle_temp) * temp_util / 100
+        + 0.8 * noise(seed, first.uuid + "/temp", t)
+    )
     if any(h.hot for h in all_holders):
         temp = 88.0 + 2.5 * noise(seed, first.uuid + "/hot", t)
     power = idle_power + (tdp - idle_power) * power_util / 100
@@ -237,7 +258,8 @@ def _gpu_samples(cluster: Cluster, samples: dict[str, list[str]], node: str, gpu
             "DCGM_FI_DEV_GPU_TEMP": temp,
             "DCGM_FI_DEV_POWER_USAGE": power,
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": energy,
-            "DCGM_FI_DEV_MEM_COPY_UTIL": util * (0.45 if any(h.kind == "training" for h in running) else 0.3),
+            "DCGM_FI_DEV_MEM_COPY_UTIL": util
+            * (0.45 if any(h.kind == "training" for h in running) else 0.3),
             "DCGM_FI_DEV_ENC_UTIL": 0.0,
             "DCGM_FI_DEV_DEC_UTIL": 0.0,
             "DCGM_FI_DEV_XID_ERRORS": 0.0,
@@ -245,8 +267,9 @@ def _gpu_samples(cluster: Cluster, samples: dict[str, list[str]], node: str, gpu
             "DCGM_FI_DEV_FB_USED": used,
             "DCGM_FI_DEV_FB_RESERVED": float(reserved),
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE": min(1.0, util / 100 * 0.98),
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util / 100 * (0.55 if any(
-                h.kind == "training" for h in running) else 0.3),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util
+            / 100
+            * (0.55 if any(h.kind == "training" for h in running) else 0.3),
             "DCGM_FI_PROF_DRAM_ACTIVE": util / 100 * 0.42,
         }
         if not mig:
@@ -261,13 +284,16 @@ def _gpu_samples(cluster: Cluster, samples: dict[str, list[str]], node: str, gpu
         label_sets = [labels]
         if hs:
             label_sets = [
-                labels + f',container="{h.container()}",namespace="{h.pod["metadata"]["namespace"]}"'
+                labels
+                + f',container="{h.container()}",namespace="{h.pod["metadata"]["namespace"]}"'
                 f',pod="{h.pod["metadata"]["name"]}"'
                 for h in hs
             ]
         for name, _, _ in FAMILIES:
             if name not in values:
                 continue
-            integer = name not in ("DCGM_FI_DEV_POWER_USAGE",) and not name.startswith("DCGM_FI_PROF")
+            integer = name not in ("DCGM_FI_DEV_POWER_USAGE",) and not name.startswith(
+                "DCGM_FI_PROF"
+            )
             for ls in label_sets:
                 samples[name].append(f"{name}{{{ls}}} {_fmt(values[name], integer)}")

@@ -55,7 +55,12 @@ def _training_lines(tl: Timeline, now: float) -> tuple[list[tuple[float, str]], 
     step_every = max(STEP_SECONDS, tl.duration / 2000)
     total_steps = max(1, int(tl.duration // step_every))
     epochs = max(1, min(10, int(tl.duration // 30) or 1))
-    return [(tl.started + i * 0.1, line) for i, line in enumerate(header)], total_steps, step_every, epochs
+    return (
+        [(tl.started + i * 0.1, line) for i, line in enumerate(header)],
+        total_steps,
+        step_every,
+        epochs,
+    )
 
 
 def _training_step(tl: Timeline, k: int, total: int, epochs: int) -> str:
@@ -116,9 +121,9 @@ def _request_line(tl: Timeline, k: int) -> str:
     return f'INFO:     {client} - "POST /v1/predict HTTP/1.1" {status} latency={latency}ms'
 
 
-def render(tl: Timeline, now: float, tail: int | None = None, since: float | None = None) -> list[
-    tuple[float, str]
-]:
+def render(
+    tl: Timeline, now: float, tail: int | None = None, since: float | None = None
+) -> list[tuple[float, str]]:
     """(timestamp, text) lines up to ``now``; only the last ``tail`` are built when given."""
     end = tl.finished if tl.finished is not None else now
     if end < tl.started:
@@ -136,16 +141,24 @@ def render(tl: Timeline, now: float, tail: int | None = None, since: float | Non
                 lines.append(head[i])
             elif i < len(head) + steps_done:
                 k = i - len(head)
-                lines.append((tl.started + (k + 1) * step_every,
-                              _training_step(tl, k, total, epochs)))
+                lines.append(
+                    (tl.started + (k + 1) * step_every, _training_step(tl, k, total, epochs))
+                )
             else:
                 lines.append((end, footer[i - len(head) - steps_done]))
     else:
         head_text = _inference_header(tl)
         head = [(tl.started + i * 1.2, line) for i, line in enumerate(head_text)]
-        requests = max(0, int((end - tl.started - 10) // REQUEST_SECONDS) + 1) if end >= tl.started + 10 else 0
-        footer = ["INFO:     Shutting down", "INFO:     Finished server process [1]"] if (
-            tl.finished is not None) else []
+        requests = (
+            max(0, int((end - tl.started - 10) // REQUEST_SECONDS) + 1)
+            if end >= tl.started + 10
+            else 0
+        )
+        footer = (
+            ["INFO:     Shutting down", "INFO:     Finished server process [1]"]
+            if (tl.finished is not None)
+            else []
+        )
         count = len(head) + requests + len(footer)
         first = 0 if tail is None else max(0, count - tail)
         first = max(first, count - MAX_LINES)

@@ -20,28 +20,58 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 # What we know about each product: how DCGM names it and how it behaves under load.
 GPU_MODELS: dict[str, dict[str, Any]] = {
     "NVIDIA-A100-SXM4-80GB": {
-        "modelName": "NVIDIA A100-SXM4-80GB", "family": "ampere", "compute": (8, 0),
-        "memory": 81920, "tdp": 400, "idle_power": 58, "sm_clock": 1410, "mem_clock": 1593,
+        "modelName": "NVIDIA A100-SXM4-80GB",
+        "family": "ampere",
+        "compute": (8, 0),
+        "memory": 81920,
+        "tdp": 400,
+        "idle_power": 58,
+        "sm_clock": 1410,
+        "mem_clock": 1593,
         "machine": "DGX-A100",
     },
     "NVIDIA-A100-SXM4-40GB": {
-        "modelName": "NVIDIA A100-SXM4-40GB", "family": "ampere", "compute": (8, 0),
-        "memory": 40960, "tdp": 400, "idle_power": 55, "sm_clock": 1410, "mem_clock": 1215,
+        "modelName": "NVIDIA A100-SXM4-40GB",
+        "family": "ampere",
+        "compute": (8, 0),
+        "memory": 40960,
+        "tdp": 400,
+        "idle_power": 55,
+        "sm_clock": 1410,
+        "mem_clock": 1215,
         "machine": "DGX-A100",
     },
     "NVIDIA-H100-80GB-HBM3": {
-        "modelName": "NVIDIA H100 80GB HBM3", "family": "hopper", "compute": (9, 0),
-        "memory": 81559, "tdp": 700, "idle_power": 72, "sm_clock": 1980, "mem_clock": 2619,
+        "modelName": "NVIDIA H100 80GB HBM3",
+        "family": "hopper",
+        "compute": (9, 0),
+        "memory": 81559,
+        "tdp": 700,
+        "idle_power": 72,
+        "sm_clock": 1980,
+        "mem_clock": 2619,
         "machine": "DGX-H100",
     },
     "Tesla-T4": {
-        "modelName": "Tesla T4", "family": "turing", "compute": (7, 5),
-        "memory": 15360, "tdp": 70, "idle_power": 14, "sm_clock": 1590, "mem_clock": 5000,
+        "modelName": "Tesla T4",
+        "family": "turing",
+        "compute": (7, 5),
+        "memory": 15360,
+        "tdp": 70,
+        "idle_power": 14,
+        "sm_clock": 1590,
+        "mem_clock": 5000,
         "machine": "g4dn.12xlarge",
     },
     "NVIDIA-L4": {
-        "modelName": "NVIDIA L4", "family": "ada-lovelace", "compute": (8, 9),
-        "memory": 23034, "tdp": 72, "idle_power": 16, "sm_clock": 2040, "mem_clock": 6251,
+        "modelName": "NVIDIA L4",
+        "family": "ada-lovelace",
+        "compute": (8, 9),
+        "memory": 23034,
+        "tdp": 72,
+        "idle_power": 16,
+        "sm_clock": 2040,
+        "mem_clock": 6251,
         "machine": "g6.12xlarge",
     },
 }
@@ -138,7 +168,12 @@ def build_nodes(profile: dict[str, Any], seed: int, created: str) -> list[NodeSp
 
 
 def _build_node(
-    pool: dict[str, Any], name: str, pool_index: int, i: int, node_index: int, seed: int,
+    pool: dict[str, Any],
+    name: str,
+    pool_index: int,
+    i: int,
+    node_index: int,
+    seed: int,
     created: str,
 ) -> NodeSpec:
     cpu = str(pool.get("cpu", "32"))
@@ -266,20 +301,34 @@ def _gpu_devices(gpu: dict[str, Any], node: str, seed: int) -> list[Device]:
                     gi_id = info["gi_ids"][k % len(info["gi_ids"])]
                     devices.append(
                         Device(
-                            gpu=index, uuid=uuid, pci_bus_id=bus, model=product,
-                            memory_mib=info["memory"], resource=f"nvidia.com/mig-{profile_name}",
-                            mig_profile=profile_name, gi_id=gi_id,
+                            gpu=index,
+                            uuid=uuid,
+                            pci_bus_id=bus,
+                            model=product,
+                            memory_mib=info["memory"],
+                            resource=f"nvidia.com/mig-{profile_name}",
+                            mig_profile=profile_name,
+                            gi_id=gi_id,
                             mig_uuid="MIG-" + _uuid(seed, node, "mig", index, profile_name, k),
                         )
                     )
             continue
         if replicas > 1:
-            resource = "nvidia.com/gpu.shared" if sharing.get("renameByDefault") else "nvidia.com/gpu"
+            resource = (
+                "nvidia.com/gpu.shared" if sharing.get("renameByDefault") else "nvidia.com/gpu"
+            )
         else:
             resource = "nvidia.com/gpu"
         devices.append(
-            Device(gpu=index, uuid=uuid, pci_bus_id=bus, model=product, memory_mib=memory,
-                   resource=resource, slots=replicas)
+            Device(
+                gpu=index,
+                uuid=uuid,
+                pci_bus_id=bus,
+                model=product,
+                memory_mib=memory,
+                resource=resource,
+                slots=replicas,
+            )
         )
     return devices
 
@@ -323,8 +372,9 @@ def _gpu_labels(gpu: dict[str, Any], labels: dict[str, str], devices: list[Devic
             "nvidia.com/gpu.product": product,
             "nvidia.com/gpu.replicas": str(replicas),
             "nvidia.com/gpu.sharing-strategy": "time-slicing" if replicas > 1 else "none",
-            "nvidia.com/mig.capable": "true" if product.startswith("NVIDIA-A100")
-            or product.startswith("NVIDIA-H100") else "false",
+            "nvidia.com/mig.capable": "true"
+            if product.startswith("NVIDIA-A100") or product.startswith("NVIDIA-H100")
+            else "false",
         }
     )
     if replicas > 1:

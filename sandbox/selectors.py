@@ -110,18 +110,22 @@ FIELDS: dict[str, dict[str, FieldGetter]] = {
         "involvedObject.name": lambda o: o["involvedObject"].get("name", ""),
         "involvedObject.uid": lambda o: o["involvedObject"].get("uid", ""),
         "involvedObject.apiVersion": lambda o: o["involvedObject"].get("apiVersion", ""),
-        "involvedObject.resourceVersion": lambda o: o["involvedObject"].get(
-            "resourceVersion", ""
-        ),
+        "involvedObject.resourceVersion": lambda o: o["involvedObject"].get("resourceVersion", ""),
         "involvedObject.fieldPath": lambda o: o["involvedObject"].get("fieldPath", ""),
         "reason": lambda o: o.get("reason", ""),
         "reportingComponent": lambda o: o.get("reportingComponent", ""),
         "source": lambda o: o.get("source", {}).get("component", ""),
         "type": lambda o: o.get("type", ""),
     },
-    "nodes": {**_COMMON, "spec.unschedulable": lambda o: str(bool(o["spec"].get("unschedulable", False))).lower()},
+    "nodes": {
+        **_COMMON,
+        "spec.unschedulable": lambda o: str(bool(o["spec"].get("unschedulable", False))).lower(),
+    },
     "namespaces": {**_COMMON, "status.phase": lambda o: o.get("status", {}).get("phase", "")},
-    "jobs.batch": {**_COMMON, "status.successful": lambda o: str(o.get("status", {}).get("succeeded", 0))},
+    "jobs.batch": {
+        **_COMMON,
+        "status.successful": lambda o: str(o.get("status", {}).get("succeeded", 0)),
+    },
 }
 
 
@@ -134,7 +138,7 @@ def parse_field_selector(text: str, res: str) -> list[tuple[FieldGetter, str, st
             raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
         label, op, value = m.group(1), m.group(2), m.group(3)
         if label not in getters:
-            raise bad_request(f'field label not supported: {label}')
+            raise bad_request(f"field label not supported: {label}")
         reqs.append((getters[label], "!=" if op == "!=" else "=", value))
     return reqs
 

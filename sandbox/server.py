@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -34,18 +35,20 @@ class ApiServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://{self.server_address[0]}:{self.server_address[1]}"
+        host, port = str(self.server_address[0]), int(self.server_address[1])
+        return f"http://{host}:{port}"
 
 
 class _Base(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "sandbox-apiserver"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
 
-    def _send(self, status: int, body: bytes, content_type: str,
-              headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: Sequence[tuple[str, str]] = ()
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -91,16 +94,23 @@ class ApiHandler(_Base):
             if self.command == "GET" and query.get("watch") in ("true", "1"):
                 self._watch(split.path, query)
                 return
-            req = Request(self.command, split.path, query, body,
-                          self.headers.get("Content-Type", "application/json"), self.server.url)
+            req = Request(
+                self.command,
+                split.path,
+                query,
+                body,
+                self.headers.get("Content-Type", "application/json"),
+                self.server.url,
+            )
             with cluster.store.lock:
                 resp = handle(cluster, req)
         except ApiError as err:
             resp = Response(err.code, err.status())
         except Exception as exc:  # a sandbox bug answers like an apiserver panic would
             log.exception("request failed: %s %s", self.command, self.path)
-            resp = Response(500, ApiError(500, "InternalError",
-                                          f"Internal error occurred: {exc}").status())
+            resp = Response(
+                500, ApiError(500, "InternalError", f"Internal error occurred: {exc}").status()
+            )
         headers = [("Warning", f'299 - "{w}"'.replace("\n", " ")) for w in resp.warnings]
         headers.append(("Audit-Id", cluster.new_uid()))
         if isinstance(resp.body, str):
@@ -127,10 +137,14 @@ class ApiHandler(_Base):
         def snapshot() -> dict[tuple[str, str], dict[str, Any]]:
             with cluster.store.lock:
                 items = cluster.store.list(target.rt.key, target.namespace)
-                return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): json.loads(
-                    json.dumps(o)) for o in items
+                return {
+                    (o["metadata"].get("namespace", ""), o["metadata"]["name"]): json.loads(
+                        json.dumps(o)
+                    )
+                    for o in items
                     if labels_match(label_reqs, o["metadata"].get("labels") or {})
-                    and fields_match(field_reqs, o)}
+                    and fields_match(field_reqs, o)
+                }
 
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 Obj = dict[str, Any]
+# Aliases: inside ``Store`` the name ``list`` is the method, not the builtin.
+ObjList = list[Obj]
+StrList = list[str]
 
 
 class Store:
@@ -43,6 +46,10 @@ class Store:
         self._rv = int(self._meta.get("resourceVersion", 1000))
         # Bumped on every write; the scheduler retries pending pods when it moves.
         self.generation = 0
+        # Set by the cluster: every write also records the simulated time, so a killed
+        # process never restarts with its clock behind timestamps it already handed out.
+        self.clock_fn: Callable[[], float] | None = None
+        self._clock_saved = 0.0
 
     @property
     def fresh(self) -> bool:
@@ -61,7 +68,7 @@ class Store:
     def get(self, res: str, ns: str, name: str) -> Obj | None:
         return self._objects.get(res, {}).get((ns, name))
 
-    def list(self, res: str, ns: str | None = None) -> list[Obj]:
+    def list(self, res: str, ns: str | None = None) -> ObjList:
         items = self._objects.get(res, {})
         keys = sorted(k for k in items if ns is None or k[0] == ns)
         return [items[k] for k in keys]
@@ -85,6 +92,17 @@ class Store:
         self._save_rv()
         self.generation += 1
         return obj
+
+    def _save_clock(self) -> None:
+        if self.clock_fn is None:
+            return
+        now = self.clock_fn()
+        if now - self._clock_saved > 0.05:
+            self._clock_saved = now
+            self._meta["clock"] = now
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('clock', ?)", (json.dumps(now),)
+            )
 
     def delete(self, res: str, ns: str, name: str) -> Obj | None:
         obj = self._objects.get(res, {}).pop((ns, name), None)
@@ -112,10 +130,11 @@ class Store:
         if self._meta.pop(key, None) is not None:
             self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
 
-    def meta_keys(self, prefix: str) -> list[str]:
+    def meta_keys(self, prefix: str) -> StrList:
         return [k for k in self._meta if k.startswith(prefix)]
 
     def _save_rv(self) -> None:
+        self._save_clock()
         self._db.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('resourceVersion', ?)",
             (json.dumps(self._rv),),

@@ -64,25 +64,35 @@ class SandboxProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.ports_file.unlink(missing_ok=True)
         cmd = [
-            sys.executable, "-m", "sandbox",
-            "--profile", self.profile,
-            "--port", str(self.api_port),
-            "--metrics-port", str(self.metrics_port),
-            "--state", str(self.state),
-            "--kubeconfig", str(self.kubeconfig),
-            "--ports-file", str(self.ports_file),
-            "--speed", str(self.speed),
-            "--token", self.token,
+            sys.executable,
+            "-m",
+            "sandbox",
+            "--profile",
+            self.profile,
+            "--port",
+            str(self.api_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--state",
+            str(self.state),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--ports-file",
+            str(self.ports_file),
+            "--speed",
+            str(self.speed),
+            "--token",
+            self.token,
             *self.extra_args,
         ]
         if reset:
             cmd.append("--reset")
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH"))
-                                            if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
         log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child's lifetime
-        self.process = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         log.close()
         self._wait_ready()
         return self
@@ -136,7 +146,8 @@ def start_sandbox(
     profile: str = "small",
     speed: float = 30.0,
     extra_args: Sequence[str] = (),
-    token: str = "test-token",
+    token: str = "test-token",  # noqa: S107 - a throwaway test token
 ) -> SandboxProcess:
-    return SandboxProcess(Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args),
-                          token).start()
+    return SandboxProcess(
+        Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args), token
+    ).start()

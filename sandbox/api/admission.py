@@ -40,7 +40,9 @@ def admit_priority(cluster: Cluster, pod: Pod) -> None:
     value = int(pc.get("value", 0)) if pc else 0
     if spec.get("priority") is not None and spec["priority"] != value:
         raise forbidden(
-            "pods", "", name,
+            "pods",
+            "",
+            name,
             f"the integer value of priority ({spec['priority']}) must not be provided in pod "
             f"spec; priority admission controller computed {value} from the given "
             "PriorityClass name",
@@ -80,15 +82,31 @@ def admit_limit_ranges(cluster: Cluster, pod: Pod) -> None:
                 for rname, value in (limit.get("max") or {}).items():
                     have = limits.get(rname)
                     if have is None or quantity.parse(have) > quantity.parse(value):
-                        shown = f"but limit is {have}" if have is not None else "but no limit is specified"
-                        raise forbidden("pods", "", name,
-                                        f"maximum {rname} usage per Container is {value}, {shown}")
+                        shown = (
+                            f"but limit is {have}"
+                            if have is not None
+                            else "but no limit is specified"
+                        )
+                        raise forbidden(
+                            "pods",
+                            "",
+                            name,
+                            f"maximum {rname} usage per Container is {value}, {shown}",
+                        )
                 for rname, value in (limit.get("min") or {}).items():
                     have = requests.get(rname)
                     if have is None or quantity.parse(have) < quantity.parse(value):
-                        shown = f"but request is {have}" if have is not None else "but no request is specified"
-                        raise forbidden("pods", "", name,
-                                        f"minimum {rname} usage per Container is {value}, {shown}")
+                        shown = (
+                            f"but request is {have}"
+                            if have is not None
+                            else "but no request is specified"
+                        )
+                        raise forbidden(
+                            "pods",
+                            "",
+                            name,
+                            f"minimum {rname} usage per Container is {value}, {shown}",
+                        )
                 if not limits:
                     res.pop("limits")
                 if not requests:
@@ -111,59 +129,116 @@ def pod_security_violations(spec: dict[str, Any], level: str) -> list[str]:
     host = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
     if host:
         out.append(f"host namespaces ({', '.join(host)})")
-    privileged = [c["name"] for c in containers if (c.get("securityContext") or {}).get("privileged")]
+    privileged = [
+        c["name"] for c in containers if (c.get("securityContext") or {}).get("privileged")
+    ]
     if privileged:
         out.append(f"privileged ({who(privileged)} must not set securityContext.privileged=true)")
-    baseline_caps = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-                     "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+    baseline_caps = {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
     for c in containers:
         added = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
         bad = [a for a in added if a not in baseline_caps]
         if bad:
-            out.append(f'non-default capabilities ({who([c["name"]])} must not include '
-                       f'{", ".join(chr(34) + b + chr(34) for b in bad)} in securityContext.capabilities.add)')
+            out.append(
+                f"non-default capabilities ({who([c['name']])} must not include "
+                + ", ".join(f'"{b}"' for b in bad)
+                + " in securityContext.capabilities.add)"
+            )
     host_path = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
     if host_path:
         vols = ", ".join(f'"{v}"' for v in host_path)
         out.append(f"hostPath volumes (volume{'s' if len(host_path) > 1 else ''} {vols})")
     if level == "baseline":
         return out
-    ape = [c["name"] for c in containers
-           if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False]
+    ape = [
+        c["name"]
+        for c in containers
+        if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False
+    ]
     if ape:
-        out.append(f"allowPrivilegeEscalation != false ({who(ape)} must set "
-                   "securityContext.allowPrivilegeEscalation=false)")
-    allowed_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
-                       "persistentVolumeClaim", "projected", "secret"}
-    restricted_vols = [v["name"] for v in spec.get("volumes") or []
-                       if not (set(v) - {"name"}) <= allowed_volumes]
+        out.append(
+            f"allowPrivilegeEscalation != false ({who(ape)} must set "
+            "securityContext.allowPrivilegeEscalation=false)"
+        )
+    allowed_volumes = {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+    restricted_vols = [
+        v["name"] for v in spec.get("volumes") or [] if not (set(v) - {"name"}) <= allowed_volumes
+    ]
     if restricted_vols:
-        out.append(f'restricted volume types (volume "{restricted_vols[0]}" uses restricted '
-                   "volume type)")
-    caps_missing = [c["name"] for c in containers
-                    if "ALL" not in (((c.get("securityContext") or {}).get("capabilities") or {})
-                                     .get("drop") or [])]
+        out.append(
+            f'restricted volume types (volume "{restricted_vols[0]}" uses restricted volume type)'
+        )
+    caps_missing = [
+        c["name"]
+        for c in containers
+        if "ALL"
+        not in (((c.get("securityContext") or {}).get("capabilities") or {}).get("drop") or [])
+    ]
     if caps_missing:
-        out.append(f'unrestricted capabilities ({who(caps_missing)} must set '
-                   'securityContext.capabilities.drop=["ALL"])')
+        out.append(
+            f"unrestricted capabilities ({who(caps_missing)} must set "
+            'securityContext.capabilities.drop=["ALL"])'
+        )
     pod_non_root = pod_sc.get("runAsNonRoot") is True
-    non_root_missing = [c["name"] for c in containers
-                        if (c.get("securityContext") or {}).get("runAsNonRoot") is not True
-                        and not (pod_non_root and (c.get("securityContext") or {}).get("runAsNonRoot") is None)]
+    non_root_missing = [
+        c["name"]
+        for c in containers
+        if (c.get("securityContext") or {}).get("runAsNonRoot") is not True
+        and not (pod_non_root and (c.get("securityContext") or {}).get("runAsNonRoot") is None)
+    ]
     if non_root_missing:
-        out.append(f"runAsNonRoot != true (pod or {who(non_root_missing)} must set "
-                   "securityContext.runAsNonRoot=true)")
-    root_user = [c["name"] for c in containers if (c.get("securityContext") or {}).get("runAsUser") == 0]
+        out.append(
+            f"runAsNonRoot != true (pod or {who(non_root_missing)} must set "
+            "securityContext.runAsNonRoot=true)"
+        )
+    root_user = [
+        c["name"] for c in containers if (c.get("securityContext") or {}).get("runAsUser") == 0
+    ]
     if root_user or pod_sc.get("runAsUser") == 0:
-        out.append(f"runAsUser=0 (pod and {who(root_user)} must not set runAsUser=0)"
-                   if root_user else "runAsUser=0 (pod must not set runAsUser=0)")
-    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type") in ("RuntimeDefault", "Localhost")
-    seccomp_missing = [c["name"] for c in containers
-                       if ((c.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
-                       not in ("RuntimeDefault", "Localhost") and not pod_seccomp]
+        out.append(
+            f"runAsUser=0 (pod and {who(root_user)} must not set runAsUser=0)"
+            if root_user
+            else "runAsUser=0 (pod must not set runAsUser=0)"
+        )
+    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type") in (
+        "RuntimeDefault",
+        "Localhost",
+    )
+    seccomp_missing = [
+        c["name"]
+        for c in containers
+        if ((c.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
+        not in ("RuntimeDefault", "Localhost")
+        and not pod_seccomp
+    ]
     if seccomp_missing:
-        out.append(f'seccompProfile (pod or {who(seccomp_missing)} must set '
-                   'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")')
+        out.append(
+            f"seccompProfile (pod or {who(seccomp_missing)} must set "
+            'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
+        )
     return out
 
 
@@ -179,8 +254,12 @@ def admit_pod_security(cluster: Cluster, pod: Pod) -> None:
     level, version = namespace_psa(cluster, pod["metadata"]["namespace"])
     violations = pod_security_violations(pod["spec"], level)
     if violations:
-        raise forbidden("pods", "", pod["metadata"]["name"],
-                        f'violates PodSecurity "{level}:{version}": ' + ", ".join(violations))
+        raise forbidden(
+            "pods",
+            "",
+            pod["metadata"]["name"],
+            f'violates PodSecurity "{level}:{version}": ' + ", ".join(violations),
+        )
 
 
 def workload_warnings(cluster: Cluster, ns: str, template_spec: dict[str, Any]) -> list[str]:
@@ -235,7 +314,7 @@ def quota_used(cluster: Cluster, ns: str, hard: dict[str, Any]) -> dict[str, Dec
                 used[key] += amount
     for key in hard:
         if key.startswith("count/") and key != "count/pods":
-            res = key[len("count/"):]
+            res = key[len("count/") :]
             used[key] = Decimal(len(cluster.store.list(res, ns)))
         elif key in ("services", "configmaps", "secrets", "resourcequotas"):
             used[key] = Decimal(len(cluster.store.list(key, ns)))
@@ -264,11 +343,13 @@ def admit_resource_quota(cluster: Cluster, pod: Pod) -> None:
         if missing:
             names = ",".join(c["name"] for c in pod["spec"].get("containers") or [])
             detail = "; ".join(f"{k} for: {names}" for k in missing)
-            raise forbidden("pods", "", name,
-                            f"failed quota: {rq['metadata']['name']}: must specify {detail}")
+            raise forbidden(
+                "pods", "", name, f"failed quota: {rq['metadata']['name']}: must specify {detail}"
+            )
         used = quota_used(cluster, ns, hard)
         exceeded = sorted(
-            key for key, amount in usage.items()
+            key
+            for key, amount in usage.items()
             if key in hard and used.get(key, Decimal(0)) + amount > quantity.parse(hard[key])
         )
         if exceeded:
@@ -276,7 +357,9 @@ def admit_resource_quota(cluster: Cluster, pod: Pod) -> None:
             in_use = ",".join(f"{k}={fmt(k, used[k], hard[k])}" for k in exceeded)
             limited = ",".join(f"{k}={hard[k]}" for k in exceeded)
             raise forbidden(
-                "pods", "", name,
+                "pods",
+                "",
+                name,
                 f"exceeded quota: {rq['metadata']['name']}, requested: {requested}, "
                 f"used: {in_use}, limited: {limited}",
             )

@@ -24,8 +24,11 @@ VERSION = {
 
 
 def api_versions(server: str) -> dict[str, Any]:
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server}]}
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server}],
+    }
 
 
 def _group(group: str) -> dict[str, Any]:
@@ -49,8 +52,13 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
         return None
     items: list[dict[str, Any]] = []
     for r in resources:
-        entry: dict[str, Any] = {"name": r.plural, "singularName": r.singular,
-                                 "namespaced": r.namespaced, "kind": r.kind, "verbs": list(r.verbs)}
+        entry: dict[str, Any] = {
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": list(r.verbs),
+        }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
         if r.plural in ("pods", "services", "deployments", "replicasets", "jobs"):
@@ -58,9 +66,19 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
         items.append(entry)
         for sub in r.subresources:
             verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
-            items.append({"name": f"{r.plural}/{sub}", "singularName": "",
-                          "namespaced": r.namespaced,
-                          "kind": "Scale" if sub == "scale" else r.kind, "verbs": verbs})
+            items.append(
+                {
+                    "name": f"{r.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": "Scale" if sub == "scale" else r.kind,
+                    "verbs": verbs,
+                }
+            )
     group_version = f"{group}/{version}" if group else version
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
-            "resources": items}
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": items,
+    }

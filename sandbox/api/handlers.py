@@ -47,7 +47,7 @@ class Target:
 
 
 def parse_target(path: str) -> tuple[str, str, list[str]] | None:
-    """``/apis/batch/v1/namespaces/x/jobs/y`` → ("batch", "v1", ["namespaces", "x", "jobs", "y"])."""
+    """``/apis/batch/v1/namespaces/x/jobs/y`` → ("batch", "v1", [namespaces, x, jobs, y])."""
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":
         return "", parts[1], parts[2:]
@@ -60,21 +60,23 @@ def resolve(group: str, version: str, rest: list[str]) -> Target:
     def rtype(plural: str) -> ResourceType:
         rt = BY_PATH.get((group, version, plural))
         if rt is None:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource",
-                           {})
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         return rt
 
     if len(rest) >= 3 and rest[0] == "namespaces":
         rt = rtype(rest[2])
         if not rt.namespaced:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        return Target(rt, rest[1], rest[3] if len(rest) > 3 else None,
-                      rest[4] if len(rest) > 4 else None)
+        return Target(
+            rt, rest[1], rest[3] if len(rest) > 3 else None, rest[4] if len(rest) > 4 else None
+        )
     if rest:
         rt = rtype(rest[0])
         if rt.namespaced and len(rest) > 1:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        return Target(rt, None, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+        return Target(
+            rt, None, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None
+        )
     raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
 
@@ -130,26 +132,35 @@ def _resource(cluster: Cluster, req: Request, t: Target) -> Response:
         if method == "POST":
             if rt.namespaced and t.namespace is None:
                 raise method_not_allowed()
-            obj, warnings = objects.create(cluster, rt, ns, _json_body(req),
-                                           field_validation=validation, dry_run=dry_run)
+            obj, warnings = objects.create(
+                cluster, rt, ns, _json_body(req), field_validation=validation, dry_run=dry_run
+            )
             return Response(201, obj, warnings=warnings)
         if method == "DELETE":
             listing = objects.list_objects(cluster, rt, t.namespace, q)
             for item in listing["items"]:
-                objects.delete(cluster, rt, item["metadata"].get("namespace", ""),
-                               item["metadata"]["name"], _delete_options(req))
-            return Response(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                  "status": "Success"})
+                objects.delete(
+                    cluster,
+                    rt,
+                    item["metadata"].get("namespace", ""),
+                    item["metadata"]["name"],
+                    _delete_options(req),
+                )
+            return Response(
+                200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+            )
         raise method_not_allowed()
     if method == "GET":
         return Response(200, objects.get(cluster, rt, ns, t.name))
     if method == "PUT":
-        obj, warnings = objects.update(cluster, rt, ns, t.name, _json_body(req),
-                                       field_validation=validation)
+        obj, warnings = objects.update(
+            cluster, rt, ns, t.name, _json_body(req), field_validation=validation
+        )
         return Response(200, obj, warnings=warnings)
     if method == "PATCH":
-        obj, warnings = objects.patch(cluster, rt, ns, t.name, req.body, req.content_type,
-                                      field_validation=validation)
+        obj, warnings = objects.patch(
+            cluster, rt, ns, t.name, req.body, req.content_type, field_validation=validation
+        )
         return Response(200, obj, warnings=warnings)
     if method == "DELETE":
         obj, warnings = objects.delete(cluster, rt, ns, t.name, _delete_options(req))
@@ -189,8 +200,9 @@ def _subresource(cluster: Cluster, req: Request, t: Target) -> Response:
             obj, warnings = objects.update(cluster, rt, ns, name, _json_body(req), status_only=True)
             return Response(200, obj, warnings=warnings)
         if req.method == "PATCH":
-            obj, warnings = objects.patch(cluster, rt, ns, name, req.body, req.content_type,
-                                          status_only=True)
+            obj, warnings = objects.patch(
+                cluster, rt, ns, name, req.body, req.content_type, status_only=True
+            )
             return Response(200, obj, warnings=warnings)
         raise method_not_allowed()
     if sub == "scale":
@@ -205,8 +217,9 @@ def _subresource(cluster: Cluster, req: Request, t: Target) -> Response:
             if not isinstance(replicas, int):
                 raise bad_request("spec.replicas must be an integer")
             patch_body = json.dumps({"spec": {"replicas": replicas}}).encode()
-            obj, _ = objects.patch(cluster, rt, ns, name, patch_body,
-                                   "application/merge-patch+json")
+            obj, _ = objects.patch(
+                cluster, rt, ns, name, patch_body, "application/merge-patch+json"
+            )
         elif req.method != "GET":
             raise method_not_allowed()
         return Response(200, _scale(obj))
@@ -215,14 +228,20 @@ def _subresource(cluster: Cluster, req: Request, t: Target) -> Response:
 
 def _scale(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
-    labels = ((obj["spec"].get("selector") or {}).get("matchLabels") or {})
+    labels = (obj["spec"].get("selector") or {}).get("matchLabels") or {}
     return {
-        "kind": "Scale", "apiVersion": "autoscaling/v1",
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                           "creationTimestamp") if k in meta},
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
         "spec": {"replicas": obj["spec"].get("replicas", 0)},
-        "status": {"replicas": obj.get("status", {}).get("replicas", 0),
-                   "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items()))},
+        "status": {
+            "replicas": obj.get("status", {}).get("replicas", 0),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        },
     }
 
 
@@ -236,8 +255,10 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
     container = q.get("container")
     if not container:
         if len(containers) > 1:
-            raise bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                              f"[{' '.join(containers)}]")
+            raise bad_request(
+                f"a container name must be specified for pod {name}, choose one of: "
+                f"[{' '.join(containers)}]"
+            )
         container = containers[0]
     if container not in containers:
         raise bad_request(f"container {container} is not valid for pod {name}")
@@ -256,15 +277,20 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
         else:
             path = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
             if path.startswith("metadata.annotations['"):
-                env[e["name"]] = str(annotations.get(path[len("metadata.annotations['"):-2], ""))
+                env[e["name"]] = str(annotations.get(path[len("metadata.annotations['") : -2], ""))
     port = next((p.get("containerPort") for p in spec_c.get("ports") or []), 8080)
     finished = life.get("finished") if life.get("state") in ("done", "backoff") else None
     tl = logs.Timeline(
-        kind=life.get("kind", "training"), started=float(life["started"]),
+        kind=life.get("kind", "training"),
+        started=float(life["started"]),
         finished=float(finished) if finished is not None else None,
-        duration=float(life.get("duration", 60)), exit_code=int(life.get("exit", 0)),
-        image=str(spec_c.get("image", "")), gpus=list(life.get("devices") or []), env=env,
-        port=int(port), seed=f"{cluster.options.seed}/{pod['metadata']['uid']}/{container}",
+        duration=float(life.get("duration", 60)),
+        exit_code=int(life.get("exit", 0)),
+        image=str(spec_c.get("image", "")),
+        gpus=list(life.get("devices") or []),
+        env=env,
+        port=int(port),
+        seed=f"{cluster.options.seed}/{pod['metadata']['uid']}/{container}",
     )
     since: float | None = None
     if q.get("sinceSeconds"):

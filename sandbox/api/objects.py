@@ -31,8 +31,12 @@ from sandbox.selectors import fields_match, labels_match, parse_field_selector, 
 from sandbox.store import Obj
 
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
-JOB_LABELS = ("batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name",
-              "controller-uid", "job-name")
+JOB_LABELS = (
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-name",
+    "controller-uid",
+    "job-name",
+)
 
 
 def _check_namespace(cluster: Cluster, rt: ResourceType, ns: str, name: str) -> None:
@@ -40,9 +44,12 @@ def _check_namespace(cluster: Cluster, rt: ResourceType, ns: str, name: str) -> 
     if ns_obj is None:
         raise not_found("namespaces", "", ns)
     if ns_obj.get("status", {}).get("phase") == "Terminating":
-        raise forbidden(rt.plural, rt.group, name,
-                        f"unable to create new content in namespace {ns} because it is being "
-                        "terminated")
+        raise forbidden(
+            rt.plural,
+            rt.group,
+            name,
+            f"unable to create new content in namespace {ns} because it is being terminated",
+        )
 
 
 def _qos_class(pod: Obj) -> str:
@@ -76,14 +83,21 @@ def _prepare_kind(cluster: Cluster, rt: ResourceType, obj: Obj) -> list[str]:
         if not spec.get("manualSelector"):
             spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
         labels = spec["template"]["metadata"].setdefault("labels", {})
-        labels.update({"batch.kubernetes.io/controller-uid": uid,
-                       "batch.kubernetes.io/job-name": meta["name"],
-                       "controller-uid": uid, "job-name": meta["name"]})
+        labels.update(
+            {
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": meta["name"],
+                "controller-uid": uid,
+                "job-name": meta["name"],
+            }
+        )
         if not meta.get("labels"):
             # Job defaulting: a Job without labels takes its pod template's labels.
             meta["labels"] = dict(labels)
         obj["status"] = {}
-        warnings += admission.workload_warnings(cluster, meta["namespace"], spec["template"]["spec"])
+        warnings += admission.workload_warnings(
+            cluster, meta["namespace"], spec["template"]["spec"]
+        )
     elif rt.plural in ("deployments", "replicasets") and isinstance(spec, dict):
         obj["status"] = {}
         if rt.plural == "deployments":
@@ -96,8 +110,10 @@ def _prepare_kind(cluster: Cluster, rt: ResourceType, obj: Obj) -> list[str]:
     elif rt.plural == "resourcequotas":
         hard = dict((spec or {}).get("hard") or {})
         used = admission.quota_used(cluster, meta["namespace"], hard)
-        obj["status"] = {"hard": hard,
-                         "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()}}
+        obj["status"] = {
+            "hard": hard,
+            "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()},
+        }
     elif rt.plural == "services" and isinstance(spec, dict):
         if spec.get("clusterIP") != "None":
             n = cluster.store.count("services") + 10
@@ -132,8 +148,10 @@ def create(
     obj["metadata"] = meta
     if rt.namespaced:
         if meta.get("namespace") not in (None, "", ns):
-            raise bad_request("the namespace of the provided object does not match the "
-                              "namespace sent on the request")
+            raise bad_request(
+                "the namespace of the provided object does not match the "
+                "namespace sent on the request"
+            )
         meta["namespace"] = ns
     else:
         meta.pop("namespace", None)
@@ -151,13 +169,30 @@ def create(
     key_ns = ns if rt.namespaced else ""
     if cluster.store.get(rt.key, key_ns, name) is not None:
         raise already_exists(rt.plural, rt.group, name)
-    for field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
-                  "deletionGracePeriodSeconds", "managedFields", "selfLink"):
+    for field in (
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    ):
         meta.pop(field, None)
     meta["uid"] = cluster.new_uid()
     meta["creationTimestamp"] = cluster.timestamp()
-    if rt.plural not in ("pods", "events", "namespaces", "nodes", "configmaps", "secrets",
-                         "services", "serviceaccounts", "resourcequotas", "limitranges"):
+    if rt.plural not in (
+        "pods",
+        "events",
+        "namespaces",
+        "nodes",
+        "configmaps",
+        "secrets",
+        "services",
+        "serviceaccounts",
+        "resourcequotas",
+        "limitranges",
+    ):
         meta["generation"] = 1
     warnings += _prepare_kind(cluster, rt, obj)
     if rt.plural == "pods":
@@ -198,15 +233,24 @@ def update(
     obj = copy.deepcopy(body)
     meta = obj.setdefault("metadata", {})
     if meta.get("name", name) != name:
-        raise bad_request(f"the name of the object ({meta.get('name')}) does not match the name "
-                          f"on the URL ({name})")
+        raise bad_request(
+            f"the name of the object ({meta.get('name')}) does not match the name "
+            f"on the URL ({name})"
+        )
     rv = meta.get("resourceVersion")
     if rv and rv != old["metadata"]["resourceVersion"]:
         raise conflict(rt.plural, rt.group, name)
     obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
     warnings = validation.check_schema(rt, obj, field_validation) if check_schema else []
-    for field in ("name", "namespace", "uid", "creationTimestamp", "generation",
-                  "deletionTimestamp", "deletionGracePeriodSeconds"):
+    for field in (
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ):
         if field in old["metadata"]:
             meta[field] = old["metadata"][field]
         else:
@@ -228,28 +272,46 @@ def update(
         if {k: v for k, v in obj["spec"].items() if k not in allowed} != {
             k: v for k, v in old["spec"].items() if k not in allowed
         }:
-            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: spec: Forbidden: pod '
-                           "updates may not change fields other than `spec.containers[*].image`,"
-                           "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
-                           "`spec.tolerations` (only additions to existing tolerations),"
-                           "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
-                           "was previously negative)",
-                           {"name": name, "kind": "Pod", "causes": [{
-                               "reason": "FieldValueForbidden", "message": "Forbidden: pod "
-                               "updates may not change fields other than ...", "field": "spec"}]})
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Pod "{name}" is invalid: spec: Forbidden: pod '
+                "updates may not change fields other than `spec.containers[*].image`,"
+                "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+                "`spec.tolerations` (only additions to existing tolerations),"
+                "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
+                "was previously negative)",
+                {
+                    "name": name,
+                    "kind": "Pod",
+                    "causes": [
+                        {
+                            "reason": "FieldValueForbidden",
+                            "message": "Forbidden: pod "
+                            "updates may not change fields other than ...",
+                            "field": "spec",
+                        }
+                    ],
+                },
+            )
     if rt.plural == "jobs":
         # Selector and generated labels are immutable; keep them when a client drops them.
         obj["spec"]["selector"] = old["spec"].get("selector")
         obj["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {}).update(
-            {k: v for k, v in old["spec"]["template"]["metadata"].get("labels", {}).items()
-             if k in JOB_LABELS}
+            {
+                k: v
+                for k, v in old["spec"]["template"]["metadata"].get("labels", {}).items()
+                if k in JOB_LABELS
+            }
         )
     validation.validate_object(rt, obj, old)
     if rt.plural == "resourcequotas":
         hard = dict((obj.get("spec") or {}).get("hard") or {})
         used = admission.quota_used(cluster, ns, hard)
-        obj["status"] = {"hard": hard,
-                         "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()}}
+        obj["status"] = {
+            "hard": hard,
+            "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()},
+        }
     if "generation" in meta and _spec_changed(old, obj):
         meta["generation"] = int(meta["generation"]) + 1
     if obj == old:
@@ -278,9 +340,12 @@ def patch(
 ) -> tuple[Obj, list[str]]:
     ctype = content_type.split(";")[0].strip()
     if ctype not in PATCH_TYPES:
-        raise ApiError(415, "UnsupportedMediaType",
-                       f"the body of the request was in an unknown format - accepted media "
-                       f"types include: {', '.join(PATCH_TYPES)}")
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media "
+            f"types include: {', '.join(PATCH_TYPES)}",
+        )
     try:
         body = yaml.safe_load(raw) if ctype.endswith("yaml") else json.loads(raw or b"null")
     except (ValueError, yaml.YAMLError) as exc:
@@ -308,14 +373,23 @@ def patch(
     if status_only:
         return update(cluster, rt, ns, name, new, status_only=True, check_schema=False)
     # A patch need not carry resourceVersion; when it does, it is a precondition.
-    patched_rv = (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
-    new.setdefault("metadata", {})["resourceVersion"] = patched_rv or old["metadata"]["resourceVersion"]
+    patched_rv = (
+        (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+    )
+    new.setdefault("metadata", {})["resourceVersion"] = (
+        patched_rv or old["metadata"]["resourceVersion"]
+    )
     return update(cluster, rt, ns, name, new, field_validation=field_validation)
 
 
 # -- list ------------------------------------------------------------------------------------
 def _encode_continue(rv: str, after: tuple[str, str], now: float) -> str:
-    payload = {"v": "meta.k8s.io/v1", "rv": int(rv), "start": f"{after[0]}/{after[1]}\x00", "t": now}
+    payload = {
+        "v": "meta.k8s.io/v1",
+        "rv": int(rv),
+        "start": f"{after[0]}/{after[1]}\x00",
+        "t": now,
+    }
     return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
 
 
@@ -327,13 +401,13 @@ def _decode_continue(token: str) -> dict[str, Any]:
             raise ValueError
         return data
     except (ValueError, TypeError):
-        raise bad_request("continue key is not valid: incorrect encoded start resourceVersion "
-                          "(version meta.k8s.io/v1)") from None
+        raise bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion "
+            "(version meta.k8s.io/v1)"
+        ) from None
 
 
-def list_objects(
-    cluster: Cluster, rt: ResourceType, ns: str | None, query: dict[str, str]
-) -> Obj:
+def list_objects(cluster: Cluster, rt: ResourceType, ns: str | None, query: dict[str, str]) -> Obj:
     label_reqs = parse_label_selector(query.get("labelSelector", ""))
     field_reqs = parse_field_selector(query.get("fieldSelector", ""), rt.key)
     items = cluster.store.list(rt.key, ns if rt.namespaced else None)
@@ -405,8 +479,13 @@ def _status_success(rt: ResourceType, obj: Obj) -> Obj:
         details["group"] = rt.group
     details["kind"] = rt.plural
     details["uid"] = obj["metadata"].get("uid", "")
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "details": details}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }
 
 
 def delete(
@@ -427,25 +506,40 @@ def delete(
     warnings: list[str] = []
     pre = options.get("preconditions") or {}
     if pre.get("uid") and pre["uid"] != meta.get("uid"):
-        raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {pre['uid']}, "
-                       f"UID in object meta: {meta.get('uid')}",
-                       {"name": name, "kind": rt.plural})
+        raise ApiError(
+            409,
+            "Conflict",
+            f"Precondition failed: UID in precondition: {pre['uid']}, "
+            f"UID in object meta: {meta.get('uid')}",
+            {"name": name, "kind": rt.plural},
+        )
     if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-        raise ApiError(409, "Conflict", "Precondition failed: ResourceVersion in precondition: "
-                       f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                       f"{meta.get('resourceVersion')}", {"name": name, "kind": rt.plural})
+        raise ApiError(
+            409,
+            "Conflict",
+            "Precondition failed: ResourceVersion in precondition: "
+            f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+            f"{meta.get('resourceVersion')}",
+            {"name": name, "kind": rt.plural},
+        )
     policy = options.get("propagationPolicy")
     if options.get("orphanDependents") is True:
         policy = "Orphan"
     if policy not in (None, "Orphan", "Background", "Foreground"):
-        raise ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: '
-                       f'propagationPolicy: Unsupported value: "{policy}": supported values: '
-                       '"Foreground", "Background", "Orphan", "nil"')
+        raise ApiError(
+            422,
+            "Invalid",
+            f'DeleteOptions.meta.k8s.io "" is invalid: '
+            f'propagationPolicy: Unsupported value: "{policy}": supported values: '
+            '"Foreground", "Background", "Orphan", "nil"',
+        )
     if policy is None and rt.plural == "jobs":
         policy = "Orphan"
-        warnings.append("child pods are preserved by default when jobs are deleted; set "
-                        "propagationPolicy=Background to remove them or set "
-                        "propagationPolicy=Orphan to suppress this warning")
+        warnings.append(
+            "child pods are preserved by default when jobs are deleted; set "
+            "propagationPolicy=Background to remove them or set "
+            "propagationPolicy=Orphan to suppress this warning"
+        )
     policy = policy or "Background"
     if rt.plural == "namespaces":
         if name in PROTECTED_NAMESPACES:
@@ -458,9 +552,15 @@ def delete(
         return obj, warnings
     if rt.plural == "pods":
         grace = options.get("gracePeriodSeconds")
-        grace = int(grace) if grace is not None else int(obj["spec"].get("terminationGracePeriodSeconds", 30))
+        grace = (
+            int(grace)
+            if grace is not None
+            else int(obj["spec"].get("terminationGracePeriodSeconds", 30))
+        )
         running = obj["spec"].get("nodeName") and obj.get("status", {}).get("phase") not in (
-            "Succeeded", "Failed")
+            "Succeeded",
+            "Failed",
+        )
         if running and grace > 0:
             if meta.get("deletionTimestamp") is None:
                 meta["deletionTimestamp"] = cluster.timestamp()
@@ -472,7 +572,9 @@ def delete(
         return obj, warnings
     if policy == "Orphan":
         for drt, dep in dependents(cluster, meta["uid"]):
-            refs = [r for r in dep["metadata"].get("ownerReferences", []) if r.get("uid") != meta["uid"]]
+            refs = [
+                r for r in dep["metadata"].get("ownerReferences", []) if r.get("uid") != meta["uid"]
+            ]
             if refs:
                 dep["metadata"]["ownerReferences"] = refs
             else:

@@ -45,8 +45,14 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
             if not isinstance(item, dict) or key not in item:
                 merged.append(copy.deepcopy(item))
                 continue
-            index = next((i for i, old in enumerate(merged)
-                          if isinstance(old, dict) and old.get(key) == item[key]), None)
+            index = next(
+                (
+                    i
+                    for i, old in enumerate(merged)
+                    if isinstance(old, dict) and old.get(key) == item[key]
+                ),
+                None,
+            )
             if item.get("$patch") == "delete":
                 if index is not None:
                     merged.pop(index)
@@ -70,7 +76,9 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
 
 def _pointer(path: str) -> list[str]:
     if not path.startswith("/"):
-        raise bad_request(f"the server rejected our request due to an error in our request: invalid path {path!r}")
+        raise bad_request(
+            f"the server rejected our request due to an error in our request: invalid path {path!r}"
+        )
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
@@ -92,8 +100,11 @@ def json_patch(target: Any, ops: Any) -> Any:
             parts = _pointer(op.get("path", ""))
             if kind in ("copy", "move"):
                 src_holder, src_key = walk(_pointer(op["from"]))
-                value = copy.deepcopy(src_holder[int(src_key)] if isinstance(src_holder, list)
-                                      else src_holder[src_key])
+                value = copy.deepcopy(
+                    src_holder[int(src_key)]
+                    if isinstance(src_holder, list)
+                    else src_holder[src_key]
+                )
                 if kind == "move":
                     del src_holder[int(src_key) if isinstance(src_holder, list) else src_key]
                 op = {"op": "add", "path": op["path"], "value": value}
@@ -116,11 +127,14 @@ def json_patch(target: Any, ops: Any) -> Any:
             elif kind == "test":
                 current = holder[int(key)] if isinstance(holder, list) else holder[key]
                 if current != op.get("value"):
-                    raise bad_request(f"the server rejected our request due to an error in our "
-                                      f"request: testing value {op.get('path')} failed")
+                    raise bad_request(
+                        f"the server rejected our request due to an error in our "
+                        f"request: testing value {op.get('path')} failed"
+                    )
             else:
                 raise bad_request(f"Unexpected kind: {kind}")
     except (KeyError, IndexError, ValueError, TypeError) as exc:
-        raise bad_request(f"the server rejected our request due to an error in our request: "
-                          f"{exc}") from None
+        raise bad_request(
+            f"the server rejected our request due to an error in our request: {exc}"
+        ) from None
     return doc

@@ -32,7 +32,13 @@ SUBDOMAIN_MSG = (
     "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
     "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
 )
-_GO_TYPES = {"integer": "int32", "string": "string", "boolean": "bool", "object": "map", "array": "slice"}
+_GO_TYPES = {
+    "integer": "int32",
+    "string": "string",
+    "boolean": "bool",
+    "object": "map",
+    "array": "slice",
+}
 
 
 def go_value(value: Any) -> str:
@@ -71,7 +77,9 @@ def check_schema(rt: ResourceType, obj: dict[str, Any], field_validation: str) -
                 for name in names:
                     field = _path_text([*path, name])
                     if field_validation == "Strict":
-                        raise bad_request(f'strict decoding error: unknown field "{field}"')
+                        raise bad_request(
+                            f'strict decoding error: unknown field "{field}"'
+                        ) from None
                     if field_validation != "Ignore":
                         warnings.append(f'unknown field "{field}"')
                     holder.pop(name, None)
@@ -81,23 +89,39 @@ def check_schema(rt: ResourceType, obj: dict[str, Any], field_validation: str) -
                 missing = re.findall(r"'([^']+)' is a required property", err.message)
                 name = obj.get("metadata", {}).get("name", "")
                 raise invalid(
-                    rt.kind, rt.group, name,
-                    [Cause(_path_text([*path, *missing[:1]]), "Required value", "FieldValueRequired")],
-                )
+                    rt.kind,
+                    rt.group,
+                    name,
+                    [
+                        Cause(
+                            _path_text([*path, *missing[:1]]),
+                            "Required value",
+                            "FieldValueRequired",
+                        )
+                    ],
+                ) from None
             if err.validator == "type":
                 expected = err.validator_value
                 expected = expected[0] if isinstance(expected, list) else expected
                 actual = type(err.instance).__name__
-                actual = {"str": "string", "int": "number", "float": "number", "dict": "object",
-                          "list": "array", "bool": "bool"}.get(actual, actual)
+                actual = {
+                    "str": "string",
+                    "int": "number",
+                    "float": "number",
+                    "dict": "object",
+                    "list": "array",
+                    "bool": "bool",
+                }.get(actual, actual)
                 raise bad_request(
                     f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
                     f"json: cannot unmarshal {actual} into Go struct field "
                     f".{field} of type {_GO_TYPES.get(str(expected), str(expected))}"
-                )
+                ) from None
             name = obj.get("metadata", {}).get("name", "")
             raise invalid(
-                rt.kind, rt.group, name,
+                rt.kind,
+                rt.group,
+                name,
                 [Cause(field, f"Invalid value: {go_value(err.instance)}: {err.message}")],
             ) from None
     return warnings
@@ -107,8 +131,13 @@ def check_schema(rt: ResourceType, obj: dict[str, Any], field_validation: str) -
 def _name_causes(rt: ResourceType, meta: dict[str, Any]) -> list[Cause]:
     name = meta.get("name") or ""
     if not name:
-        return [Cause("metadata.name", "Required value: name or generateName is required",
-                      "FieldValueRequired")]
+        return [
+            Cause(
+                "metadata.name",
+                "Required value: name or generateName is required",
+                "FieldValueRequired",
+            )
+        ]
     label_only = rt.plural in ("namespaces", "services")
     pattern, msg = (DNS1123_LABEL, LABEL_MSG) if label_only else (DNS1123_SUBDOMAIN, SUBDOMAIN_MSG)
     limit = 63 if label_only or rt.plural == "jobs" else 253
@@ -116,22 +145,35 @@ def _name_causes(rt: ResourceType, meta: dict[str, Any]) -> list[Cause]:
     if not pattern.match(name):
         causes.append(Cause("metadata.name", f"Invalid value: {go_value(name)}: {msg}"))
     if len(name) > limit:
-        causes.append(Cause("metadata.name", f"Invalid value: {go_value(name)}: must be no more "
-                            f"than {limit} characters"))
+        causes.append(
+            Cause(
+                "metadata.name",
+                f"Invalid value: {go_value(name)}: must be no more than {limit} characters",
+            )
+        )
     return causes
 
 
-def _nonneg(causes: list[Cause], spec: dict[str, Any], key: str, prefix: str, minimum: int = 0) -> None:
+def _nonneg(
+    causes: list[Cause], spec: dict[str, Any], key: str, prefix: str, minimum: int = 0
+) -> None:
     value = spec.get(key)
     if isinstance(value, int) and value < minimum:
-        causes.append(Cause(f"{prefix}.{key}", f"Invalid value: {value}: must be greater than or "
-                            f"equal to {minimum}"))
+        causes.append(
+            Cause(
+                f"{prefix}.{key}",
+                f"Invalid value: {value}: must be greater than or equal to {minimum}",
+            )
+        )
 
 
 def _is_extended(resource: str) -> bool:
-    return "/" in resource and not resource.startswith("kubernetes.io/") and not resource.startswith(
-        "requests."
-    ) and not resource.startswith("hugepages-")
+    return (
+        "/" in resource
+        and not resource.startswith("kubernetes.io/")
+        and not resource.startswith("requests.")
+        and not resource.startswith("hugepages-")
+    )
 
 
 def pod_spec_causes(spec: dict[str, Any], prefix: str) -> list[Cause]:
@@ -148,17 +190,23 @@ def pod_spec_causes(spec: dict[str, Any], prefix: str) -> list[Cause]:
         elif not DNS1123_LABEL.match(name):
             causes.append(Cause(f"{path}.name", f"Invalid value: {go_value(name)}: {LABEL_MSG}"))
         elif name in seen:
-            causes.append(Cause(f"{path}.name", f"Duplicate value: {go_value(name)}",
-                                "FieldValueDuplicate"))
+            causes.append(
+                Cause(f"{path}.name", f"Duplicate value: {go_value(name)}", "FieldValueDuplicate")
+            )
         seen.add(name)
         if not c.get("image"):
             causes.append(Cause(f"{path}.image", "Required value", "FieldValueRequired"))
         causes.extend(_resource_causes(c.get("resources") or {}, f"{path}.resources"))
     policy = spec.get("restartPolicy")
     if policy not in (None, "Always", "OnFailure", "Never"):
-        causes.append(Cause(f"{prefix}.restartPolicy", f'Unsupported value: {go_value(policy)}: '
-                            'supported values: "Always", "OnFailure", "Never"',
-                            "FieldValueNotSupported"))
+        causes.append(
+            Cause(
+                f"{prefix}.restartPolicy",
+                f"Unsupported value: {go_value(policy)}: "
+                'supported values: "Always", "OnFailure", "Never"',
+                "FieldValueNotSupported",
+            )
+        )
     return causes
 
 
@@ -171,36 +219,66 @@ def _resource_causes(res: dict[str, Any], path: str) -> list[Cause]:
             try:
                 amount = quantity.parse(raw)
             except ValueError:
-                causes.append(Cause(field, f"Invalid value: {go_value(raw)}: quantities must "
-                                    "match the regular expression "
-                                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))
+                causes.append(
+                    Cause(
+                        field,
+                        f"Invalid value: {go_value(raw)}: quantities must "
+                        "match the regular expression "
+                        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    )
+                )
                 continue
             if amount < 0:
-                causes.append(Cause(field, f"Invalid value: {go_value(raw)}: must be greater "
-                                    "than or equal to 0"))
+                causes.append(
+                    Cause(
+                        field, f"Invalid value: {go_value(raw)}: must be greater than or equal to 0"
+                    )
+                )
             if _is_extended(name) and amount != amount.to_integral_value():
-                causes.append(Cause(field, f"Invalid value: {go_value(quantity.format_quantity(amount))}"
-                                    ": must be an integer"))
+                causes.append(
+                    Cause(
+                        field,
+                        f"Invalid value: {go_value(quantity.format_quantity(amount))}"
+                        ": must be an integer",
+                    )
+                )
             parsed[kind][name] = amount
     for name, amount in parsed["requests"].items():
         limit = parsed["limits"].get(name)
         if _is_extended(name):
             if limit is None:
-                causes.append(Cause(f"{path}.limits", "Required value: Limit must be set for "
-                                    "non overcommitable resources", "FieldValueRequired"))
+                causes.append(
+                    Cause(
+                        f"{path}.limits",
+                        "Required value: Limit must be set for non overcommitable resources",
+                        "FieldValueRequired",
+                    )
+                )
             elif limit != amount:
-                causes.append(Cause(f"{path}.requests", f"Invalid value: "
-                                    f"{go_value(quantity.format_quantity(amount))}: must be equal "
-                                    f"to {name} limit of {quantity.format_quantity(limit)}"))
+                causes.append(
+                    Cause(
+                        f"{path}.requests",
+                        f"Invalid value: "
+                        f"{go_value(quantity.format_quantity(amount))}: must be equal "
+                        f"to {name} limit of {quantity.format_quantity(limit)}",
+                    )
+                )
         elif limit is not None and amount > limit:
-            causes.append(Cause(f"{path}.requests", f"Invalid value: "
-                                f"{go_value(str((res.get('requests') or {})[name]))}: must be less "
-                                f"than or equal to {name} limit of "
-                                f"{(res.get('limits') or {})[name]}"))
+            causes.append(
+                Cause(
+                    f"{path}.requests",
+                    f"Invalid value: "
+                    f"{go_value(str((res.get('requests') or {})[name]))}: must be less "
+                    f"than or equal to {name} limit of "
+                    f"{(res.get('limits') or {})[name]}",
+                )
+            )
     return causes
 
 
-def validate_object(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+def validate_object(
+    rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None
+) -> None:
     """Raise 422 for the checks a real API server makes on the defaulted object."""
     meta = obj.get("metadata") or {}
     causes = _name_causes(rt, meta)
@@ -213,26 +291,52 @@ def validate_object(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] |
         _nonneg(causes, spec, "activeDeadlineSeconds", "spec", 1)
         _nonneg(causes, spec, "ttlSecondsAfterFinished", "spec")
         if spec.get("completionMode") == "Indexed" and spec.get("completions") is None:
-            causes.append(Cause("spec.completions", "Required value: when completion mode is "
-                                "Indexed", "FieldValueRequired"))
+            causes.append(
+                Cause(
+                    "spec.completions",
+                    "Required value: when completion mode is Indexed",
+                    "FieldValueRequired",
+                )
+            )
         if spec.get("completionMode") not in (None, "Indexed", "NonIndexed"):
-            causes.append(Cause("spec.completionMode", f"Unsupported value: "
-                                f"{go_value(spec.get('completionMode'))}: supported values: "
-                                '"NonIndexed", "Indexed"', "FieldValueNotSupported"))
+            causes.append(
+                Cause(
+                    "spec.completionMode",
+                    f"Unsupported value: "
+                    f"{go_value(spec.get('completionMode'))}: supported values: "
+                    '"NonIndexed", "Indexed"',
+                    "FieldValueNotSupported",
+                )
+            )
         tspec = (spec.get("template") or {}).get("spec") or {}
         causes += pod_spec_causes(tspec, "spec.template.spec")
         policy = tspec.get("restartPolicy")
         if policy not in ("OnFailure", "Never"):
-            causes.append(Cause("spec.template.spec.restartPolicy", f"Unsupported value: "
-                                f"{go_value(policy or 'Always')}: supported values: "
-                                '"OnFailure", "Never"', "FieldValueNotSupported"))
+            causes.append(
+                Cause(
+                    "spec.template.spec.restartPolicy",
+                    f"Unsupported value: "
+                    f"{go_value(policy or 'Always')}: supported values: "
+                    '"OnFailure", "Never"',
+                    "FieldValueNotSupported",
+                )
+            )
         if old is not None and old.get("spec", {}).get("template") != spec.get("template"):
             # Only a suspended Job may change scheduling directives; keep the common rule.
-            causes.append(Cause("spec.template", "Invalid value: core.PodTemplateSpec{...}: "
-                                "field is immutable"))
-        if old is not None and old.get("spec", {}).get("completionMode") != spec.get("completionMode"):
-            causes.append(Cause("spec.completionMode", f"Invalid value: "
-                                f"{go_value(spec.get('completionMode'))}: field is immutable"))
+            causes.append(
+                Cause(
+                    "spec.template", "Invalid value: core.PodTemplateSpec{...}: field is immutable"
+                )
+            )
+        if old is not None and old.get("spec", {}).get("completionMode") != spec.get(
+            "completionMode"
+        ):
+            causes.append(
+                Cause(
+                    "spec.completionMode",
+                    f"Invalid value: {go_value(spec.get('completionMode'))}: field is immutable",
+                )
+            )
     elif rt.plural in ("deployments", "replicasets"):
         _nonneg(causes, spec, "replicas", "spec")
         selector = spec.get("selector")
@@ -244,29 +348,58 @@ def validate_object(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] |
 
             if not match_label_selector_obj(selector, labels):
                 shown = ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items()))
-                causes.append(Cause("spec.template.metadata.labels", f"Invalid value: "
-                                    f"map[string]string{{{shown}}}: `selector` does not match "
-                                    "template `labels`"))
+                causes.append(
+                    Cause(
+                        "spec.template.metadata.labels",
+                        f"Invalid value: "
+                        f"map[string]string{{{shown}}}: `selector` does not match "
+                        "template `labels`",
+                    )
+                )
         tspec = (spec.get("template") or {}).get("spec") or {}
         causes += pod_spec_causes(tspec, "spec.template.spec")
         if tspec.get("restartPolicy") not in (None, "Always"):
-            causes.append(Cause("spec.template.spec.restartPolicy", f"Unsupported value: "
-                                f"{go_value(tspec.get('restartPolicy'))}: supported values: "
-                                '"Always"', "FieldValueNotSupported"))
+            causes.append(
+                Cause(
+                    "spec.template.spec.restartPolicy",
+                    f"Unsupported value: "
+                    f"{go_value(tspec.get('restartPolicy'))}: supported values: "
+                    '"Always"',
+                    "FieldValueNotSupported",
+                )
+            )
     elif rt.plural == "priorityclasses":
         name = meta.get("name", "")
-        if name.startswith("system-") and name not in ("system-cluster-critical",
-                                                        "system-node-critical"):
-            causes.append(Cause("metadata.name", f"Invalid value: {go_value(name)}: priority "
-                                "class names with 'system-' prefix are reserved"))
+        if name.startswith("system-") and name not in (
+            "system-cluster-critical",
+            "system-node-critical",
+        ):
+            causes.append(
+                Cause(
+                    "metadata.name",
+                    f"Invalid value: {go_value(name)}: priority "
+                    "class names with 'system-' prefix are reserved",
+                )
+            )
         value = obj.get("value")
         if isinstance(value, int) and value > 1_000_000_000 and not name.startswith("system-"):
-            causes.append(Cause("value", f"Invalid value: {value}: maximum allowed value of a "
-                                "user defined priority is 1000000000"))
+            causes.append(
+                Cause(
+                    "value",
+                    f"Invalid value: {value}: maximum allowed value of a "
+                    "user defined priority is 1000000000",
+                )
+            )
         if obj.get("preemptionPolicy") not in (None, "PreemptLowerPriority", "Never"):
-            causes.append(Cause("preemptionPolicy", f"Unsupported value: "
-                                f"{go_value(obj.get('preemptionPolicy'))}: supported values: "
-                                '"Never", "PreemptLowerPriority"', "FieldValueNotSupported"))
+            causes.append(
+                Cause(
+                    "preemptionPolicy",
+                    f"Unsupported value: "
+                    f"{go_value(obj.get('preemptionPolicy'))}: supported values: "
+                    '"Never", "PreemptLowerPriority"',
+                    "FieldValueNotSupported",
+                )
+            )
         if old is not None and old.get("value") != obj.get("value"):
             causes.append(Cause("value", f"Invalid value: {value}: field is immutable"))
     elif rt.plural in ("resourcequotas", "limitranges"):
@@ -275,8 +408,13 @@ def validate_object(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] |
             try:
                 quantity.parse(raw)
             except ValueError:
-                causes.append(Cause(f"spec.hard[{name}]", f"Invalid value: {go_value(raw)}: "
-                                    "quantities must match the regular expression "
-                                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))
+                causes.append(
+                    Cause(
+                        f"spec.hard[{name}]",
+                        f"Invalid value: {go_value(raw)}: "
+                        "quantities must match the regular expression "
+                        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    )
+                )
     if causes:
         raise invalid(rt.kind, rt.group, meta.get("name") or meta.get("generateName", ""), causes)

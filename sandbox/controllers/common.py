@@ -16,9 +16,12 @@ TERMINAL = ("Succeeded", "Failed")
 
 def owned_by(cluster: Cluster, res: str, ns: str, uid: str) -> list[Obj]:
     return [
-        o for o in cluster.store.list(res, ns)
-        if any(r.get("uid") == uid and r.get("controller") for r in
-               o["metadata"].get("ownerReferences") or [])
+        o
+        for o in cluster.store.list(res, ns)
+        if any(
+            r.get("uid") == uid and r.get("controller")
+            for r in o["metadata"].get("ownerReferences") or []
+        )
     ]
 
 
@@ -40,13 +43,21 @@ def is_active(pod: Obj) -> bool:
 
 
 def is_ready(pod: Obj) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in pod["status"].get("conditions") or [])
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in pod["status"].get("conditions") or []
+    )
 
 
 def condition(ctype: str, status: str, reason: str, message: str, ts: str) -> dict[str, Any]:
-    return {"type": ctype, "status": status, "lastProbeTime": ts, "lastTransitionTime": ts,
-            "reason": reason, "message": message}
+    return {
+        "type": ctype,
+        "status": status,
+        "lastProbeTime": ts,
+        "lastTransitionTime": ts,
+        "reason": reason,
+        "message": message,
+    }
 
 
 def set_condition(obj: Obj, cond: dict[str, Any], probe: bool = True) -> None:
@@ -59,22 +70,30 @@ def set_condition(obj: Obj, cond: dict[str, Any], probe: bool = True) -> None:
                 if old.get("reason") == cond.get("reason") and old.get("message") == cond.get(
                     "message"
                 ):
-                    cond["lastProbeTime"] = old.get("lastProbeTime") if not probe else cond[
-                        "lastProbeTime"]
+                    cond["lastProbeTime"] = (
+                        old.get("lastProbeTime") if not probe else cond["lastProbeTime"]
+                    )
             conds[i] = cond
             return
     conds.append(cond)
 
 
 def get_condition(obj: Obj, ctype: str) -> dict[str, Any] | None:
-    return next((c for c in obj.get("status", {}).get("conditions") or []
-                 if c["type"] == ctype), None)
+    return next(
+        (c for c in obj.get("status", {}).get("conditions") or [] if c["type"] == ctype), None
+    )
 
 
-def create_pod(cluster: Cluster, owner: Obj, template: dict[str, Any], generate_name: str,
-               component: str, extra_labels: dict[str, str] | None = None,
-               extra_annotations: dict[str, str] | None = None,
-               spec_patch: dict[str, Any] | None = None) -> tuple[Obj | None, str | None]:
+def create_pod(
+    cluster: Cluster,
+    owner: Obj,
+    template: dict[str, Any],
+    generate_name: str,
+    component: str,
+    extra_labels: dict[str, str] | None = None,
+    extra_annotations: dict[str, str] | None = None,
+    spec_patch: dict[str, Any] | None = None,
+) -> tuple[Obj | None, str | None]:
     """Create one pod from ``template`` through full admission.
 
     Returns (pod, None) or (None, error message); the caller records ``FailedCreate``.
@@ -93,20 +112,24 @@ def create_pod(cluster: Cluster, owner: Obj, template: dict[str, Any], generate_
     if not body["metadata"]["annotations"]:
         body["metadata"].pop("annotations")
     try:
-        pod, _ = objects.create(cluster, BY_KEY["pods"], owner["metadata"]["namespace"], body,
-                                check_schema=False)
+        pod, _ = objects.create(
+            cluster, BY_KEY["pods"], owner["metadata"]["namespace"], body, check_schema=False
+        )
     except ApiError as err:
         return None, err.message
-    cluster.record_event(owner, "Normal", "SuccessfulCreate",
-                         f"Created pod: {pod['metadata']['name']}", component)
+    cluster.record_event(
+        owner, "Normal", "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}", component
+    )
     return pod, None
 
 
 def delete_pod(cluster: Cluster, owner: Obj, pod: Obj, component: str) -> None:
     try:
-        objects.delete(cluster, BY_KEY["pods"], pod["metadata"]["namespace"],
-                       pod["metadata"]["name"], {})
+        objects.delete(
+            cluster, BY_KEY["pods"], pod["metadata"]["namespace"], pod["metadata"]["name"], {}
+        )
     except ApiError:
         return
-    cluster.record_event(owner, "Normal", "SuccessfulDelete",
-                         f"Deleted pod: {pod['metadata']['name']}", component)
+    cluster.record_event(
+        owner, "Normal", "SuccessfulDelete", f"Deleted pod: {pod['metadata']['name']}", component
+    )

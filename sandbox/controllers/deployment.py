@@ -50,7 +50,9 @@ def template_hash(template: dict[str, Any]) -> str:
 
 def _max_unavailable(d: Obj) -> int:
     replicas = int(d["spec"].get("replicas", 1))
-    raw = ((d["spec"].get("strategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable", "25%")
+    raw = ((d["spec"].get("strategy") or {}).get("rollingUpdate") or {}).get(
+        "maxUnavailable", "25%"
+    )
     if isinstance(raw, str) and raw.endswith("%"):
         return int(replicas * int(raw[:-1]) // 100)
     return int(raw)
@@ -79,13 +81,18 @@ def _scale(cluster: Cluster, d: Obj, rs: Obj, replicas: int) -> None:
         return
     rs["spec"]["replicas"] = replicas
     rs["metadata"].setdefault("annotations", {})["deployment.kubernetes.io/desired-replicas"] = str(
-        d["spec"].get("replicas", 1))
+        d["spec"].get("replicas", 1)
+    )
     rs["metadata"]["generation"] = int(rs["metadata"].get("generation", 1)) + 1
     cluster.store.put("replicasets.apps", rs)
     verb = "up" if replicas > old else "down"
-    cluster.record_event(d, "Normal", "ScalingReplicaSet",
-                         f"Scaled {verb} replica set {rs['metadata']['name']} from {old} to "
-                         f"{replicas}", DEPLOY_COMPONENT)
+    cluster.record_event(
+        d,
+        "Normal",
+        "ScalingReplicaSet",
+        f"Scaled {verb} replica set {rs['metadata']['name']} from {old} to {replicas}",
+        DEPLOY_COMPONENT,
+    )
 
 
 def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
@@ -98,8 +105,17 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
     h = template_hash(spec["template"])
     owned = owned_by(cluster, "replicasets.apps", ns, meta["uid"])
     new_rs = next((r for r in owned if r["metadata"].get("labels", {}).get(HASH_LABEL) == h), None)
-    revision = 1 + max([int((r["metadata"].get("annotations") or {}).get(
-        "deployment.kubernetes.io/revision", "0")) for r in owned] or [0])
+    revision = 1 + max(
+        [
+            int(
+                (r["metadata"].get("annotations") or {}).get(
+                    "deployment.kubernetes.io/revision", "0"
+                )
+            )
+            for r in owned
+        ]
+        or [0]
+    )
     if new_rs is None:
         template = copy.deepcopy(spec["template"])
         template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = h
@@ -120,13 +136,21 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
             "spec": {"replicas": 0, "selector": selector, "template": template},
         }
         try:
-            new_rs, _ = objects.create(cluster, BY_KEY["replicasets.apps"], ns, body,
-                                       check_schema=False)
+            new_rs, _ = objects.create(
+                cluster, BY_KEY["replicasets.apps"], ns, body, check_schema=False
+            )
         except ApiError:
             return
-        set_condition(d, condition("Progressing", "True", "NewReplicaSetCreated",
-                                   f'Created new replica set "{new_rs["metadata"]["name"]}"', ts))
-        status["lastProgress"] = now
+        set_condition(
+            d,
+            condition(
+                "Progressing",
+                "True",
+                "NewReplicaSetCreated",
+                f'Created new replica set "{new_rs["metadata"]["name"]}"',
+                ts,
+            ),
+        )
     _scale(cluster, d, new_rs, replicas)
     for rs in owned:
         if rs is not new_rs and int(rs["spec"].get("replicas", 0)) > 0:
@@ -137,38 +161,86 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
     ready = sum(int((r.get("status") or {}).get("readyReplicas", 0)) for r in all_rs)
     available = sum(int((r.get("status") or {}).get("availableReplicas", 0)) for r in all_rs)
     updated = int(new_status.get("replicas", 0))
-    status.pop("lastProgress", None)
     status["observedGeneration"] = meta.get("generation", 1)
-    for key, value in (("replicas", total), ("updatedReplicas", updated),
-                       ("readyReplicas", ready), ("availableReplicas", available),
-                       ("unavailableReplicas", max(0, replicas - available))):
+    for key, value in (
+        ("replicas", total),
+        ("updatedReplicas", updated),
+        ("readyReplicas", ready),
+        ("availableReplicas", available),
+        ("unavailableReplicas", max(0, replicas - available)),
+    ):
         if value:
             status[key] = value
         else:
             status.pop(key, None)
     if available >= replicas - _max_unavailable(d):
-        set_condition(d, condition("Available", "True", "MinimumReplicasAvailable",
-                                   "Deployment has minimum availability.", ts), probe=False)
+        set_condition(
+            d,
+            condition(
+                "Available",
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.",
+                ts,
+            ),
+            probe=False,
+        )
     else:
-        set_condition(d, condition("Available", "False", "MinimumReplicasUnavailable",
-                                   "Deployment does not have minimum availability.", ts), probe=False)
+        set_condition(
+            d,
+            condition(
+                "Available",
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.",
+                ts,
+            ),
+            probe=False,
+        )
     rs_name = new_rs["metadata"]["name"]
     progressing = get_condition(d, "Progressing")
     if updated == replicas and available >= replicas and total == replicas:
-        set_condition(d, condition("Progressing", "True", "NewReplicaSetAvailable",
-                                   f'ReplicaSet "{rs_name}" has successfully progressed.', ts),
-                      probe=False)
+        set_condition(
+            d,
+            condition(
+                "Progressing",
+                "True",
+                "NewReplicaSetAvailable",
+                f'ReplicaSet "{rs_name}" has successfully progressed.',
+                ts,
+            ),
+            probe=False,
+        )
     else:
         started = parse_rfc3339(progressing["lastTransitionTime"]) if progressing else now
         deadline = float(spec.get("progressDeadlineSeconds", 600))
         if now - started > deadline:
-            set_condition(d, condition("Progressing", "False", "ProgressDeadlineExceeded",
-                                       f'ReplicaSet "{rs_name}" has timed out progressing.', ts),
-                          probe=False)
-        elif not progressing or progressing.get("reason") not in ("NewReplicaSetCreated",
-                                                                   "ReplicaSetUpdated"):
-            set_condition(d, condition("Progressing", "True", "ReplicaSetUpdated",
-                                       f'ReplicaSet "{rs_name}" is progressing.', ts), probe=False)
+            set_condition(
+                d,
+                condition(
+                    "Progressing",
+                    "False",
+                    "ProgressDeadlineExceeded",
+                    f'ReplicaSet "{rs_name}" has timed out progressing.',
+                    ts,
+                ),
+                probe=False,
+            )
+        elif not progressing or progressing.get("reason") not in (
+            "NewReplicaSetCreated",
+            "ReplicaSetUpdated",
+        ):
+            set_condition(
+                d,
+                condition(
+                    "Progressing",
+                    "True",
+                    "ReplicaSetUpdated",
+                    f'ReplicaSet "{rs_name}" is progressing.',
+                    ts,
+                ),
+                probe=False,
+            )
     failure = get_condition(new_rs, "ReplicaFailure")
     if failure and failure["status"] == "True":
         set_condition(d, dict(failure), probe=False)
@@ -186,7 +258,8 @@ def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> None:
     # A failed pod of a ReplicaSet is replaced, not restarted in place.
     for pod in pods:
         if pod["status"].get("phase") in ("Failed", "Succeeded") and not pod["metadata"].get(
-                "deletionTimestamp"):
+            "deletionTimestamp"
+        ):
             delete_pod(cluster, rs, pod, RS_COMPONENT)
     active = [p for p in pods if is_active(p)]
     wanted = int(spec.get("replicas", 0))
@@ -195,28 +268,34 @@ def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> None:
     if len(active) < wanted and now >= book["next_create"]:
         error = None
         for _ in range(wanted - len(active)):
-            pod, error = create_pod(cluster, rs, spec["template"], f"{name}-", RS_COMPONENT)
+            created, error = create_pod(cluster, rs, spec["template"], f"{name}-", RS_COMPONENT)
             if error:
-                cluster.record_event(rs, "Warning", "FailedCreate", f"Error creating: {error}",
-                                     RS_COMPONENT)
-                set_condition(rs, condition("ReplicaFailure", "True", "FailedCreate", error, ts),
-                              probe=False)
+                cluster.record_event(
+                    rs, "Warning", "FailedCreate", f"Error creating: {error}", RS_COMPONENT
+                )
+                set_condition(
+                    rs, condition("ReplicaFailure", "True", "FailedCreate", error, ts), probe=False
+                )
                 book["failures"] += 1
                 book["next_create"] = now + min(300.0, 5.0 * 2 ** (book["failures"] - 1))
                 break
-            if pod is not None:
-                active.append(pod)
+            if created is not None:
+                active.append(created)
         if error is None:
             book = {"next_create": 0.0, "failures": 0}
             if get_condition(rs, "ReplicaFailure"):
-                status["conditions"] = [c for c in status["conditions"]
-                                        if c["type"] != "ReplicaFailure"]
+                status["conditions"] = [
+                    c for c in status["conditions"] if c["type"] != "ReplicaFailure"
+                ]
         cluster.store.meta_set(book_key, book)
     elif len(active) > wanted:
         # Delete the least useful first: unscheduled, then not ready, then newest.
         def rank(p: Obj) -> tuple[int, int, str]:
-            return (1 if p["spec"].get("nodeName") else 0, 1 if is_ready(p) else 0,
-                    "".join(chr(255 - ord(ch)) for ch in p["metadata"]["creationTimestamp"]))
+            return (
+                1 if p["spec"].get("nodeName") else 0,
+                1 if is_ready(p) else 0,
+                "".join(chr(255 - ord(ch)) for ch in p["metadata"]["creationTimestamp"]),
+            )
 
         for pod in sorted(active, key=rank)[: len(active) - wanted]:
             delete_pod(cluster, rs, pod, RS_COMPONENT)

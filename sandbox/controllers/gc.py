@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from sandbox.api import admission, objects
 from sandbox.api.resources import BY_KEY, RESOURCES
 from sandbox.cluster import Cluster
@@ -18,10 +20,8 @@ OWNER_KINDS = ("jobs.batch", "replicasets.apps", "deployments.apps")
 
 
 def _delete(cluster: Cluster, key: str, ns: str, name: str, policy: str = "Background") -> None:
-    try:
+    with contextlib.suppress(ApiError):  # already gone: nothing to collect
         objects.delete(cluster, BY_KEY[key], ns, name, {"propagationPolicy": policy})
-    except ApiError:
-        pass
 
 
 def reconcile(cluster: Cluster) -> None:
@@ -43,8 +43,13 @@ def reconcile(cluster: Cluster) -> None:
             deps = objects.dependents(cluster, meta["uid"])
             for drt, dep in deps:
                 if not dep["metadata"].get("deletionTimestamp"):
-                    _delete(cluster, drt.key, dep["metadata"]["namespace"],
-                            dep["metadata"]["name"], "Foreground")
+                    _delete(
+                        cluster,
+                        drt.key,
+                        dep["metadata"]["namespace"],
+                        dep["metadata"]["name"],
+                        "Foreground",
+                    )
             if not objects.dependents(cluster, meta["uid"]):
                 store.delete(key, meta["namespace"], meta["name"])
     for ns_obj in store.iter("namespaces"):

@@ -56,8 +56,10 @@ def _pod_index(pod: Obj) -> int | None:
 
 
 def _finished(job: Obj) -> bool:
-    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True"
-               for c in job.get("status", {}).get("conditions") or [])
+    return any(
+        c["type"] in ("Complete", "Failed") and c["status"] == "True"
+        for c in job.get("status", {}).get("conditions") or []
+    )
 
 
 def reconcile(cluster: Cluster) -> None:
@@ -77,8 +79,13 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
     status: dict[str, Any] = job.setdefault("status", {})
     uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
     book_key = f"job/{uid}"
-    book = cluster.store.meta_get(book_key) or {"succeeded": [], "failed": [], "indexes": [],
-                                                "next_create": 0.0, "create_failures": 0}
+    book = cluster.store.meta_get(book_key) or {
+        "succeeded": [],
+        "failed": [],
+        "indexes": [],
+        "next_create": 0.0,
+        "create_failures": 0,
+    }
     pods = owned_by(cluster, "pods", ns, uid)
     indexed = spec.get("completionMode") == "Indexed"
     completions = spec.get("completions")
@@ -98,13 +105,20 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
             book["last_failure"] = now
             changed_book = True
     active = [p for p in pods if is_active(p)]
-    terminating = [p for p in pods if p["metadata"].get("deletionTimestamp")
-                   and p["status"].get("phase") not in ("Succeeded", "Failed")]
+    terminating = [
+        p
+        for p in pods
+        if p["metadata"].get("deletionTimestamp")
+        and p["status"].get("phase") not in ("Succeeded", "Failed")
+    ]
     succeeded, failed = len(book["succeeded"]), len(book["failed"])
     restarts = 0
     if spec["template"]["spec"].get("restartPolicy") == "OnFailure":
-        restarts = sum(cs.get("restartCount", 0) for p in active
-                       for cs in p["status"].get("containerStatuses") or [])
+        restarts = sum(
+            cs.get("restartCount", 0)
+            for p in active
+            for cs in p["status"].get("containerStatuses") or []
+        )
 
     def finish_status() -> None:
         # Same omitempty rules as the Go types: counts appear once non-zero, ``ready`` and
@@ -171,8 +185,16 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
             else:
                 done = succeeded >= int(completions)
             if done:
-                set_condition(job, condition("SuccessCriteriaMet", "True", "CompletionsReached",
-                                             "Reached expected number of succeeded pods", ts))
+                set_condition(
+                    job,
+                    condition(
+                        "SuccessCriteriaMet",
+                        "True",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                        ts,
+                    ),
+                )
                 target = get_condition(job, "SuccessCriteriaMet")
     if target is not None:
         for pod in active:
@@ -203,12 +225,16 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
         want_new = max(0, wanted - len(active))
         excess = max(0, len(active) - wanted)
         todo = []
-    for pod in sorted(active, key=lambda p: p["metadata"]["creationTimestamp"], reverse=True)[:excess]:
+    for pod in sorted(active, key=lambda p: p["metadata"]["creationTimestamp"], reverse=True)[
+        :excess
+    ]:
         delete_pod(cluster, job, pod, COMPONENT)
         active.remove(pod)
     pod_backoff = 0.0
     if failed:
-        pod_backoff = book.get("last_failure", 0.0) + min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (failed - 1))
+        pod_backoff = book.get("last_failure", 0.0) + min(
+            BACKOFF_MAX, BACKOFF_BASE * 2 ** (failed - 1)
+        )
     if want_new and now >= max(book["next_create"], pod_backoff):
         error = None
         for n in range(want_new):
@@ -221,28 +247,50 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
                 for c in tspec.get("containers") or []:
                     c = dict(c)
                     env = [e for e in c.get("env") or [] if e.get("name") != "JOB_COMPLETION_INDEX"]
-                    env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-                        "apiVersion": "v1",
-                        "fieldPath": f"metadata.annotations['{INDEX_KEY}']"}}})
+                    env.append(
+                        {
+                            "name": "JOB_COMPLETION_INDEX",
+                            "valueFrom": {
+                                "fieldRef": {
+                                    "apiVersion": "v1",
+                                    "fieldPath": f"metadata.annotations['{INDEX_KEY}']",
+                                }
+                            },
+                        }
+                    )
                     c["env"] = env
                     containers.append(c)
-                spec_patch: dict[str, Any] = {"hostname": f"{name}-{index}", "containers": containers}
+                spec_patch: dict[str, Any] = {
+                    "hostname": f"{name}-{index}",
+                    "containers": containers,
+                }
                 if tspec.get("subdomain"):
                     spec_patch["subdomain"] = tspec["subdomain"]
-                pod, error = create_pod(cluster, job, job["spec"]["template"], f"{name}-{index}-",
-                                        COMPONENT, extra_labels, extra_ann, spec_patch)
+                created, error = create_pod(
+                    cluster,
+                    job,
+                    job["spec"]["template"],
+                    f"{name}-{index}-",
+                    COMPONENT,
+                    extra_labels,
+                    extra_ann,
+                    spec_patch,
+                )
             else:
-                pod, error = create_pod(cluster, job, job["spec"]["template"], f"{name}-",
-                                        COMPONENT)
+                created, error = create_pod(
+                    cluster, job, job["spec"]["template"], f"{name}-", COMPONENT
+                )
             if error:
-                cluster.record_event(job, "Warning", "FailedCreate", f"Error creating: {error}",
-                                     COMPONENT)
+                cluster.record_event(
+                    job, "Warning", "FailedCreate", f"Error creating: {error}", COMPONENT
+                )
                 book["create_failures"] = int(book.get("create_failures", 0)) + 1
                 book["next_create"] = now + min(
-                    BACKOFF_MAX, BACKOFF_BASE * 2 ** (book["create_failures"] - 1))
+                    BACKOFF_MAX, BACKOFF_BASE * 2 ** (book["create_failures"] - 1)
+                )
                 break
-            if pod is not None:
-                active.append(pod)
+            if created is not None:
+                active.append(created)
         if error is None:
             book["create_failures"] = 0
             book["next_create"] = 0.0

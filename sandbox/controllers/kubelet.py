@@ -13,12 +13,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from scheduling import pod_requests
-
 from sandbox import annotations as ann
 from sandbox.clock import parse_duration, rfc3339
 from sandbox.cluster import Cluster
 from sandbox.store import Obj
+from scheduling import pod_requests
 
 PULL_SECONDS = 2.5
 STOP_SECONDS = 1.0
@@ -97,8 +96,12 @@ def release_devices(cluster: Cluster, pod: Obj) -> None:
 
 # -- status -----------------------------------------------------------------------------------
 def _condition(ctype: str, status: bool, ts: str, reason: str | None = None) -> dict[str, Any]:
-    cond: dict[str, Any] = {"type": ctype, "status": "True" if status else "False",
-                            "lastProbeTime": None, "lastTransitionTime": ts}
+    cond: dict[str, Any] = {
+        "type": ctype,
+        "status": "True" if status else "False",
+        "lastProbeTime": None,
+        "lastTransitionTime": ts,
+    }
     if reason:
         cond["reason"] = reason
     return cond
@@ -120,8 +123,14 @@ def _set_conditions(pod: Obj, wanted: list[dict[str, Any]]) -> None:
     pod["status"]["conditions"] = merged
 
 
-def _container_status(c: dict[str, Any], state: dict[str, Any], ready: bool, restarts: int,
-                      uid: str, last: dict[str, Any] | None = None) -> dict[str, Any]:
+def _container_status(
+    c: dict[str, Any],
+    state: dict[str, Any],
+    ready: bool,
+    restarts: int,
+    uid: str,
+    last: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     image = c.get("image", "")
     repo = image.split(":")[0] if "@" not in image else image.split("@")[0]
     started = "running" in state
@@ -131,13 +140,16 @@ def _container_status(c: dict[str, Any], state: dict[str, Any], ready: bool, res
         "lastState": last or {},
         "ready": ready,
         "restartCount": restarts,
-        "image": image if ("/" in image.split(":")[0] or "." in image.split("/")[0]) else
-        f"docker.io/library/{image}",
+        "image": image
+        if ("/" in image.split(":")[0] or "." in image.split("/")[0])
+        else f"docker.io/library/{image}",
         "imageID": f"{repo}@sha256:{uid.replace('-', '')[:32]}{'0' * 32}",
         "started": started,
     }
     if started or "terminated" in state:
-        status["containerID"] = f"containerd://{uid.replace('-', '')}{c['name'].encode().hex()[:32]}"
+        status["containerID"] = (
+            f"containerd://{uid.replace('-', '')}{c['name'].encode().hex()[:32]}"
+        )
     return status
 
 
@@ -145,7 +157,9 @@ def _ip(pod: Obj, node: Obj | None, cluster: Cluster) -> tuple[str, str]:
     host = ""
     cidr = "10.244.0.0/24"
     if node:
-        host = next((a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"), "")
+        host = next(
+            (a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"), ""
+        )
         cidr = node["spec"].get("podCIDR", cidr)
     base = cidr.split("/")[0].rsplit(".", 1)[0]
     n = int(pod["metadata"]["uid"].replace("-", "")[:6], 16) % 250 + 2
@@ -167,8 +181,14 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
         if "kill_at" not in life:
             if phase not in TERMINAL and life.get("state") == "running":
                 for c in containers:
-                    cluster.record_event(pod, "Normal", "Killing", f"Stopping container {c['name']}",
-                                         "kubelet", host=node_name)
+                    cluster.record_event(
+                        pod,
+                        "Normal",
+                        "Killing",
+                        f"Stopping container {c['name']}",
+                        "kubelet",
+                        host=node_name,
+                    )
             grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
             life["kill_at"] = now + min(grace, STOP_SECONDS)
             cluster.store.meta_set(life_key, life)
@@ -184,27 +204,49 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
     if life is None:
         devices = assign_devices(cluster, pod)
         kind = workload_kind(pod)
-        life = {"node": node_name, "bound": now, "start_at": now + PULL_SECONDS, "kind": kind,
-                "duration": _duration(cluster, pod), "exit": _exit_code(pod), "devices": devices,
-                "restarts": 0, "state": "creating", "started": None, "finished": None}
+        life = {
+            "node": node_name,
+            "bound": now,
+            "start_at": now + PULL_SECONDS,
+            "kind": kind,
+            "duration": _duration(cluster, pod),
+            "exit": _exit_code(pod),
+            "devices": devices,
+            "restarts": 0,
+            "state": "creating",
+            "started": None,
+            "finished": None,
+        }
         cluster.store.meta_set(life_key, life)
         for c in containers:
-            cluster.record_event(pod, "Normal", "Pulling", f'Pulling image "{c.get("image", "")}"',
-                                 "kubelet", host=node_name)
+            cluster.record_event(
+                pod,
+                "Normal",
+                "Pulling",
+                f'Pulling image "{c.get("image", "")}"',
+                "kubelet",
+                host=node_name,
+            )
         host_ip, _ = _ip(pod, node, cluster)
         status = pod["status"]
         status.update({"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "startTime": ts})
-        _set_conditions(pod, [
-            _condition("PodReadyToStartContainers", False, ts),
-            _condition("Initialized", True, ts),
-            _condition("Ready", False, ts, "ContainersNotReady"),
-            _condition("ContainersReady", False, ts, "ContainersNotReady"),
-            _condition("PodScheduled", True, ts),
-        ])
+        _set_conditions(
+            pod,
+            [
+                _condition("PodReadyToStartContainers", False, ts),
+                _condition("Initialized", True, ts),
+                _condition("Ready", False, ts, "ContainersNotReady"),
+                _condition("ContainersReady", False, ts, "ContainersNotReady"),
+                _condition("PodScheduled", True, ts),
+            ],
+        )
         for cond in status["conditions"]:
             if cond["type"] in ("Ready", "ContainersReady"):
-                cond["message"] = "containers with unready status: [" + " ".join(
-                    c["name"] for c in containers) + "]"
+                cond["message"] = (
+                    "containers with unready status: ["
+                    + " ".join(c["name"] for c in containers)
+                    + "]"
+                )
         status["containerStatuses"] = [
             _container_status(c, {"waiting": {"reason": "ContainerCreating"}}, False, 0, uid)
             for c in containers
@@ -216,43 +258,77 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
         first = life["state"] == "creating"
         for c in containers:
             if first:
-                cluster.record_event(pod, "Normal", "Pulled",
-                                     f'Successfully pulled image "{c.get("image", "")}" in 2.43s '
-                                     "(2.43s including waiting). Image size: 3514217816 bytes.",
-                                     "kubelet", host=node_name)
-            cluster.record_event(pod, "Normal", "Created", f"Created container: {c['name']}",
-                                 "kubelet", host=node_name)
-            cluster.record_event(pod, "Normal", "Started", f"Started container {c['name']}",
-                                 "kubelet", host=node_name)
+                cluster.record_event(
+                    pod,
+                    "Normal",
+                    "Pulled",
+                    f'Successfully pulled image "{c.get("image", "")}" in 2.43s '
+                    "(2.43s including waiting). Image size: 3514217816 bytes.",
+                    "kubelet",
+                    host=node_name,
+                )
+            cluster.record_event(
+                pod,
+                "Normal",
+                "Created",
+                f"Created container: {c['name']}",
+                "kubelet",
+                host=node_name,
+            )
+            cluster.record_event(
+                pod,
+                "Normal",
+                "Started",
+                f"Started container {c['name']}",
+                "kubelet",
+                host=node_name,
+            )
         life.update({"state": "running", "started": now, "finished": None})
         cluster.store.meta_set(life_key, life)
         host_ip, pod_ip = _ip(pod, node, cluster)
         status = pod["status"]
         status.update({"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]})
-        _set_conditions(pod, [
-            _condition("PodReadyToStartContainers", True, ts),
-            _condition("Initialized", True, ts),
-            _condition("Ready", True, ts),
-            _condition("ContainersReady", True, ts),
-            _condition("PodScheduled", True, ts),
-        ])
+        _set_conditions(
+            pod,
+            [
+                _condition("PodReadyToStartContainers", True, ts),
+                _condition("Initialized", True, ts),
+                _condition("Ready", True, ts),
+                _condition("ContainersReady", True, ts),
+                _condition("PodScheduled", True, ts),
+            ],
+        )
         last = [cs.get("lastState", {}) for cs in status.get("containerStatuses") or []]
         status["containerStatuses"] = [
-            _container_status(c, {"running": {"startedAt": ts}}, True, life["restarts"], uid,
-                              last[i] if i < len(last) else None)
+            _container_status(
+                c,
+                {"running": {"startedAt": ts}},
+                True,
+                life["restarts"],
+                uid,
+                last[i] if i < len(last) else None,
+            )
             for i, c in enumerate(containers)
         ]
         cluster.store.put("pods", pod)
         return
 
-    if life["state"] == "running" and life["kind"] == "training" and now >= life["started"] + life["duration"]:
+    if (
+        life["state"] == "running"
+        and life["kind"] == "training"
+        and now >= life["started"] + life["duration"]
+    ):
         code = int(life["exit"])
         finished = life["started"] + life["duration"]
-        terminated = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else
-                                     ("OOMKilled" if code == 137 else "Error"),
-                                     "startedAt": rfc3339(life["started"]),
-                                     "finishedAt": rfc3339(finished),
-                                     "containerID": f"containerd://{uid.replace('-', '')}"}}
+        terminated = {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else ("OOMKilled" if code == 137 else "Error"),
+                "startedAt": rfc3339(life["started"]),
+                "finishedAt": rfc3339(finished),
+                "containerID": f"containerd://{uid.replace('-', '')}",
+            }
+        }
         status = pod["status"]
         if code != 0 and pod["spec"].get("restartPolicy") == "OnFailure":
             life["restarts"] += 1
@@ -260,23 +336,41 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
             life.update({"state": "backoff", "start_at": now + delay, "finished": finished})
             cluster.store.meta_set(life_key, life)
             for c in containers:
-                cluster.record_event(pod, "Warning", "BackOff", f"Back-off restarting failed "
-                                     f"container {c['name']} in pod {name}_{ns}({uid})", "kubelet",
-                                     host=node_name)
+                cluster.record_event(
+                    pod,
+                    "Warning",
+                    "BackOff",
+                    f"Back-off restarting failed container {c['name']} in pod {name}_{ns}({uid})",
+                    "kubelet",
+                    host=node_name,
+                )
             status["containerStatuses"] = [
-                _container_status(c, {"waiting": {"reason": "CrashLoopBackOff", "message":
-                                      f"back-off {int(delay)}s restarting failed container="
-                                      f"{c['name']} pod={name}_{ns}({uid})"}}, False,
-                                  life["restarts"], uid, terminated)
+                _container_status(
+                    c,
+                    {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": f"back-off {int(delay)}s restarting failed container="
+                            f"{c['name']} pod={name}_{ns}({uid})",
+                        }
+                    },
+                    False,
+                    life["restarts"],
+                    uid,
+                    terminated,
+                )
                 for c in containers
             ]
-            _set_conditions(pod, [
-                _condition("PodReadyToStartContainers", True, ts),
-                _condition("Initialized", True, ts),
-                _condition("Ready", False, ts, "ContainersNotReady"),
-                _condition("ContainersReady", False, ts, "ContainersNotReady"),
-                _condition("PodScheduled", True, ts),
-            ])
+            _set_conditions(
+                pod,
+                [
+                    _condition("PodReadyToStartContainers", True, ts),
+                    _condition("Initialized", True, ts),
+                    _condition("Ready", False, ts, "ContainersNotReady"),
+                    _condition("ContainersReady", False, ts, "ContainersNotReady"),
+                    _condition("PodScheduled", True, ts),
+                ],
+            )
             cluster.store.put("pods", pod)
             return
         life.update({"state": "done", "finished": finished})
@@ -286,13 +380,16 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
             _container_status(c, copy.deepcopy(terminated), False, life["restarts"], uid)
             for c in containers
         ]
-        _set_conditions(pod, [
-            _condition("PodReadyToStartContainers", False, ts),
-            _condition("Initialized", True, ts, "PodCompleted"),
-            _condition("Ready", False, ts, "PodCompleted"),
-            _condition("ContainersReady", False, ts, "PodCompleted"),
-            _condition("PodScheduled", True, ts),
-        ])
+        _set_conditions(
+            pod,
+            [
+                _condition("PodReadyToStartContainers", False, ts),
+                _condition("Initialized", True, ts, "PodCompleted"),
+                _condition("Ready", False, ts, "PodCompleted"),
+                _condition("ContainersReady", False, ts, "PodCompleted"),
+                _condition("PodScheduled", True, ts),
+            ],
+        )
         cluster.store.put("pods", pod)
         release_devices(cluster, pod)
 

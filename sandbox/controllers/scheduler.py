@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduling import ClusterSnapshot, node_from_k8s, pod_from_k8s, schedule
-
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.clock import rfc3339
 from sandbox.cluster import Cluster
 from sandbox.store import Obj
+from scheduling import ClusterSnapshot, node_from_k8s, pod_from_k8s, schedule
 
 RETRY_SECONDS = 15.0  # simulated; real unschedulable pods are also flushed periodically
 COMPONENT = "default-scheduler"
@@ -42,7 +40,8 @@ class Scheduler:
         now = self.cluster.now()
         pods = store.list("pods")
         pending = [
-            p for p in pods
+            p
+            for p in pods
             if not p["spec"].get("nodeName")
             and not p["metadata"].get("deletionTimestamp")
             and p.get("status", {}).get("phase", "Pending") == "Pending"
@@ -51,8 +50,12 @@ class Scheduler:
         if not pending:
             self._attempts.clear()
             return
-        bound = [p for p in pods if p["spec"].get("nodeName")
-                 and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        bound = [
+            p
+            for p in pods
+            if p["spec"].get("nodeName")
+            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
         signature = hash(frozenset(p["metadata"]["uid"] for p in bound)) ^ store.count("nodes")
         due = []
         for pod in pending:
@@ -66,8 +69,13 @@ class Scheduler:
         self._pod_cache = {k: v for k, v in self._pod_cache.items() if k[0] in live}
         nodes = [node_from_k8s(n) for n in store.list("nodes")]
         snapshot = ClusterSnapshot(nodes, [self._converted(p) for p in bound])
-        due.sort(key=lambda p: (-int(p["spec"].get("priority") or 0),
-                                p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+        due.sort(
+            key=lambda p: (
+                -int(p["spec"].get("priority") or 0),
+                p["metadata"]["creationTimestamp"],
+                p["metadata"]["name"],
+            )
+        )
         for pod in due:
             converted = self._converted(pod)
             result = schedule(converted, snapshot)
@@ -87,22 +95,40 @@ class Scheduler:
         status = pod.setdefault("status", {})
         status.pop("nominatedNodeName", None)
         conds = [c for c in status.get("conditions") or [] if c["type"] != "PodScheduled"]
-        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                      "lastTransitionTime": ts})
+        conds.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": ts,
+            }
+        )
         status["conditions"] = conds
         self.cluster.store.put("pods", pod)
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        self.cluster.record_event(pod, "Normal", "Scheduled",
-                                  f"Successfully assigned {ns}/{name} to {node}", COMPONENT,
-                                  action="Binding")
+        self.cluster.record_event(
+            pod,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {ns}/{name} to {node}",
+            COMPONENT,
+            action="Binding",
+        )
 
     def _unschedulable(self, pod: Obj, message: str, nominated: str | None) -> None:
         status = pod.setdefault("status", {})
         conds = [c for c in status.get("conditions") or [] if c["type"] != "PodScheduled"]
-        prev = next((c for c in status.get("conditions") or [] if c["type"] == "PodScheduled"), None)
-        cond = {"type": "PodScheduled", "status": "False", "lastProbeTime": None,
-                "lastTransitionTime": self.cluster.timestamp(), "reason": "Unschedulable",
-                "message": message}
+        prev = next(
+            (c for c in status.get("conditions") or [] if c["type"] == "PodScheduled"), None
+        )
+        cond = {
+            "type": "PodScheduled",
+            "status": "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": self.cluster.timestamp(),
+            "reason": "Unschedulable",
+            "message": message,
+        }
         if prev and prev.get("status") == "False":
             cond["lastTransitionTime"] = prev.get("lastTransitionTime", cond["lastTransitionTime"])
         conds.append(cond)
@@ -112,8 +138,9 @@ class Scheduler:
             status["nominatedNodeName"] = nominated
         if changed:
             self.cluster.store.put("pods", pod)
-        self.cluster.record_event(pod, "Warning", "FailedScheduling", message, COMPONENT,
-                                  action="Scheduling")
+        self.cluster.record_event(
+            pod, "Warning", "FailedScheduling", message, COMPONENT, action="Scheduling"
+        )
 
     def _preempt(self, preemptor: Obj, node: str, victims: tuple[Any, ...]) -> None:
         store = self.cluster.store
@@ -123,16 +150,28 @@ class Scheduler:
             obj = store.get("pods", victim.namespace, victim.name)
             if obj is None or obj["metadata"].get("deletionTimestamp"):
                 continue
-            conds = [c for c in obj["status"].get("conditions") or []
-                     if c["type"] != "DisruptionTarget"]
-            conds.append({"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
-                          "lastTransitionTime": ts, "reason": "PreemptionByScheduler",
-                          "message": f"{COMPONENT}: preempting to accommodate a higher priority pod"})
+            conds = [
+                c for c in obj["status"].get("conditions") or [] if c["type"] != "DisruptionTarget"
+            ]
+            conds.append(
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": ts,
+                    "reason": "PreemptionByScheduler",
+                    "message": f"{COMPONENT}: preempting to accommodate a higher priority pod",
+                }
+            )
             obj["status"]["conditions"] = conds
             store.put("pods", obj)
-            self.cluster.record_event(obj, "Normal", "Preempted",
-                                      f"Preempted by pod {uid} on node {node}", COMPONENT,
-                                      action="Preempting")
+            self.cluster.record_event(
+                obj,
+                "Normal",
+                "Preempted",
+                f"Preempted by pod {uid} on node {node}",
+                COMPONENT,
+                action="Preempting",
+            )
             objects.delete(self.cluster, BY_KEY["pods"], victim.namespace, victim.name, {})
         preemptor["status"]["nominatedNodeName"] = node
-        _ = rfc3339

@@ -33,7 +33,7 @@ class FormFields(HTMLParser):
         a = {k: v or "" for k, v in attrs}
         if tag == "form" and a.get("id") == self.form_id:
             self.in_form = True
-        if not self.in_form or not a.get("name") and tag != "option":
+        if not self.in_form or (not a.get("name") and tag != "option"):
             return
         if tag == "input":
             kind = a.get("type", "text")
@@ -204,7 +204,9 @@ def test_quota_changelist_shows_what_is_in_use(
     page = client.get("/admin/portal/gpuquota/").content.decode()
     # Then an "In use" column shows it
     assert "In use" in page
-    row = re.search(r"<tr>(?:(?!</tr>).)*>vision<(?:(?!</tr>).)*nvidia.com/gpu<(?:(?!</tr>).)*</tr>", page, re.S)
+    row = re.search(
+        r"<tr>(?:(?!</tr>).)*>vision<(?:(?!</tr>).)*nvidia.com/gpu<(?:(?!</tr>).)*</tr>", page, re.S
+    )
     assert row is not None
     assert re.search(r'<td class="field-in_use">3</td>', row.group(0))
 

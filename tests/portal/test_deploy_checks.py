@@ -1,4 +1,4 @@
-"""Production settings: Django's deployment checklist passes, and unsafe settings refuse to start."""
+"""Production settings pass the deployment checklist; unsafe settings refuse to start."""
 
 from __future__ import annotations
 

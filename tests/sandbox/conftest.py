@@ -83,13 +83,23 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 
 
 def gpu_container(resources: dict[str, Any], name: str = "main", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-            "resources": {"limits": resources}, **extra}
+    return {
+        "name": name,
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+        "resources": {"limits": resources},
+        **extra,
+    }
 
 
-def job_manifest(name: str, resources: dict[str, Any], *, annotations: dict[str, str] | None = None,
-                 product: str | None = None, tolerate: bool = True,
-                 **spec: Any) -> dict[str, Any]:
+def job_manifest(
+    name: str,
+    resources: dict[str, Any],
+    *,
+    annotations: dict[str, str] | None = None,
+    product: str | None = None,
+    tolerate: bool = True,
+    **spec: Any,
+) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [gpu_container(resources)]}
     if tolerate:
         pod_spec["tolerations"] = [GPU_TOLERATION]
@@ -107,14 +117,27 @@ def job_manifest(name: str, resources: dict[str, Any], *, annotations: dict[str,
     }
 
 
-def pod_manifest(name: str, resources: dict[str, Any], *, tolerate: bool = True,
-                 annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [gpu_container(resources)],
-                                **spec}
+def pod_manifest(
+    name: str,
+    resources: dict[str, Any],
+    *,
+    tolerate: bool = True,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [gpu_container(resources)],
+        **spec,
+    }
     if tolerate:
         pod_spec.setdefault("tolerations", [GPU_TOLERATION])
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "annotations": annotations or {}}, "spec": pod_spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": pod_spec,
+    }
 
 
 def events_for(core: client.CoreV1Api, ns: str, name: str, reason: str | None = None) -> list[Any]:

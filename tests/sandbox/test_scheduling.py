@@ -21,21 +21,42 @@ def _condition(obj, ctype):
 
 def test_eight_gpu_job_is_scheduled_runs_and_completes(core, batch, namespace):
     # given a Job asking for all 8 A100s of one node, tolerating the GPU taint
-    job = job_manifest("train8", {"nvidia.com/gpu": 8}, product=A100,
-                       annotations={"sandbox.gpu-portal.dev/duration": "30s"})
+    job = job_manifest(
+        "train8",
+        {"nvidia.com/gpu": 8},
+        product=A100,
+        annotations={"sandbox.gpu-portal.dev/duration": "30s"},
+    )
     # when it is created
     batch.create_namespaced_job(namespace, job)
     # then its pod lands on an A100 node, runs, and the Job completes in two steps
-    pod = wait_for(lambda: next(iter(core.list_namespaced_pod(
-        namespace, label_selector="job-name=train8,batch.kubernetes.io/job-name=train8").items),
-        None))
-    running = wait_for(lambda: (p := core.read_namespaced_pod(pod.metadata.name, namespace))
-                       .status.phase in ("Running", "Succeeded") and p)
+    pod = wait_for(
+        lambda: next(
+            iter(
+                core.list_namespaced_pod(
+                    namespace, label_selector="job-name=train8,batch.kubernetes.io/job-name=train8"
+                ).items
+            ),
+            None,
+        )
+    )
+    running = wait_for(
+        lambda: (
+            (p := core.read_namespaced_pod(pod.metadata.name, namespace)).status.phase
+            in ("Running", "Succeeded")
+            and p
+        )
+    )
     assert running.spec.node_name.startswith("gpu-a100-")
     assert running.spec.node_name != "gpu-a100-mig-0"
     assert running.status.host_ip and running.status.start_time
-    done = wait_for(lambda: (j := batch.read_namespaced_job("train8", namespace)).status.conditions
-                    and _condition(j, "Complete") and j)
+    done = wait_for(
+        lambda: (
+            (j := batch.read_namespaced_job("train8", namespace)).status.conditions
+            and _condition(j, "Complete")
+            and j
+        )
+    )
     types = [c.type for c in done.status.conditions]
     assert types.index("SuccessCriteriaMet") < types.index("Complete")
     assert _condition(done, "Complete").reason == "CompletionsReached"
@@ -47,7 +68,8 @@ def test_eight_gpu_job_is_scheduled_runs_and_completes(core, batch, namespace):
     assert term.exit_code == 0 and term.reason == "Completed"
     scheduled = events_for(core, namespace, pod.metadata.name, "Scheduled")
     assert scheduled[0].message == (
-        f"Successfully assigned {namespace}/{pod.metadata.name} to {running.spec.node_name}")
+        f"Successfully assigned {namespace}/{pod.metadata.name} to {running.spec.node_name}"
+    )
     reasons = {e.reason for e in events_for(core, namespace, pod.metadata.name)}
     assert {"Pulling", "Pulled", "Created", "Started"} <= reasons
     job_events = {(e.reason, e.message) for e in events_for(core, namespace, "train8")}
@@ -59,12 +81,15 @@ def test_nine_gpus_fail_scheduling_with_kube_scheduler_message(core, namespace):
     # given a pod asking for more GPUs than any node has
     core.create_namespaced_pod(namespace, pod_manifest("nine", {"nvidia.com/gpu": 9}))
     # then it stays Pending with the exact kube-scheduler text
-    event = wait_for(lambda: next(iter(events_for(core, namespace, "nine", "FailedScheduling")),
-                                  None))
+    event = wait_for(
+        lambda: next(iter(events_for(core, namespace, "nine", "FailedScheduling")), None)
+    )
     # small profile: 2 A100 (8 GPUs), 1 T4 shared node, 1 MIG node, 1 cpu node = 5 nodes
     assert re.fullmatch(
         r"0/5 nodes are available: (\d+ [^,]+)(, \d+ [^,]+)*\. preemption: 0/5 nodes are "
-        r"available: .*\.", event.message), event.message
+        r"available: .*\.",
+        event.message,
+    ), event.message
     assert "5 Insufficient nvidia.com/gpu" in event.message
     assert event.type == "Warning"
     assert event.reporting_component == "default-scheduler"
@@ -77,14 +102,17 @@ def test_nine_gpus_fail_scheduling_with_kube_scheduler_message(core, namespace):
 
 def test_gpu_pod_without_toleration_is_refused_by_taint(core, namespace):
     # given a GPU pod without the nvidia.com/gpu toleration
-    core.create_namespaced_pod(namespace, pod_manifest("notol", {"nvidia.com/gpu": 1},
-                                                       tolerate=False))
+    core.create_namespaced_pod(
+        namespace, pod_manifest("notol", {"nvidia.com/gpu": 1}, tolerate=False)
+    )
     # then every GPU node refuses it by taint, and the CPU node lacks GPUs
-    event = wait_for(lambda: next(iter(events_for(core, namespace, "notol", "FailedScheduling")),
-                                  None))
+    event = wait_for(
+        lambda: next(iter(events_for(core, namespace, "notol", "FailedScheduling")), None)
+    )
     assert event.message.startswith(
         "0/5 nodes are available: 1 Insufficient nvidia.com/gpu, "
-        "4 node(s) had untolerated taint {nvidia.com/gpu: present}. preemption: "), event.message
+        "4 node(s) had untolerated taint {nvidia.com/gpu: present}. preemption: "
+    ), event.message
 
 
 def test_mig_and_time_sliced_resources_are_advertised_and_fit(core, namespace):
@@ -102,39 +130,56 @@ def test_mig_and_time_sliced_resources_are_advertised_and_fit(core, namespace):
     assert t4.metadata.labels["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
     assert t4.metadata.labels["nvidia.com/gpu.replicas"] == "4"
     assert {(t.key, t.value, t.effect) for t in t4.spec.taints} == {
-        ("nvidia.com/gpu", "present", "NoSchedule")}
+        ("nvidia.com/gpu", "present", "NoSchedule")
+    }
     # when pods ask for MIG slices and shared T4 replicas
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "mig2", {"nvidia.com/mig-2g.20gb": 2},
-        annotations={"sandbox.gpu-portal.dev/duration": "1h"}))
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "mig2b", {"nvidia.com/mig-2g.20gb": 2}))
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "shared", {"nvidia.com/gpu.shared": 8},
-        annotations={"sandbox.gpu-portal.dev/duration": "1h"}))
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest(
+            "mig2",
+            {"nvidia.com/mig-2g.20gb": 2},
+            annotations={"sandbox.gpu-portal.dev/duration": "1h"},
+        ),
+    )
+    core.create_namespaced_pod(namespace, pod_manifest("mig2b", {"nvidia.com/mig-2g.20gb": 2}))
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest(
+            "shared",
+            {"nvidia.com/gpu.shared": 8},
+            annotations={"sandbox.gpu-portal.dev/duration": "1h"},
+        ),
+    )
     # then the fitting ones land on the right nodes and the over-ask fails on that resource
-    placed = wait_for(lambda: (p := core.read_namespaced_pod("mig2", namespace)).spec.node_name
-                      and p)
+    placed = wait_for(
+        lambda: (p := core.read_namespaced_pod("mig2", namespace)).spec.node_name and p
+    )
     assert placed.spec.node_name == "gpu-a100-mig-0"
-    shared = wait_for(lambda: (p := core.read_namespaced_pod("shared", namespace)).spec.node_name
-                      and p)
+    shared = wait_for(
+        lambda: (p := core.read_namespaced_pod("shared", namespace)).spec.node_name and p
+    )
     assert shared.spec.node_name == "gpu-t4-shared-0"
-    event = wait_for(lambda: next(iter(events_for(core, namespace, "mig2b", "FailedScheduling")),
-                                  None))
+    event = wait_for(
+        lambda: next(iter(events_for(core, namespace, "mig2b", "FailedScheduling")), None)
+    )
     # every node either lacks the resource or has it all taken (the pod tolerates the taint)
-    assert event.message.startswith("0/5 nodes are available: 5 Insufficient "
-                                    "nvidia.com/mig-2g.20gb. preemption: "), event.message
+    assert event.message.startswith(
+        "0/5 nodes are available: 5 Insufficient nvidia.com/mig-2g.20gb. preemption: "
+    ), event.message
     core.create_namespaced_pod(namespace, pod_manifest("shared2", {"nvidia.com/gpu.shared": 1}))
-    event = wait_for(lambda: next(iter(events_for(core, namespace, "shared2",
-                                                  "FailedScheduling")), None))
-    assert event.message.startswith("0/5 nodes are available: 5 Insufficient "
-                                    "nvidia.com/gpu.shared. preemption: "), event.message
+    event = wait_for(
+        lambda: next(iter(events_for(core, namespace, "shared2", "FailedScheduling")), None)
+    )
+    assert event.message.startswith(
+        "0/5 nodes are available: 5 Insufficient nvidia.com/gpu.shared. preemption: "
+    ), event.message
 
 
 def _priority_class(sched, name, value, policy="PreemptLowerPriority"):
     try:
-        sched.create_priority_class({"metadata": {"name": name}, "value": value,
-                                     "preemptionPolicy": policy})
+        sched.create_priority_class(
+            {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
+        )
     except client.ApiException as exc:
         assert exc.status == 409
 
@@ -144,25 +189,37 @@ def test_high_priority_pod_preempts_low_priority_pod(core, sched, namespace):
     _priority_class(sched, "gpu-low", 100)
     _priority_class(sched, "gpu-high", 1000)
     pin = {"kubernetes.io/hostname": "gpu-a100-1"}
-    low = pod_manifest("low", {"nvidia.com/gpu": 8}, priorityClassName="gpu-low",
-                       nodeSelector=pin,
-                       annotations={"sandbox.gpu-portal.dev/duration": "2h"})
+    low = pod_manifest(
+        "low",
+        {"nvidia.com/gpu": 8},
+        priorityClassName="gpu-low",
+        nodeSelector=pin,
+        annotations={"sandbox.gpu-portal.dev/duration": "2h"},
+    )
     core.create_namespaced_pod(namespace, low)
-    low_pod = wait_for(lambda: (p := core.read_namespaced_pod("low", namespace)).status.phase
-                       == "Running" and p)
+    low_pod = wait_for(
+        lambda: (p := core.read_namespaced_pod("low", namespace)).status.phase == "Running" and p
+    )
     assert low_pod.spec.priority == 100
     # when a high-priority pod needs that node
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "high", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high", nodeSelector=pin))
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest("high", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high", nodeSelector=pin),
+    )
     # then the victim is marked, evented and deleted, and the preemptor runs there
     preempted = wait_for(lambda: next(iter(events_for(core, namespace, "low", "Preempted")), None))
     high = core.read_namespaced_pod("high", namespace)
     assert preempted.message == f"Preempted by pod {high.metadata.uid} on node gpu-a100-1"
     assert preempted.type == "Normal"
-    wait_for(lambda: not core.list_namespaced_pod(namespace, field_selector="metadata.name=low")
-             .items or None)
-    bound = wait_for(lambda: (p := core.read_namespaced_pod("high", namespace)).spec.node_name
-                     and p)
+    wait_for(
+        lambda: (
+            not core.list_namespaced_pod(namespace, field_selector="metadata.name=low").items
+            or None
+        )
+    )
+    bound = wait_for(
+        lambda: (p := core.read_namespaced_pod("high", namespace)).spec.node_name and p
+    )
     assert bound.spec.node_name == "gpu-a100-1"
     assert bound.spec.priority == 1000
 
@@ -172,23 +229,41 @@ def test_victim_gets_disruption_target_condition(core, sched, namespace):
     _priority_class(sched, "gpu-low", 100)
     _priority_class(sched, "gpu-high", 1000)
     pin = {"kubernetes.io/hostname": "gpu-a100-0"}
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "victim", {"nvidia.com/gpu": 8}, priorityClassName="gpu-low", nodeSelector=pin,
-        terminationGracePeriodSeconds=600,
-        annotations={"sandbox.gpu-portal.dev/duration": "2h"}))
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest(
+            "victim",
+            {"nvidia.com/gpu": 8},
+            priorityClassName="gpu-low",
+            nodeSelector=pin,
+            terminationGracePeriodSeconds=600,
+            annotations={"sandbox.gpu-portal.dev/duration": "2h"},
+        ),
+    )
     wait_for(lambda: core.read_namespaced_pod("victim", namespace).status.phase == "Running")
     # when a higher-priority pod preempts it
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "preemptor", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high", nodeSelector=pin))
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest(
+            "preemptor", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high", nodeSelector=pin
+        ),
+    )
     # then while terminating it carries DisruptionTarget and the preemptor is nominated
-    victim = wait_for(lambda: (p := core.read_namespaced_pod("victim", namespace))
-                      .metadata.deletion_timestamp and p, timeout=10)
+    victim = wait_for(
+        lambda: (
+            (p := core.read_namespaced_pod("victim", namespace)).metadata.deletion_timestamp and p
+        ),
+        timeout=10,
+    )
     cond = _condition(victim, "DisruptionTarget")
     assert (cond.status, cond.reason, cond.message) == (
-        "True", "PreemptionByScheduler",
-        "default-scheduler: preempting to accommodate a higher priority pod")
+        "True",
+        "PreemptionByScheduler",
+        "default-scheduler: preempting to accommodate a higher priority pod",
+    )
     assert core.read_namespaced_pod("preemptor", namespace).status.nominated_node_name == (
-        "gpu-a100-0")
+        "gpu-a100-0"
+    )
     core.delete_namespaced_pod("preemptor", namespace, grace_period_seconds=0)
 
 
@@ -197,15 +272,27 @@ def test_preemption_policy_never_does_not_preempt(core, sched, namespace):
     _priority_class(sched, "gpu-low", 100)
     _priority_class(sched, "gpu-high-never", 2000, "Never")
     pin = {"kubernetes.io/hostname": "gpu-a100-1"}
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "holder", {"nvidia.com/gpu": 8}, priorityClassName="gpu-low", nodeSelector=pin,
-        annotations={"sandbox.gpu-portal.dev/duration": "2h"}))
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest(
+            "holder",
+            {"nvidia.com/gpu": 8},
+            priorityClassName="gpu-low",
+            nodeSelector=pin,
+            annotations={"sandbox.gpu-portal.dev/duration": "2h"},
+        ),
+    )
     wait_for(lambda: core.read_namespaced_pod("holder", namespace).status.phase == "Running")
     # when the never-preempting pod wants the same node
-    core.create_namespaced_pod(namespace, pod_manifest(
-        "polite", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high-never", nodeSelector=pin))
-    polite = wait_for(lambda: next(iter(events_for(core, namespace, "polite",
-                                                   "FailedScheduling")), None))
+    core.create_namespaced_pod(
+        namespace,
+        pod_manifest(
+            "polite", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high-never", nodeSelector=pin
+        ),
+    )
+    polite = wait_for(
+        lambda: next(iter(events_for(core, namespace, "polite", "FailedScheduling")), None)
+    )
     # then it waits, and the holder keeps running without a Preempted event
     assert core.read_namespaced_pod("polite", namespace).spec.preemption_policy == "Never"
     assert "Insufficient nvidia.com/gpu" in polite.message
@@ -226,6 +313,7 @@ def test_unknown_priority_class_is_forbidden(core, namespace):
         status = json.loads(exc.body)
         assert status["reason"] == "Forbidden"
         assert status["message"] == (
-            'pods "nopc" is forbidden: no PriorityClass with name gpu-x was found')
+            'pods "nopc" is forbidden: no PriorityClass with name gpu-x was found'
+        )
     else:
         raise AssertionError("expected 403")

@@ -347,12 +347,9 @@ def test_teams_page_shows_own_team_quotas_only(client: Client, alice: User) -> N
     # When she opens the teams page
     page = client.get("/teams/").content.decode()
     # Then she sees vision's quotas with their limits, and nothing of nlp
-    rows = {
-        resource: limit
-        for resource, limit in re.findall(
-            r"<tr><td><code>([^<]+)</code></td><td>[^<]*</td><td>([^<]+)</td>", page
-        )
-    }
+    rows = dict(
+        re.findall(r"<tr><td><code>([^<]+)</code></td><td>[^<]*</td><td>([^<]+)</td>", page)
+    )
     assert rows == {
         "nvidia.com/gpu": "16",
         "nvidia.com/gpu.shared": "8",

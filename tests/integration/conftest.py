@@ -1,0 +1,69 @@
+"""A real sandbox cluster and a real Celery worker for the portal's integration tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.db import connection
+
+from portal import kube
+from tests.sandbox_process import SandboxProcess, start_sandbox
+from tests.worker_process import WorkerProcess
+
+SANDBOX_SPEED = 30.0
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    proc = start_sandbox(tmp_path_factory.mktemp("cluster"), profile="small", speed=SANDBOX_SPEED)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def cluster(sandbox: SandboxProcess, settings: Any) -> Iterator[SandboxProcess]:
+    """Point the portal's Kubernetes adapter at the sandbox (through its kubeconfig)."""
+    settings.KUBECONFIG = str(sandbox.kubeconfig)
+    settings.KUBE_CONTEXT = ""
+    settings.KUBE_REQUEST_TIMEOUT = 5.0
+    kube.reset_client()
+    yield sandbox
+    kube.reset_client()
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    return (
+        f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
+        f"{db['PORT'] or 5432}/{db['NAME']}"
+    )
+
+
+@pytest.fixture
+def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]:
+    """Environment of a worker that shares the test database, broker and cluster."""
+    redis.Redis.from_url(django_settings.REDIS_URL).flushdb()
+    return {
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": django_settings.REDIS_URL,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "KUBE_REQUEST_TIMEOUT": "5",
+        "RECONCILE_INTERVAL_SECONDS": "1",
+        "STALE_QUEUE_SECONDS": "3",
+        "LOST_GRACE_SECONDS": "2",
+        "CELERY_VISIBILITY_TIMEOUT": "8",
+        "PORTAL_ENV": "development",
+        "DEBUG": "false",
+    }
+
+
+@pytest.fixture
+def worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[WorkerProcess]:
+    proc = WorkerProcess(tmp_path / "worker", worker_env).start()
+    yield proc
+    proc.stop()
