@@ -17,7 +17,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.sandbox_process import start_sandbox  # noqa: E402
+from tests.sandbox_process import start_sandbox
 
 
 def run(profile: str, pods: int) -> tuple[float, float, int]:
@@ -47,7 +47,12 @@ def run(profile: str, pods: int) -> tuple[float, float, int]:
             created = time.perf_counter() - start
             while True:
                 items = core.list_namespaced_pod("bench").items
-                if all(p.spec.node_name for p in items):
+                # Done when the scheduler has decided on every pod: bound or Unschedulable.
+                if all(
+                    p.spec.node_name
+                    or any(c.type == "PodScheduled" for c in p.status.conditions or [])
+                    for p in items
+                ):
                     break
                 time.sleep(0.05)
             return created, time.perf_counter() - start, nodes

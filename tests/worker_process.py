@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -73,10 +74,8 @@ class WorkerProcess:
         except OSError:
             children = []
         for pid in children:
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
         self.process.kill()
         self.process.wait()
 
