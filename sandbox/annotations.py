@@ -13,8 +13,31 @@ HOT = PREFIX + "hot"  # "true": its GPUs run above 85 °C
 FB_FULL = PREFIX + "fb-full"  # "true": framebuffer nearly full (< 1 GiB free)
 
 
+def env_name(key: str) -> str:
+    """The container env var that gives the same hint: ``exit-code`` → ``SANDBOX_EXIT_CODE``.
+
+    A real program decides its own runtime and exit code; letting the workload's env say
+    so means a portal that offers no annotation field can still drive every outcome.
+    """
+    return "SANDBOX_" + key[len(PREFIX) :].upper().replace("-", "_")
+
+
+def _env_hint(pod: dict[str, Any], key: str) -> str | None:
+    name = env_name(key)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for var in container.get("env") or []:
+            if var.get("name") == name and "value" in var:
+                return str(var["value"])
+    return None
+
+
 def get(pod: dict[str, Any], key: str, default: str = "") -> str:
-    return str((pod["metadata"].get("annotations") or {}).get(key, default))
+    """The hint from the pod's annotations, else from its containers' env, else ``default``."""
+    annotations = pod["metadata"].get("annotations") or {}
+    if key in annotations:
+        return str(annotations[key])
+    hint = _env_hint(pod, key)
+    return default if hint is None else hint
 
 
 def flag(pod: dict[str, Any], key: str) -> bool:

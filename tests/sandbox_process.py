@@ -146,7 +146,7 @@ def start_sandbox(
     profile: str = "small",
     speed: float = 30.0,
     extra_args: Sequence[str] = (),
-    token: str = "test-token",  # noqa: S107 - a throwaway test token
+    token: str = "test-token",
 ) -> SandboxProcess:
     return SandboxProcess(
         Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args), token

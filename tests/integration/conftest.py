@@ -11,9 +11,10 @@ import redis
 from django.conf import settings as django_settings
 from django.db import connection
 
+from jobs.manifests import MANAGED_BY_SELECTOR
 from portal import kube
 from tests.sandbox_process import SandboxProcess, start_sandbox
-from tests.worker_process import WorkerProcess
+from tests.worker_process import WorkerProcess, wait_for
 
 SANDBOX_SPEED = 30.0
 
@@ -33,7 +34,17 @@ def cluster(sandbox: SandboxProcess, settings: Any) -> Iterator[SandboxProcess]:
     settings.KUBE_REQUEST_TIMEOUT = 5.0
     kube.reset_client()
     yield sandbox
+    _delete_portal_objects()
     kube.reset_client()
+
+
+def _delete_portal_objects() -> None:
+    """Tests share one sandbox per module: free its GPUs for the next test."""
+    for kind in ("Job", "Deployment"):
+        for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
+            meta = obj["metadata"]
+            kube.delete(kind, meta["name"], meta["namespace"], propagation="Background")
+    wait_for(lambda: not list(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR)), timeout=20)
 
 
 def _database_url() -> str:
