@@ -1,0 +1,142 @@
+"""Nothing is lost when a worker dies mid-apply or the API server is down for a while;
+team bootstrap is idempotent."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from kubernetes import client, config
+
+from jobs.models import Job, JobState
+from jobs.reconcile import cluster_reconcile
+from jobs.services import job_submit
+from portal.cluster_sync import team_cluster_sync
+from portal.models import Team
+from tests.conftest import training_spec
+from tests.sandbox_process import SandboxProcess
+from tests.worker_process import WorkerProcess, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def seeded(worker_env: dict[str, str]) -> dict[str, User]:
+    call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
+    return {u.username: u for u in User.objects.all()}
+
+
+def api(sandbox: SandboxProcess) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(sandbox.kubeconfig))
+
+
+def test_team_bootstrap_creates_everything_once_then_changes_nothing(
+    seeded: dict[str, User], cluster: SandboxProcess
+) -> None:
+    vision = Team.objects.get(slug="vision")
+
+    team_cluster_sync(team_id=vision.pk)  # the namespace may exist from earlier tests
+    second = team_cluster_sync(team_id=vision.pk)
+
+    assert set(second.values()) == {"unchanged"}
+    core = client.CoreV1Api(api(cluster))
+    namespace = core.read_namespace("team-vision")
+    assert namespace.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    quota = core.read_namespaced_resource_quota("gpu-portal-quota", "team-vision")
+    assert quota.spec.hard["requests.nvidia.com/gpu"] == "16"
+    assert quota.spec.hard["requests.nvidia.com/mig-1g.10gb"] == "8"
+    assert quota.spec.hard["requests.nvidia.com/gpu.shared"] == "8"
+    assert quota.spec.hard["requests.nvidia.com/mig-2g.20gb"] == "0"
+    assert core.read_namespaced_limit_range("gpu-portal-defaults", "team-vision")
+    classes = {
+        pc.metadata.name: pc
+        for pc in client.SchedulingV1Api(api(cluster)).list_priority_class().items
+    }
+    assert classes["gpu-low"].preemption_policy == "Never"
+    assert classes["gpu-critical"].value == 1_000_000
+
+
+def test_quota_change_updates_the_resource_quota(
+    seeded: dict[str, User], cluster: SandboxProcess
+) -> None:
+    nlp = Team.objects.get(slug="nlp")
+    team_cluster_sync(team_id=nlp.pk)
+    nlp.quotas.filter(resource="NVIDIA-A100-SXM4-80GB").update(limit=4)
+
+    outcome = team_cluster_sync(team_id=nlp.pk)
+
+    assert outcome["ResourceQuota/gpu-portal-quota"] == "updated"
+    quota = client.CoreV1Api(api(cluster)).read_namespaced_resource_quota(
+        "gpu-portal-quota", "team-nlp"
+    )
+    # Per-product quotas are summed into requests.nvidia.com/gpu (Kubernetes knows no products).
+    assert quota.spec.hard["requests.nvidia.com/gpu"] == "4"
+
+
+def test_worker_killed_during_apply_leaves_exactly_one_job_object(
+    seeded: dict[str, User], worker_env: dict[str, str], cluster: SandboxProcess, tmp_path
+) -> None:
+    # Given a distributed job (a Service, then a Job) and a worker we kill as soon as the
+    # Service exists: the crash lands between the two creates.
+    core, batch = client.CoreV1Api(api(cluster)), client.BatchV1Api(api(cluster))
+    worker = WorkerProcess(tmp_path / "w1", worker_env).start()
+    job = job_submit(
+        user=seeded["alice"],
+        data=training_spec(
+            name="crashy", gpu={"count": 1}, workers=2, env={"SANDBOX_DURATION": "60s"}
+        ),
+    )
+
+    def service_exists() -> bool:
+        names = {s.metadata.name for s in core.list_namespaced_service("team-vision").items}
+        return job.object_name in names
+
+    wait_for(service_exists, timeout=30, interval=0.02)
+    worker.kill()
+
+    # When a new worker comes up (redelivery after the visibility timeout, or the reconcile
+    # re-queuing the lost apply)
+    replacement = WorkerProcess(tmp_path / "w2", worker_env).start()
+    try:
+        done = wait_for(
+            lambda: (j := Job.objects.get(pk=job.pk)).state == JobState.SUCCEEDED and j,
+            timeout=90,
+        )
+    finally:
+        replacement.stop()
+
+    # Then exactly one Job object was ever created for it, and it ran to the end
+    jobs = batch.list_namespaced_job(
+        "team-vision", label_selector=f"gpu-portal.dev/job-id={job.pk}"
+    ).items
+    assert [j.metadata.name for j in jobs] == [job.object_name]
+    assert done.events.filter(reason="Applied").count() == 1
+
+
+def test_api_server_down_for_a_while_loses_no_job(
+    seeded: dict[str, User], worker: WorkerProcess, cluster: SandboxProcess
+) -> None:
+    job = job_submit(
+        user=seeded["alice"], data=training_spec(name="patient", env={"SANDBOX_DURATION": "5m"})
+    )
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.RUNNING, timeout=40)
+
+    cluster.stop()
+    try:
+        # The reconcile keeps failing to reach the cluster for a while...
+        wait_for(lambda: "Cluster unreachable" in worker.tail(20000), timeout=20)
+        queued = job_submit(user=seeded["bob"], data=training_spec(name="during-outage"))
+        with pytest.raises(Exception, match="unreachable"):
+            cluster_reconcile()
+        # ...and no job is marked failed or lost because of it.
+        assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    finally:
+        cluster.start(reset=False)
+
+    # Tracking resumes: the running job finishes, the one submitted during the outage runs.
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED, timeout=60)
+    wait_for(
+        lambda: Job.objects.get(pk=queued.pk).state in (JobState.RUNNING, JobState.SUCCEEDED),
+        timeout=60,
+    )
+    assert not Job.objects.filter(state=JobState.FAILED).exists()
