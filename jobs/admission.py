@@ -26,7 +26,7 @@ class AdmissionResult:
     waiting: dict[int, str] = field(default_factory=dict)  # job id → reason
 
 
-def _blocking_resource(
+def blocking_resource(
     demand: dict[str, int], used: dict[str, int], limits: dict[str, int]
 ) -> str | None:
     for resource, amount in demand.items():
@@ -71,7 +71,7 @@ def admission_run(*, team_id: int) -> AdmissionResult:
         now = timezone.now()
         for position, job in enumerate(queue):
             if blocked_by is None:
-                blocked_by = _blocking_resource(job.demand, used, limits)
+                blocked_by = blocking_resource(job.demand, used, limits)
                 if blocked_by is None:
                     for resource, amount in job.demand.items():
                         used[resource] += int(amount)

@@ -10,6 +10,7 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
+    extend_schema_field,
     inline_serializer,
 )
 from rest_framework import serializers, status
@@ -19,7 +20,14 @@ from rest_framework.views import APIView
 
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
-from jobs.selectors import job_get_for_user, jobs_for_user
+from jobs.selectors import (
+    MAX_LOG_TAIL,
+    job_events,
+    job_get_for_user,
+    job_log_tail,
+    job_queue_position,
+    jobs_for_user,
+)
 from jobs.services import job_cancel, job_preview, job_submit
 from jobs.spec_input import JobSpecInput
 from portal.pagination import paginate
@@ -48,6 +56,9 @@ class JobOutput(serializers.ModelSerializer):
             "namespace",
             "object_name",
             "spec",
+            "advice",
+            "placement",
+            "exit_code",
             "created_at",
             "admitted_at",
             "started_at",
@@ -63,11 +74,72 @@ class JobOutput(serializers.ModelSerializer):
         return data
 
 
+class FitOutput(serializers.Serializer):
+    verdict = serializers.ChoiceField(
+        choices=["fits", "preempts", "waits-for-quota", "waits", "never", "unknown"]
+    )
+    message = serializers.CharField()
+    nodes = serializers.ListField(child=serializers.CharField())
+    preempted_jobs = serializers.ListField(child=serializers.IntegerField())
+    scheduler_message = serializers.CharField(allow_blank=True)
+
+
+class QueuePositionOutput(serializers.Serializer):
+    team = serializers.IntegerField(help_text="1-based position in the team's queue.")
+    cluster = serializers.IntegerField(help_text="1-based position among all queued jobs.")
+    blocking_resource = serializers.CharField(allow_null=True)
+    estimated_start = serializers.DateTimeField(
+        allow_null=True, help_text="Null when unknown (running jobs have no deadline)."
+    )
+    estimate = serializers.CharField(help_text="The estimate in words.")
+
+
+class JobDetailOutput(JobOutput):
+    """One job, with its place in the queue while it is queued (null otherwise)."""
+
+    queue_position = serializers.SerializerMethodField()
+
+    class Meta(JobOutput.Meta):
+        fields = [*JobOutput.Meta.fields, "queue_position"]
+        read_only_fields = fields
+
+    @extend_schema_field(QueuePositionOutput(allow_null=True))
+    def get_queue_position(self, job: Job) -> dict[str, Any] | None:
+        position = job_queue_position(job=job)
+        return None if position is None else QueuePositionOutput(position).data
+
+
+class JobEventOutput(serializers.Serializer):
+    created_at = serializers.DateTimeField()
+    source = serializers.CharField()
+    type = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+
+
+class PodLogOutput(serializers.Serializer):
+    pod = serializers.CharField()
+    node = serializers.CharField()
+    log = serializers.CharField()
+    note = serializers.CharField(help_text="Why this pod has no log yet, if it has none.")
+
+
+class JobLogsOutput(serializers.Serializer):
+    pods = PodLogOutput(many=True)
+    error = serializers.CharField(allow_null=True)
+    detail = serializers.CharField(allow_null=True)
+
+
+class LogTailInput(serializers.Serializer):
+    tail = serializers.IntegerField(min_value=1, max_value=MAX_LOG_TAIL, default=200)
+
+
 class PreviewOutput(serializers.Serializer):
     valid = serializers.BooleanField()
     manifests = serializers.ListField(child=serializers.DictField())
     yaml = serializers.CharField()
     resource_defaults = serializers.DictField()
+    fit = FitOutput()
 
 
 class JobListCreateApi(APIView):
@@ -97,10 +169,39 @@ class JobListCreateApi(APIView):
 
 
 class JobDetailApi(APIView):
-    @extend_schema(operation_id="jobs_retrieve", responses=JobOutput)
+    @extend_schema(operation_id="jobs_retrieve", responses=JobDetailOutput)
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
-        return Response(JobOutput(job).data)
+        return Response(JobDetailOutput(job).data)
+
+
+class JobEventsApi(APIView):
+    @extend_schema(operation_id="jobs_events", responses=JobEventOutput(many=True))
+    def get(self, request: Request, job_id: int) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        return Response(JobEventOutput(job_events(job=job), many=True).data)
+
+
+class JobLogsApi(APIView):
+    @extend_schema(
+        operation_id="jobs_logs",
+        parameters=[LogTailInput],
+        responses={
+            200: JobLogsOutput,
+            503: OpenApiResponse(
+                inline_serializer("ClusterUnreachable", {"detail": serializers.CharField()}),
+                description="The cluster could not be read.",
+            ),
+        },
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        params = LogTailInput(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        logs = job_log_tail(job=job, tail=params.validated_data["tail"])
+        if logs.error:
+            return Response({"detail": logs.error}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return Response(JobLogsOutput(logs).data)
 
 
 class JobPreviewApi(APIView):
@@ -113,6 +214,7 @@ class JobPreviewApi(APIView):
                 "manifests": preview.manifests,
                 "yaml": preview.yaml,
                 "resource_defaults": preview.defaults,
+                "fit": FitOutput(preview.fit).data,
             }
         )
 

@@ -21,18 +21,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from jobs.fit import PRIORITY_CLASSES, cluster_snapshot
 from jobs.manifests import JOB_ID_LABEL, MANAGED_BY_SELECTOR
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.observe import Observation, observe_inference, observe_training
 from portal import kube
-from scheduling import (
-    ClusterSnapshot,
-    explain,
-    node_from_k8s,
-    pod_from_k8s,
-    pod_is_terminal,
-    schedule,
-)
+from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
 logger = logging.getLogger(__name__)
 
@@ -134,18 +128,12 @@ class _Advisor:
             return ""
         if self._snapshot is None:
             try:
-                nodes = [node_from_k8s(n) for n in kube.list_all("Node")]
-                bound = [
-                    pod_from_k8s(p)
-                    for p in kube.list_all("Pod")
-                    if (p.get("spec") or {}).get("nodeName") and not pod_is_terminal(p)
-                ]
+                self._snapshot = cluster_snapshot()
             except kube.ClusterError as exc:
                 logger.warning("no advice: cannot list nodes/pods: %s", exc)
                 self._failed = True
                 return ""
-            self._snapshot = ClusterSnapshot(nodes, bound)
-        pod = pod_from_k8s(pod_obj)
+        pod = pod_from_k8s(pod_obj, PRIORITY_CLASSES)
         result = schedule(pod, self._snapshot)
         return explain(pod, result, self._snapshot).text
 

@@ -11,6 +11,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
+from jobs.fit import FitPreview, job_fit_preview
 from jobs.manifests import (
     ManifestContext,
     build_manifests,
@@ -158,18 +159,26 @@ class Preview:
     yaml: str
     defaults: dict[str, dict[str, str]]
     demand: dict[str, int]
+    fit: FitPreview | None
 
 
-def job_preview(*, user: User | AnonymousUser, data: Any) -> Preview:
-    """The manifests a spec would produce, validated; nothing is stored."""
+def job_preview(*, user: User | AnonymousUser, data: Any, with_fit: bool = True) -> Preview:
+    """The manifests a spec would produce, validated, and whether it would start now
+    (``with_fit``: asks the cluster). Nothing is stored."""
     checked = job_spec_check(user=user, data=data)
     manifests = _manifests_for(checked, PREVIEW_JOB_ID)
+    fit = (
+        job_fit_preview(manifests=manifests, team=checked.team, demand=checked.demand)
+        if with_fit
+        else None
+    )
     return Preview(
         spec=checked.spec,
         manifests=manifests,
         yaml=to_yaml(manifests),
         defaults=resource_defaults(checked.spec),
         demand=checked.demand,
+        fit=fit,
     )
 
 

@@ -11,6 +11,8 @@ urlpatterns = [
     path("<int:job_id>/", views.job_detail, name="detail"),
     path("<int:job_id>/clone/", views.job_clone, name="clone"),
     path("<int:job_id>/cancel/", views.job_cancel_view, name="cancel"),
+    path("<int:job_id>/live/", views.job_live_partial, name="live"),
+    path("<int:job_id>/logs/", views.job_logs_partial, name="logs"),
 ]
 
 api_urlpatterns = [
@@ -19,4 +21,6 @@ api_urlpatterns = [
     path("jobs/<int:job_id>/", apis.JobDetailApi.as_view(), name="api-job"),
     path("jobs/<int:job_id>/manifest/", apis.JobManifestApi.as_view(), name="api-job-manifest"),
     path("jobs/<int:job_id>/cancel/", apis.JobCancelApi.as_view(), name="api-job-cancel"),
+    path("jobs/<int:job_id>/events/", apis.JobEventsApi.as_view(), name="api-job-events"),
+    path("jobs/<int:job_id>/logs/", apis.JobLogsApi.as_view(), name="api-job-logs"),
 ]

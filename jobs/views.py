@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 from jobs.forms import JobForm, initial_from_spec
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
-from jobs.selectors import job_get_for_user, jobs_for_user
+from jobs.selectors import job_get_for_user, job_live_get, job_log_tail, jobs_for_user
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
 from portal.errors import ApplicationError, NotFound
 from portal.selectors import catalog_get, teams_for_user
@@ -95,25 +95,46 @@ def job_preview_partial(request: HttpRequest) -> HttpResponse:
             except ApplicationError as exc:
                 context["errors"] = exc.field_errors or {"spec": [exc.message]}
             else:
-                context.update(yaml=preview.yaml, defaults=preview.defaults, spec=preview.spec)
+                context.update(
+                    yaml=preview.yaml, defaults=preview.defaults, spec=preview.spec, fit=preview.fit
+                )
     if not context:
         context["errors"] = {field: list(errs) for field, errs in form.errors.items()}
     return render(request, "jobs/_preview.html", context)
 
 
+LOG_TAIL_LINES = 200
+
+
+def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    return {
+        "job": job,
+        "live": job_live_get(job=job),
+        "can_cancel": not job.is_final and job_can_cancel(user=request.user, job=job),
+    }
+
+
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
-    return render(
-        request,
-        "jobs/detail.html",
-        {
-            "job": job,
-            "manifest_yaml": to_yaml(job.manifests),
-            "events": job.events.all(),
-            "can_cancel": not job.is_final and job_can_cancel(user=request.user, job=job),
-        },
-    )
+    context = _live_context(request, job)
+    context["manifest_yaml"] = to_yaml(job.manifests)
+    return render(request, "jobs/detail.html", context)
+
+
+@login_required
+def job_live_partial(request: HttpRequest, job_id: int) -> HttpResponse:
+    """htmx partial: state, why pending, pods, timeline; polls itself until the job is final."""
+    job = _job_or_404(request, job_id)
+    return render(request, "jobs/_live.html", _live_context(request, job))
+
+
+@login_required
+def job_logs_partial(request: HttpRequest, job_id: int) -> HttpResponse:
+    """htmx partial: the last lines of each pod's log (cluster trouble is shown, not raised)."""
+    job = _job_or_404(request, job_id)
+    logs = job_log_tail(job=job, tail=LOG_TAIL_LINES)
+    return render(request, "jobs/_logs.html", {"job": job, "logs": logs, "tail": LOG_TAIL_LINES})
 
 
 @login_required

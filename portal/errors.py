@@ -35,3 +35,9 @@ class PermissionDenied(ApplicationError):
 
 class Conflict(ApplicationError):
     status_code = 409
+
+
+class ClusterUnavailable(ApplicationError):
+    """The cluster could not be read: say so plainly (503) instead of failing the request."""
+
+    status_code = 503

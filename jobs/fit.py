@@ -1,0 +1,148 @@
+""" "Will it fit?": place a job's pods on a snapshot of the cluster with the scheduling core.
+
+Reads only: the cluster (nodes and bound pods, through the one adapter) and the
+team's quota use. Answers one of ``fits``, ``preempts``, ``waits-for-quota``,
+``waits``, ``never`` or ``unknown`` (cluster unreachable), with the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.admission import blocking_resource
+from jobs.manifests import JOB_ID_LABEL, PRIORITY_CLASS_VALUES
+from jobs.models import Job
+from jobs.quota import format_amount, quota_capacity
+from jobs.selectors import team_usage
+from portal import kube
+from portal.models import GpuQuota, Team
+from scheduling import (
+    ClusterSnapshot,
+    Pod,
+    explain,
+    node_from_k8s,
+    pod_from_k8s,
+    pod_is_terminal,
+    schedule,
+)
+
+# PriorityClass name → (value, preemptionPolicy), as the portal creates them.
+PRIORITY_CLASSES = {
+    f"gpu-{name}": (value, "Never" if name == "low" else "PreemptLowerPriority")
+    for name, value in PRIORITY_CLASS_VALUES.items()
+}
+
+
+def cluster_snapshot() -> ClusterSnapshot:
+    """Nodes and the pods bound to them, now. Raises ``kube.ClusterError``."""
+    nodes = [node_from_k8s(n) for n in kube.list_all("Node")]
+    bound = [
+        pod_from_k8s(p, PRIORITY_CLASSES)
+        for p in kube.list_all("Pod")
+        if (p.get("spec") or {}).get("nodeName") and not pod_is_terminal(p)
+    ]
+    return ClusterSnapshot(nodes, bound)
+
+
+def _pod_template(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    if manifest.get("kind") not in ("Job", "Deployment"):
+        return None
+    template: dict[str, Any] = manifest["spec"]["template"]
+    return template
+
+
+def job_pods(manifests: list[dict[str, Any]]) -> list[Pod]:
+    """The pods the job's workload will create (one per worker or replica)."""
+    pods: list[Pod] = []
+    for manifest in manifests:
+        template = _pod_template(manifest)
+        if template is None:
+            continue
+        spec = manifest["spec"]
+        count = int(spec.get("parallelism") or spec.get("replicas") or 1)
+        for index in range(count):
+            obj = copy.deepcopy(template)
+            obj.setdefault("metadata", {})
+            obj["metadata"]["name"] = f"{manifest['metadata']['name']}-preview-{index}"
+            obj["metadata"]["namespace"] = manifest["metadata"].get("namespace", "default")
+            pods.append(pod_from_k8s(obj, PRIORITY_CLASSES))
+    return pods
+
+
+@dataclass
+class FitPreview:
+    verdict: str  # fits | preempts | waits-for-quota | waits | never | unknown
+    message: str
+    nodes: list[str] = field(default_factory=list)
+    preempted_jobs: list[int] = field(default_factory=list)
+    scheduler_message: str = ""
+
+
+def _quota_wait(team: Team, demand: dict[str, int]) -> str | None:
+    limits = dict(GpuQuota.objects.filter(team=team).values_list("resource", "limit"))
+    used = team_usage(team=team)
+    resource = blocking_resource(demand, used, limits)
+    if resource is None:
+        return None
+    return (
+        f"Waits for quota: team {team.slug} uses {format_amount(resource, used.get(resource, 0))} "
+        f"of {format_amount(resource, quota_capacity(resource, limits[resource]))} {resource}; "
+        "it is admitted when the team's running jobs finish."
+    )
+
+
+def job_fit_preview(
+    *, manifests: list[dict[str, Any]], team: Team, demand: dict[str, int]
+) -> FitPreview:
+    """Would the job start now? Pods are placed one after another on the same snapshot,
+    so a 4-worker job must find room for all four."""
+    try:
+        snapshot = cluster_snapshot()
+    except kube.ClusterError as exc:
+        return FitPreview("unknown", f"Cannot check the cluster now: {exc.message}")
+    pods = job_pods(manifests)
+    placed: list[str] = []
+    victims: list[Pod] = []
+    for pod in pods:
+        result = schedule(pod, snapshot)
+        if result.node:
+            snapshot.add_pod(pod, result.node)
+            placed.append(result.node)
+            continue
+        if result.nominated_node:
+            for victim in result.victims:
+                snapshot.remove_pod(victim.key)
+            victims.extend(result.victims)
+            snapshot.add_pod(pod, result.nominated_node)
+            placed.append(result.nominated_node)
+            continue
+        advice = explain(pod, result, snapshot)
+        verdict = "waits" if advice.can_ever_fit else "never"
+        return FitPreview(verdict, advice.text, scheduler_message=result.message)
+    quota_message = _quota_wait(team, demand)
+    if quota_message:
+        return FitPreview("waits-for-quota", quota_message, nodes=sorted(set(placed)))
+    if victims:
+        job_ids = sorted(
+            {
+                int(v.labels[JOB_ID_LABEL])
+                for v in victims
+                if v.labels.get(JOB_ID_LABEL, "").isdigit()
+            }
+        )
+        names = [f"{j.team.slug}/{j.name} #{j.pk}" for j in Job.objects.filter(pk__in=job_ids)]
+        who = ", ".join(names) or ", ".join(v.key for v in victims)
+        return FitPreview(
+            "preempts",
+            f"Fits on {', '.join(sorted(set(placed)))} by preempting lower-priority pods "
+            f"of: {who}.",
+            nodes=sorted(set(placed)),
+            preempted_jobs=job_ids,
+        )
+    if not pods:
+        return FitPreview("fits", "Nothing to schedule.")
+    return FitPreview(
+        "fits", f"Fits now on {', '.join(sorted(set(placed)))}.", nodes=sorted(set(placed))
+    )

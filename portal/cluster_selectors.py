@@ -1,0 +1,108 @@
+"""Reads from the cluster itself: GPU nodes and what is allocated on them.
+
+Quantities are parsed by the scheduling core (``node_from_k8s``/``pod_from_k8s``),
+so the portal counts GPUs exactly as kube-scheduler does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from portal import kube
+from portal.errors import ClusterUnavailable
+from portal.models import ANY_GPU, MIG_PREFIX, SHARED_GPU
+from scheduling import node_from_k8s, pod_from_k8s, pod_is_terminal
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+_UNREACHABLE_PREFIX = "cluster unreachable: "
+
+
+def cluster_error_text(exc: kube.ClusterError) -> str:
+    """``cluster unreachable: <what the adapter said>``, said once."""
+    message = exc.message
+    if message.lower().startswith(_UNREACHABLE_PREFIX):
+        message = message[len(_UNREACHABLE_PREFIX) :]
+    return f"{_UNREACHABLE_PREFIX}{message}"
+
+
+@dataclass(frozen=True)
+class ResourceUse:
+    resource: str
+    allocatable: int
+    allocated: int
+
+
+@dataclass(frozen=True)
+class NodeTaint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    name: str
+    gpu_product: str
+    gpus_allocatable: int  # nvidia.com/gpu (whole GPUs)
+    gpus_allocated: int
+    mig: list[ResourceUse]  # one per nvidia.com/mig-<profile> the node offers
+    shared: ResourceUse | None  # nvidia.com/gpu.shared (time-slicing), when offered
+    taints: list[NodeTaint]
+    unschedulable: bool
+
+
+def _is_gpu_resource(resource: str) -> bool:
+    return resource in (ANY_GPU, SHARED_GPU) or resource.startswith(MIG_PREFIX)
+
+
+def cluster_gpu_nodes() -> list[GpuNode]:
+    """Every node offering GPUs (whole, MIG or shared), with what bound pods request.
+
+    1. LIST the nodes; keep those with a GPU resource in allocatable or a GPU product label.
+    2. LIST every pod; sum the requests of bound pods that are not Succeeded/Failed
+       (kube-scheduler's view of what a node has handed out).
+    Raises ``ClusterUnavailable`` (503) when the cluster cannot be read.
+    """
+    try:
+        nodes = [node_from_k8s(obj) for obj in kube.list_all("Node")]
+        bound = [
+            pod_from_k8s(obj)
+            for obj in kube.list_all("Pod")
+            if (obj.get("spec") or {}).get("nodeName") and not pod_is_terminal(obj)
+        ]
+    except kube.ClusterError as exc:
+        raise ClusterUnavailable(cluster_error_text(exc)) from exc
+    allocated: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for pod in bound:
+        assert pod.node_name is not None
+        for resource, amount in pod.requests.items():
+            if _is_gpu_resource(resource):
+                allocated[pod.node_name][resource] += amount
+    result = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        gpu_resources = {r: q for r, q in node.allocatable.items() if _is_gpu_resource(r) and q}
+        if not gpu_resources and GPU_PRODUCT_LABEL not in node.labels:
+            continue
+        used = allocated.get(node.name, {})
+        result.append(
+            GpuNode(
+                name=node.name,
+                gpu_product=node.labels.get(GPU_PRODUCT_LABEL, ""),
+                gpus_allocatable=node.allocatable.get(ANY_GPU, 0),
+                gpus_allocated=used.get(ANY_GPU, 0),
+                mig=[
+                    ResourceUse(resource, amount, used.get(resource, 0))
+                    for resource, amount in sorted(gpu_resources.items())
+                    if resource.startswith(MIG_PREFIX)
+                ],
+                shared=(
+                    ResourceUse(SHARED_GPU, gpu_resources[SHARED_GPU], used.get(SHARED_GPU, 0))
+                    if SHARED_GPU in gpu_resources
+                    else None
+                ),
+                taints=[NodeTaint(t.key, t.value, t.effect) for t in node.taints],
+                unschedulable=node.unschedulable,
+            )
+        )
+    return result
