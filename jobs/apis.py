@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.manifests import to_yaml
-from jobs.models import Job, JobState
+from jobs.models import Job, JobEvent, JobState
 from jobs.selectors import (
     MAX_LOG_TAIL,
     job_events,
@@ -109,12 +109,13 @@ class JobDetailOutput(JobOutput):
         return None if position is None else QueuePositionOutput(position).data
 
 
-class JobEventOutput(serializers.Serializer):
-    created_at = serializers.DateTimeField()
-    source = serializers.CharField()
-    type = serializers.CharField()
-    reason = serializers.CharField()
-    message = serializers.CharField()
+class JobEventOutput(serializers.ModelSerializer):
+    """One line of the timeline: a portal state change or a Kubernetes event."""
+
+    class Meta:
+        model = JobEvent
+        fields = ["created_at", "source", "type", "reason", "message"]
+        read_only_fields = fields
 
 
 class PodLogOutput(serializers.Serializer):

@@ -315,7 +315,7 @@ def job_log_tail(*, job: Job, tail: int) -> JobLogs:
         pods = job_pods_live(job=job)
     except kube.ClusterError as exc:
         return JobLogs(error=cluster_error_text(exc))
-    logs = []
+    logs: list[PodLog] = []
     for pod in pods:
         try:
             text = kube.pod_log(pod["name"], job.namespace, tail_lines=tail)

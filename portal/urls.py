@@ -5,11 +5,12 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from jobs.urls import api_urlpatterns as job_api_urls
-from portal import apis, views
+from portal import apis, cluster_apis, views
 
 api_urls = [
     *job_api_urls,
     path("teams/", apis.TeamListApi.as_view(), name="api-teams"),
+    path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
 ]
 
 urlpatterns = [

@@ -19,21 +19,43 @@ $BIN/python manage.py seed_demo
 pids=()
 cleanup() {
   trap - EXIT INT TERM
-  echo "Stopping worker and beat..."
+  echo "Stopping worker, beat and the sandbox cluster..."
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM
 
+# The cluster: yours when KUBECONFIG is set, otherwise the sandbox (state kept in var/).
+if [ -z "${KUBECONFIG:-}" ]; then
+  rm -f var/sandbox-ports.json
+  $BIN/python -m sandbox --profile "${SANDBOX_PROFILE:-default}" --port "${SANDBOX_PORT:-6443}" \
+    --metrics-port "${SANDBOX_METRICS_PORT:-9400}" --speed "${SANDBOX_SPEED:-10}" \
+    --state var/sandbox.sqlite3 --kubeconfig var/sandbox-kubeconfig \
+    --ports-file var/sandbox-ports.json >var/log/sandbox.log 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do [ -s var/sandbox-ports.json ] && break; sleep 0.1; done
+  if [ ! -s var/sandbox-ports.json ]; then
+    echo "The sandbox cluster did not start; see var/log/sandbox.log" >&2
+    tail -n 20 var/log/sandbox.log >&2
+    exit 1
+  fi
+  export KUBECONFIG="$PWD/var/sandbox-kubeconfig"
+  CLUSTER="sandbox cluster (profile ${SANDBOX_PROFILE:-default}, logs var/log/sandbox.log)"
+else
+  CLUSTER="cluster of KUBECONFIG=$KUBECONFIG"
+fi
+
 $BIN/celery -A portal worker --loglevel=INFO --concurrency=2 >var/log/worker.log 2>&1 &
 pids+=($!)
 $BIN/celery -A portal beat --loglevel=INFO --schedule var/celerybeat-schedule >var/log/beat.log 2>&1 &
 pids+=($!)
+$BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
 
 cat <<MSG
 
   GPU Portal: http://127.0.0.1:8000/    (API docs: http://127.0.0.1:8000/api/docs/)
   Users (password "demo"): alice (vision member), bob (vision lead), carol (nlp member), admin (platform admin)
+  Cluster: $CLUSTER
   Logs: var/log/worker.log, var/log/beat.log. Stop with Ctrl-C.
 
 MSG

@@ -25,3 +25,14 @@
     form.addEventListener("change", function () { update(form); });
   });
 })();
+
+// Keep each pod's log scrolled to its newest line when the log partial refreshes.
+(function () {
+  "use strict";
+  function scrollLogs(root) {
+    var logs = (root || document).querySelectorAll("[data-scroll-bottom]");
+    Array.prototype.forEach.call(logs, function (el) { el.scrollTop = el.scrollHeight; });
+  }
+  // An outerHTML swap replaces the target, so look in the whole document.
+  document.addEventListener("htmx:afterSettle", function () { scrollLogs(document); });
+})();

@@ -73,8 +73,21 @@ def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]
     }
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{report.when}", report)
+
+
 @pytest.fixture
-def worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[WorkerProcess]:
+def worker(
+    worker_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[WorkerProcess]:
     proc = WorkerProcess(tmp_path / "worker", worker_env).start()
     yield proc
     proc.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        # What the worker saw is the first thing to read when a lifecycle test fails.
+        print(f"--- worker log (tail) ---\n{proc.tail(6000)}")

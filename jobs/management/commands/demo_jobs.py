@@ -1,0 +1,83 @@
+"""Submit the demo jobs (once): running, finishing, failing, pending and queued for quota.
+
+Durations and exit codes are the sandbox's env hints (``SANDBOX_DURATION``,
+``SANDBOX_EXIT_CODE``, ``SANDBOX_IDLE``); a real cluster ignores them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs.models import Job
+from jobs.services import job_submit
+from portal import kube
+from portal.cluster_sync import team_cluster_sync
+from portal.errors import ApplicationError
+from portal.models import Team
+
+PYTORCH = "nvcr.io/nvidia/pytorch:24.05-py3"
+TRITON = "nvcr.io/nvidia/tritonserver:24.05-py3"
+
+DEMO_JOBS: list[tuple[str, dict[str, Any]]] = [
+    ("alice", {"team": "vision", "name": "resnet50-imagenet", "kind": "training",
+               "image": PYTORCH, "command": ["torchrun", "train.py"],
+               "args": ["--arch", "resnet50", "--epochs", "90"],
+               "gpu": {"count": 4, "product": "NVIDIA-A100-SXM4-80GB"},
+               "volumes": [{"claim": "imagenet", "mount_path": "/data", "read_only": True}],
+               "env": {"SANDBOX_DURATION": "6h"}}),
+    ("bob", {"team": "vision", "name": "vit-finetune", "kind": "training", "image": PYTORCH,
+             "command": ["python", "finetune.py"], "priority": "high",
+             "gpu": {"count": 2, "product": "NVIDIA-H100-80GB-HBM3"},
+             "env": {"SANDBOX_DURATION": "15m"}}),
+    ("alice", {"team": "vision", "name": "flaky-augment", "kind": "training", "image": PYTORCH,
+               "command": ["python", "augment.py"], "gpu": {"count": 1},
+               "env": {"SANDBOX_DURATION": "4m", "SANDBOX_EXIT_CODE": "1"}}),
+    ("carol", {"team": "nlp", "name": "llama-serve", "kind": "inference", "image": TRITON,
+               "gpu": {"count": 1, "product": "NVIDIA-A100-SXM4-80GB"}, "replicas": 2,
+               "port": 8000, "health_path": "/v2/health/ready"}),
+    ("carol", {"team": "nlp", "name": "bert-distill", "kind": "training", "image": PYTORCH,
+               "gpu": {"count": 2, "product": "NVIDIA-A100-SXM4-80GB"}, "workers": 2,
+               "env": {"SANDBOX_DURATION": "2h", "SANDBOX_IDLE": "true"}}),
+    ("alice", {"team": "vision", "name": "detector-mig", "kind": "inference",
+               "image": TRITON, "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb"},
+               "replicas": 2, "port": 8000, "health_path": "/v2/health/ready"}),
+    ("admin", {"team": "speech", "name": "whisper-serve", "kind": "inference", "image": TRITON,
+               "gpu": {"count": 1, "sharing": "shared"}, "replicas": 2, "port": 8000,
+               "health_path": "/v2/health/ready"}),
+    ("alice", {"team": "vision", "name": "huge-preprocess", "kind": "training",
+               "image": PYTORCH, "gpu": {"count": 0}, "cpu": "250", "memory": "64Gi"}),
+    ("bob", {"team": "vision", "name": "gpt-pretrain", "kind": "training", "image": PYTORCH,
+             "gpu": {"count": 8, "product": "NVIDIA-A100-SXM4-80GB"},
+             "env": {"SANDBOX_DURATION": "12h"}}),
+    ("bob", {"team": "vision", "name": "gpt-pretrain-2", "kind": "training", "image": PYTORCH,
+             "gpu": {"count": 8, "product": "NVIDIA-A100-SXM4-80GB"},
+             "env": {"SANDBOX_DURATION": "12h"}}),
+]  # fmt: skip
+
+
+class Command(BaseCommand):
+    help = "Mirror the demo teams into the cluster and submit the demo jobs (only once)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if settings.PRODUCTION:
+            raise CommandError("demo_jobs refuses to run with production settings.")
+        for team in Team.objects.all():
+            try:
+                team_cluster_sync(team_id=team.pk)
+            except kube.ClusterError as exc:
+                self.stderr.write(f"team {team.slug}: cluster not reachable ({exc.message})")
+        if Job.objects.exists():
+            self.stdout.write("Demo jobs already submitted.")
+            return
+        users = {u.username: u for u in User.objects.all()}
+        for username, spec in DEMO_JOBS:
+            try:
+                job = job_submit(user=users[username], data=spec)
+            except ApplicationError as exc:
+                self.stderr.write(f"{spec['name']}: {exc.message}")
+                continue
+            self.stdout.write(f"submitted {job.team.slug}/{job.name} #{job.pk}")

@@ -1,0 +1,53 @@
+"""REST API for the cluster itself: its GPU nodes and what is allocated on them."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.cluster_selectors import cluster_gpu_nodes
+
+
+class ResourceUseOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    allocatable = serializers.IntegerField()
+    allocated = serializers.IntegerField()
+
+
+class TaintOutput(serializers.Serializer):
+    key = serializers.CharField()
+    value = serializers.CharField(allow_blank=True)
+    effect = serializers.CharField()
+
+
+class GpuNodeOutput(serializers.Serializer):
+    name = serializers.CharField()
+    gpu_product = serializers.CharField(
+        allow_blank=True, help_text="The node's nvidia.com/gpu.product label."
+    )
+    gpus_allocatable = serializers.IntegerField(help_text="Allocatable nvidia.com/gpu.")
+    gpus_allocated = serializers.IntegerField(
+        help_text="nvidia.com/gpu requested by bound pods that are not Succeeded/Failed."
+    )
+    mig = ResourceUseOutput(many=True, help_text="nvidia.com/mig-<profile> resources.")
+    shared = ResourceUseOutput(allow_null=True, help_text="nvidia.com/gpu.shared (time-slicing).")
+    taints = TaintOutput(many=True)
+    unschedulable = serializers.BooleanField()
+
+
+class ClusterNodesApi(APIView):
+    @extend_schema(
+        operation_id="cluster_nodes",
+        responses={
+            200: GpuNodeOutput(many=True),
+            503: OpenApiResponse(
+                inline_serializer("ClusterNodesUnreachable", {"detail": serializers.CharField()}),
+                description="The cluster could not be read.",
+            ),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        return Response(GpuNodeOutput(cluster_gpu_nodes(), many=True).data)

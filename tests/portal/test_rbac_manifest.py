@@ -1,0 +1,56 @@
+"""deploy/rbac.yaml grants what the adapter uses, and nothing broad."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from jobs.manifests import validate_manifests
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+
+# (apiGroup, resource, verb) for every call portal/kube.py makes.
+NEEDED = {
+    ("", "namespaces", "get"), ("", "namespaces", "create"), ("", "namespaces", "update"),
+    ("", "resourcequotas", "get"), ("", "resourcequotas", "create"),
+    ("", "resourcequotas", "update"), ("", "limitranges", "get"), ("", "limitranges", "create"),
+    ("", "limitranges", "update"), ("scheduling.k8s.io", "priorityclasses", "get"),
+    ("scheduling.k8s.io", "priorityclasses", "create"),
+    ("scheduling.k8s.io", "priorityclasses", "update"),
+    ("batch", "jobs", "get"), ("batch", "jobs", "list"), ("batch", "jobs", "create"),
+    ("batch", "jobs", "delete"), ("apps", "deployments", "get"), ("apps", "deployments", "list"),
+    ("apps", "deployments", "create"), ("apps", "deployments", "delete"),
+    ("", "services", "get"), ("", "services", "create"), ("", "services", "delete"),
+    ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"), ("", "nodes", "list"),
+}  # fmt: skip
+
+
+def _rules() -> list[dict]:
+    docs = list(yaml.safe_load_all(RBAC.read_text()))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    return role["rules"]
+
+
+def test_rbac_objects_are_valid_kubernetes() -> None:
+    docs = list(yaml.safe_load_all(RBAC.read_text()))
+    assert validate_manifests(docs, "1.33") == []
+
+
+def test_rbac_has_no_wildcards_and_no_secrets() -> None:
+    for rule in _rules():
+        assert "*" not in rule["verbs"]
+        assert "*" not in rule["resources"]
+        assert "*" not in rule["apiGroups"]
+        assert "secrets" not in rule["resources"]
+
+
+def test_rbac_grants_every_call_the_adapter_makes() -> None:
+    granted = {
+        (group, resource, verb)
+        for rule in _rules()
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert sorted(NEEDED - granted) == []
