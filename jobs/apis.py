@@ -196,9 +196,9 @@ class JobLogsApi(APIView):
         },
     )
     def get(self, request: Request, job_id: int) -> Response:
+        job = job_get_for_user(user=request.user, job_id=job_id)
         params = LogTailInput(data=request.query_params)
         params.is_valid(raise_exception=True)
-        job = job_get_for_user(user=request.user, job_id=job_id)
         logs = job_log_tail(job=job, tail=params.validated_data["tail"])
         if logs.error:
             return Response({"detail": logs.error}, status=status.HTTP_503_SERVICE_UNAVAILABLE)

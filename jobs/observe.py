@@ -160,7 +160,7 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
             return Observation(
                 JobState.FAILED,
                 str(condition.get("reason") or "Failed"),
-                str(condition.get("message") or "Job failed.") + detail,
+                str(condition.get("message") or "Job failed.").rstrip(".") + "." + detail,
                 started_at=started,
                 finished_at=parse_time(condition.get("lastTransitionTime")),
                 exit_code=exit_code,

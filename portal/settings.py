@@ -188,6 +188,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "JobKindEnum": "jobs.models.Job.Kind",
+        "JobStateEnum": "jobs.models.JobState",
+    },
 }
 
 # --- Security --------------------------------------------------------------------------
