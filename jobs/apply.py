@@ -15,8 +15,10 @@ from django.utils import timezone
 
 from jobs.manifests import JOB_ID_LABEL
 from jobs.models import Job, JobEvent, JobState
+from jobs.policy import check_manifests
 from portal import kube
 from portal.cluster_sync import team_cluster_sync
+from portal.selectors import catalog_get
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,15 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
         or job.applied_at is not None
     ):
         return ApplyOutcome.NOT_DUE
+    violations = check_manifests(
+        job.manifests,
+        namespace=job.team.namespace,
+        allowed_registries=catalog_get().allowed_registries,
+    )
+    if violations:
+        # Stored manifests are re-checked: the policy (or the row) may have changed since.
+        _fail(job, reason="PolicyViolation", message="; ".join(str(v) for v in violations[:5]))
+        return ApplyOutcome.FAILED
     try:
         _apply_objects(job)
     except kube.QuotaRefused as exc:

@@ -22,6 +22,7 @@ from jobs.manifests import (
     validate_manifests,
 )
 from jobs.models import FINAL_STATES, PRIORITY_VALUES, Job, JobEvent, JobState
+from jobs.policy import check_manifests
 from jobs.quota import job_demand, quota_never_fits
 from jobs.spec import JobSpec
 from jobs.spec_input import quantity_value, spec_parse
@@ -142,6 +143,19 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
 def _manifests_for(checked: CheckedSpec, job_id: int) -> list[dict[str, Any]]:
     ctx = _context(spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job_id)
     manifests = build_manifests(checked.spec, ctx)
+    violations = check_manifests(
+        manifests,
+        namespace=checked.team.namespace,
+        allowed_registries=checked.catalog.allowed_registries,
+    )
+    if violations:
+        # The only rule user input can break is the registry allow-list; the rest would be
+        # a builder bug, refused all the same (defence in depth).
+        field = "image" if all(v.rule == "image-registry" for v in violations) else "spec"
+        raise ApplicationError(
+            f"{field}: policy refused the manifest: " + "; ".join(str(v) for v in violations[:3]),
+            field_errors={field: [v.message if field == "image" else str(v) for v in violations]},
+        )
     errors = validate_manifests(manifests, settings.KUBERNETES_VERSION)
     if errors:
         logger.error("generated manifests failed schema validation: %s", errors)

@@ -145,6 +145,11 @@ class CatalogSettings(models.Model):
     max_shared_per_node = models.PositiveIntegerField(
         default=16, help_text="Most time-sliced GPU replicas on one node."
     )
+    allowed_registries = models.TextField(
+        blank=True,
+        help_text="Image registries jobs may pull from, one per line (e.g. nvcr.io); "
+        "empty allows any registry.",
+    )
 
     class Meta:
         verbose_name = "catalog settings"
@@ -152,6 +157,10 @@ class CatalogSettings(models.Model):
 
     def __str__(self) -> str:
         return "GPU catalog settings"
+
+    @property
+    def registries(self) -> list[str]:
+        return [line.strip() for line in self.allowed_registries.splitlines() if line.strip()]
 
 
 class AuditLog(models.Model):

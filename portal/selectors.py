@@ -44,6 +44,7 @@ class Catalog:
     mig_profiles: dict[str, int]  # profile → most instances on one node
     shared_gpu_resource: str
     max_shared_per_node: int
+    allowed_registries: tuple[str, ...] = ()
 
     @property
     def max_gpus_per_node(self) -> int:
@@ -60,4 +61,5 @@ def catalog_get() -> Catalog:
         mig_profiles={m.name: m.max_per_node for m in MigProfile.objects.filter(enabled=True)},
         shared_gpu_resource=settings_row.shared_gpu_resource,
         max_shared_per_node=settings_row.max_shared_per_node,
+        allowed_registries=tuple(settings_row.registries),
     )

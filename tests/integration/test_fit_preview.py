@@ -35,9 +35,7 @@ def run_job(user: User, **spec: Any) -> Job:
     assert job_apply(job_id=job.pk) == "applied"
 
     def bound() -> bool:
-        pods = list(
-            kube.list_all("Pod", label_selector=f"gpu-portal.dev/job-id={job.pk}")
-        )
+        pods = list(kube.list_all("Pod", label_selector=f"gpu-portal.dev/job-id={job.pk}"))
         return bool(pods) and all(p["spec"].get("nodeName") for p in pods)
 
     wait_for(bound, timeout=20)
