@@ -5,3 +5,6 @@ class PortalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "portal"
     verbose_name = "Teams, quotas and GPU catalog"
+
+    def ready(self) -> None:
+        from portal import signals  # noqa: F401 - connects the audit receivers

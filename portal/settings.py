@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
     "portal",
     "jobs",
     "monitoring",
@@ -60,7 +61,22 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.middleware.SecurityHeadersMiddleware",
+    # Last: it turns a lockout into the lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
+
+AUTHENTICATION_BACKENDS = [
+    # Login throttling: refuses a locked-out username/IP before checking the password.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = env_float("LOGIN_COOLOFF_MINUTES", 15.0) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_IPWARE_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
@@ -160,9 +176,17 @@ KUBERNETES_VERSION = env_str("KUBERNETES_VERSION", "1.33") or "1.33"
 # --- Prometheus ------------------------------------------------------------------------
 PROMETHEUS_URL = env_str("PROMETHEUS_URL", "http://127.0.0.1:9090") or ""
 PROMETHEUS_TIMEOUT = env_float("PROMETHEUS_TIMEOUT", 5.0)
+# A running job is "idle" when all its GPUs stayed under the threshold for the window.
+IDLE_GPU_THRESHOLD_PERCENT = env_float("IDLE_GPU_THRESHOLD_PERCENT", 5.0)
+IDLE_GPU_WINDOW_MINUTES = env_float("IDLE_GPU_WINDOW_MINUTES", 30.0)
+# Bearer token Prometheus must send to scrape /metrics; empty leaves /metrics open (it is
+# meant for the cluster-internal network, like /healthz).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "") or ""
 
 # --- REST API --------------------------------------------------------------------------
 API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)
+# Per-user limit on API writes (submit, cancel, preview): "<n>/<second|minute|hour|day>".
+API_WRITE_RATE = env_str("API_WRITE_RATE", "120/min") or "120/min"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "portal.authentication.ApiTokenAuthentication",
@@ -173,6 +197,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 25,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.throttling.WriteRateThrottle"],
     # ``?format=json`` is the manifest endpoint's own parameter, not DRF's renderer switch.
     "URL_FORMAT_OVERRIDE": None,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
@@ -194,7 +219,27 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# The cache holds API throttling counters; Redis shares them across processes.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env_str("CACHE_URL", REDIS_URL) or REDIS_URL,
+        "KEY_PREFIX": "gpu-portal",
+        "TIMEOUT": 300,
+    }
+}
+
 # --- Security --------------------------------------------------------------------------
+# Request bodies: a job spec is a few KiB; refuse anything far larger before parsing it.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 1024 * 1024)
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 12 * 3600)
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; "
+    # plotly.js and htmx set inline styles; no inline scripts are allowed anywhere.
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
@@ -18,6 +19,12 @@ from portal.services import api_token_create
 def _fast_password_hashing(settings: Any) -> None:
     # PBKDF2's deliberate slowness is for attackers, not for test fixtures.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    # Throttle counters live in Redis and outlive a test database whose ids restart at 1.
+    cache.clear()
 
 
 @pytest.fixture

@@ -1,0 +1,192 @@
+"""PromQL builders for every panel (pure functions: strings in, strings out, no I/O).
+
+Everything is aggregated in PromQL (``sum``/``avg``/``max by (…)``) so Prometheus
+returns one series per thing drawn, never the raw per-device series for Python to
+fold. Three facts about dcgm-exporter output shape every query:
+
+1. The node is ``Hostname`` (``hostname`` in newer releases): ``with_node`` copies
+   whichever is present into a ``node`` label, and queries group by ``node``.
+2. MIG devices report no ``DCGM_FI_DEV_GPU_UTIL``; their utilisation is
+   ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` (a 0–1 ratio) × 100. ``or`` prefers the
+   first operand when both exist for the same labels (whole GPUs with profiling on).
+3. A time-sliced GPU repeats its one series once per pod sharing it, with the same
+   value: ``max by`` a device's labels counts it once, and a pod's "utilisation"
+   is really the whole GPU's (the UI says so).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+# The ranges a page or API accepts, in seconds.
+RANGES: dict[str, int] = {"15m": 900, "1h": 3600, "6h": 21600, "24h": 86400, "7d": 604800}
+DEFAULT_RANGE = "1h"
+MAX_POINTS = 1000
+# Steps a person reads easily on an axis; the smallest that keeps a series under MAX_POINTS.
+NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+MIG_UTIL = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+TEMP = "DCGM_FI_DEV_GPU_TEMP"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+
+# One physical device (or MIG instance): what ``max by`` keeps to de-duplicate the
+# per-pod copies of a time-sliced GPU's series.
+DEVICE = ("node", "gpu", "GPU_I_ID")
+
+
+class RangeError(ValueError):
+    """An unknown ``range`` value; the message lists the accepted ones."""
+
+
+def parse_range(value: str | None) -> tuple[str, int]:
+    """``(key, seconds)`` for a ``range`` parameter; empty means the default (1h)."""
+    key = value or DEFAULT_RANGE
+    if key not in RANGES:
+        raise RangeError(f"range must be one of {', '.join(RANGES)} (got {value!r}).")
+    return key, RANGES[key]
+
+
+def step_for(seconds: float, max_points: int = MAX_POINTS) -> int:
+    """The query step (seconds) for a window: the smallest readable step giving at most
+    ``max_points`` points per series (Prometheus returns ``window/step + 1`` points)."""
+    needed = max(1.0, seconds / max(1, max_points - 1))
+    for step in NICE_STEPS:
+        if step >= needed:
+            return step
+    return math.ceil(needed)
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration literal, whole seconds (``[600s]``)."""
+    return f"{max(1, round(seconds))}s"
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def regex_escape(value: str) -> str:
+    """Escape a literal for an RE2 matcher (``=~``); Prometheus anchors the whole pattern."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", value)
+
+
+def matchers(
+    *, equal: dict[str, str] | None = None, regex: dict[str, str] | None = None, held: bool = False
+) -> str:
+    """``{a="x",b=~"y|z",pod!=""}``; ``held`` keeps only devices a pod holds."""
+    parts = [f"{k}={_quote(v)}" for k, v in sorted((equal or {}).items())]
+    parts += [f"{k}=~{_quote(v)}" for k, v in sorted((regex or {}).items())]
+    if held:
+        parts.append('pod!=""')
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def with_node(expr: str) -> str:
+    """Copy ``Hostname`` or ``hostname`` (whichever the exporter sends) into ``node``."""
+    inner = f'label_replace({expr}, "node", "$1", "Hostname", "(.+)")'
+    return f'label_replace({inner}, "node", "$1", "hostname", "(.+)")'
+
+
+def utilisation(selector: str = "") -> str:
+    """Per-device utilisation in percent, MIG instances included, with a ``node`` label."""
+    return with_node(f"({UTIL}{selector} or ({MIG_UTIL}{selector} * 100))")
+
+
+def by(*labels: str) -> str:
+    return f"by ({', '.join(labels)})"
+
+
+# --- Cluster overview ------------------------------------------------------------------
+
+
+def cluster_utilisation_by_gpu() -> str:
+    """Heatmap cells: node × GPU index. MIG instances of one GPU are averaged."""
+    return f"avg {by('node', 'gpu')} ({utilisation()})"
+
+
+def cluster_temperature_by_gpu() -> str:
+    return f"max {by('node', 'gpu')} ({with_node(TEMP)})"
+
+
+def cluster_utilisation() -> str:
+    """Cluster utilisation over time: the mean of the GPUs' utilisation (each GPU once)."""
+    return f"avg({cluster_utilisation_by_gpu()})"
+
+
+def firing_alerts() -> str:
+    """The ``ALERTS`` series of firing alerts (the alerts API adds values and annotations)."""
+    return 'ALERTS{alertstate="firing"}'
+
+
+# --- Idle GPUs -------------------------------------------------------------------------
+
+
+def idle_pods(*, threshold_percent: float, window_seconds: float) -> str:
+    """Pods whose every GPU stayed under ``threshold_percent`` for the whole window; the
+    value is the highest utilisation any of them reached."""
+    peak = f"max_over_time({utilisation(matchers(held=True))}[{duration(window_seconds)}])"
+    return f"max {by('namespace', 'pod')} ({peak}) < {threshold_percent:g}"
+
+
+def idle_gpu_seconds(*, threshold_percent: float, lookback_seconds: float, step: int) -> str:
+    """Seconds each pod's GPUs spent under the threshold while held (summed over its GPUs).
+
+    A device's series carries ``pod`` only while a pod holds it, so counting the
+    below-threshold samples of the subquery counts held-and-idle time only.
+    """
+    device = f"max {by('namespace', 'pod', *DEVICE)} ({utilisation(matchers(held=True))})"
+    below = f"({device} < bool {threshold_percent:g})"
+    counted = f"sum_over_time({below}[{duration(lookback_seconds)}:{duration(step)}])"
+    return f"sum {by('namespace', 'pod')} ({counted}) * {step}"
+
+
+# --- Team usage ------------------------------------------------------------------------
+
+
+def team_utilisation(namespace: str) -> str:
+    """Mean utilisation (%) of the GPUs the team's pods hold (a shared GPU counts once)."""
+    device = f"max {by(*DEVICE)} ({utilisation(matchers(equal={'namespace': namespace}))})"
+    return f"avg({device})"
+
+
+def team_busy_gpus(namespace: str) -> str:
+    """GPU-equivalents actually busy: Σ utilisation / 100 over the team's devices."""
+    device = f"max {by(*DEVICE)} ({utilisation(matchers(equal={'namespace': namespace}))})"
+    return f"sum({device}) / 100"
+
+
+# --- One job's GPUs --------------------------------------------------------------------
+
+JOB_METRICS: dict[str, tuple[str, str]] = {
+    # key: (title, unit)
+    "utilisation": ("GPU utilisation", "%"),
+    "memory_used": ("GPU memory used", "MiB"),
+    "temperature": ("GPU temperature", "°C"),
+    "power": ("Power draw", "W"),
+}
+
+
+def job_pods_selector(namespace: str, pods: list[str], object_name: str) -> str:
+    """The job's pods by name when known (placement), else every pod named after the job."""
+    if pods:
+        pattern = "|".join(regex_escape(p) for p in sorted(set(pods)))
+    else:
+        pattern = regex_escape(object_name) + "-.+"
+    return matchers(equal={"namespace": namespace}, regex={"pod": pattern})
+
+
+def job_gpu_metric(metric: str, selector: str) -> str:
+    """One line per (pod, device) the job holds."""
+    if metric not in JOB_METRICS:
+        raise ValueError(f"unknown job metric {metric!r}")
+    source = {
+        "utilisation": utilisation(selector),
+        "memory_used": with_node(f"{FB_USED}{selector}"),
+        "temperature": with_node(f"{TEMP}{selector}"),
+        "power": with_node(f"{POWER}{selector}"),
+    }[metric]
+    return f"max {by('pod', *DEVICE)} ({source})"
