@@ -9,11 +9,14 @@ checks that need the database (team membership, catalog, quota) are in
 from __future__ import annotations
 
 import re
+import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+from django.http import QueryDict
 
 from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec
 from portal.errors import ApplicationError
@@ -42,6 +45,12 @@ MAX_LIST_ITEMS = 64
 MAX_ARG_LEN = 4096
 MAX_ENV = 64
 MAX_ENV_VALUE = 8192
+MAX_ENV_NAME = 128
+# command + args + env names and values, in UTF-8 bytes: far above any real launcher
+# line, far below the ~1.5 MB an object may have in etcd (each pod template repeats it).
+MAX_CONTAINER_TEXT_BYTES = 64 * 1024
+MAX_QUANTITY = 32
+MAX_GPU_PRODUCT = 63  # a node label value
 MAX_VOLUMES = 16
 MAX_CPU_CORES = Decimal(256)
 MAX_MEMORY_BYTES = Decimal(2 * 1024**4)  # 2 TiB on one pod is already a very large node
@@ -51,6 +60,13 @@ MAX_RUNTIME_SECONDS = 30 * 24 * 3600
 RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK"})
 RESERVED_ENV_PREFIXES = ("PET_",)
 RESERVED_MOUNT_PATHS = ("/dev", "/proc", "/sys", "/etc", "/")
+
+# Free text (command, args, env values) may hold tabs and newlines (a ``bash -c`` script),
+# never other control characters, which terminals and the YAML preview interpret, nor
+# bidirectional overrides, which make the preview show a command other than the one that
+# runs ("Trojan Source").
+TEXT_CONTROLS_ALLOWED = frozenset("\t\n")
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 TRAINING_ONLY = ("workers", "max_runtime_seconds", "retries")
 INFERENCE_ONLY = ("replicas", "port", "health_path")

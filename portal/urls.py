@@ -5,10 +5,13 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from jobs.urls import api_urlpatterns as job_api_urls
+from monitoring.urls import api_urlpatterns as monitoring_api_urls
+from monitoring.views import metrics_view
 from portal import apis, cluster_apis, views
 
 api_urls = [
     *job_api_urls,
+    *monitoring_api_urls,
     path("teams/", apis.TeamListApi.as_view(), name="api-teams"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
 ]
@@ -16,6 +19,8 @@ api_urls = [
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False), name="home"),
     path("jobs/", include("jobs.urls")),
+    path("monitoring/", include("monitoring.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("teams/", views.team_list, name="teams"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,0 +1,274 @@
+"""REST API for GPU metrics: thin views over ``monitoring.selectors``.
+
+Scoped like the rest of the API (another team's job or team is 404). Prometheus
+unreachable → 503 ``{"detail": "metrics unavailable: …"}`` (``MetricsUnavailable`` is an
+``ApplicationError``, turned into a response by the one exception handler).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from jobs.selectors import job_get_for_user
+from monitoring.prometheus import Series
+from monitoring.queries import JOB_METRICS, RANGES, RangeError, parse_range
+from monitoring.selectors import (
+    TeamUsage,
+    cluster_overview_get,
+    device_name,
+    idle_report_get,
+    job_gpus_get,
+    team_for_user,
+    team_usage_get,
+)
+from portal.errors import ApplicationError
+
+
+def _range(request: Request, *, default: str | None = "1h") -> tuple[str, int] | None:
+    raw = request.query_params.get("range") or default
+    if raw is None:
+        return None
+    try:
+        return parse_range(raw)
+    except RangeError as exc:
+        raise ApplicationError(str(exc), field_errors={"range": [str(exc)]}) from exc
+
+
+RANGE_PARAM = OpenApiParameter(
+    "range",
+    OpenApiTypes.STR,
+    enum=list(RANGES),
+    description="How far back: 15m, 1h, 6h, 24h or 7d (anything else is a 400).",
+)
+UNAVAILABLE = OpenApiResponse(
+    inline_serializer("MetricsUnavailable", {"detail": serializers.CharField()}),
+    description='Prometheus could not answer: {"detail": "metrics unavailable: <why>"}.',
+)
+
+
+class SeriesOutput(serializers.Serializer):
+    name = serializers.SerializerMethodField()
+    labels = serializers.DictField(child=serializers.CharField())
+    timestamps = serializers.ListField(child=serializers.FloatField(), help_text="Unix seconds.")
+    values = serializers.ListField(child=serializers.FloatField(allow_null=True))
+
+    def get_name(self, series: Series) -> str:
+        return device_name(series.labels) if series.labels else "all"
+
+
+class WindowOutput(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    step = serializers.IntegerField(help_text="Seconds between points.")
+
+
+class IdleJobOutput(serializers.Serializer):
+    job_id = serializers.IntegerField(source="job.pk")
+    name = serializers.CharField(source="job.name")
+    team = serializers.CharField(source="job.team.slug")
+    owner = serializers.CharField(source="job.owner.username")
+    started_at = serializers.DateTimeField(source="job.started_at")
+    gpus_held = serializers.IntegerField()
+    peak_utilisation = serializers.FloatField(allow_null=True, help_text="Percent, in the window.")
+    wasted_gpu_hours = serializers.FloatField(help_text="GPU-hours held under the threshold.")
+
+
+class IdleOutput(serializers.Serializer):
+    threshold_percent = serializers.FloatField()
+    window_minutes = serializers.FloatField()
+    idle_gpus_total = serializers.IntegerField(help_text="Idle GPUs of every team (a count).")
+    jobs = IdleJobOutput(many=True, help_text="Idle jobs of your teams.")
+
+
+class ProductOutput(serializers.Serializer):
+    product = serializers.CharField()
+    nodes = serializers.IntegerField()
+    gpus_total = serializers.IntegerField()
+    gpus_allocated = serializers.IntegerField()
+    gpus_free = serializers.IntegerField()
+    mig_total = serializers.IntegerField()
+    mig_allocated = serializers.IntegerField()
+    shared_total = serializers.IntegerField()
+    shared_allocated = serializers.IntegerField()
+
+
+class GpuNowOutput(serializers.Serializer):
+    node = serializers.CharField()
+    gpu = serializers.CharField()
+    utilisation = serializers.FloatField(allow_null=True)
+    temperature = serializers.FloatField(allow_null=True)
+
+
+class AlertOutput(serializers.Serializer):
+    name = serializers.CharField()
+    severity = serializers.CharField()
+    gpu = serializers.CharField()
+    node = serializers.CharField()
+    namespace = serializers.CharField()
+    pod = serializers.CharField()
+    value = serializers.FloatField(allow_null=True)
+    summary = serializers.CharField()
+    description = serializers.CharField()
+    active_at = serializers.CharField()
+    job_id = serializers.IntegerField(source="job.pk", allow_null=True, default=None)
+
+
+class ClusterOutput(serializers.Serializer):
+    range = serializers.CharField(source="range_key")
+    window = WindowOutput()
+    products = ProductOutput(many=True)
+    gpus = GpuNowOutput(many=True)
+    utilisation = SeriesOutput(many=True, help_text="Cluster mean utilisation, %.")
+    alerts = AlertOutput(many=True)
+    idle = IdleOutput()
+
+
+class ClusterMonitoringApi(APIView):
+    @extend_schema(
+        operation_id="monitoring_cluster",
+        parameters=[RANGE_PARAM],
+        responses={200: ClusterOutput, 400: OpenApiResponse(description="Bad range."), 503: UNAVAILABLE},
+    )
+    def get(self, request: Request) -> Response:
+        parsed = _range(request)
+        assert parsed is not None
+        overview = cluster_overview_get(
+            user=request.user, range_key=parsed[0], tolerate_errors=False
+        )
+        temps = {(c.node, c.gpu): c.value for c in overview.temperature_cells}
+        data: dict[str, Any] = {
+            "range_key": overview.range_key,
+            "window": overview.window,
+            "products": overview.products,
+            "gpus": [
+                {
+                    "node": c.node,
+                    "gpu": c.gpu,
+                    "utilisation": c.value,
+                    "temperature": temps.get((c.node, c.gpu)),
+                }
+                for c in overview.utilisation_cells
+            ],
+            "utilisation": overview.utilisation,
+            "alerts": overview.alerts,
+            "idle": overview.idle,
+        }
+        return Response(ClusterOutput(data).data)
+
+
+class QuotaNowOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    limit = serializers.IntegerField()
+    used = serializers.IntegerField()
+
+
+class JobGpuHoursOutput(serializers.Serializer):
+    job_id = serializers.IntegerField(source="job.pk")
+    name = serializers.CharField(source="job.name")
+    owner = serializers.CharField(source="job.owner.username")
+    state = serializers.CharField(source="job.state")
+    gpu_count = serializers.IntegerField(source="job.gpu_count")
+    gpu_hours = serializers.FloatField(help_text="GPU-hours held inside the range.")
+
+
+class AllocationOutput(serializers.Serializer):
+    timestamps = serializers.ListField(child=serializers.FloatField(), help_text="Unix seconds.")
+    values = serializers.ListField(
+        child=serializers.FloatField(), help_text="GPUs held by running jobs."
+    )
+
+
+class TeamUsageOutput(serializers.Serializer):
+    team = serializers.CharField(source="team.slug")
+    range = serializers.CharField(source="range_key")
+    window = WindowOutput()
+    quotas = QuotaNowOutput(many=True)
+    allocated_gpus = serializers.SerializerMethodField()
+    utilisation = SeriesOutput(many=True, help_text="Mean utilisation of the team's GPUs, %.")
+    busy_gpus = SeriesOutput(many=True, help_text="Σ utilisation / 100 of the team's GPUs.")
+    jobs_by_gpu_hours = JobGpuHoursOutput(many=True)
+    gpu_hours_week = serializers.FloatField()
+    gpu_hours_month = serializers.FloatField()
+    idle = IdleOutput()
+
+    @extend_schema_field(AllocationOutput)
+    def get_allocated_gpus(self, usage: TeamUsage) -> dict[str, list[float]]:
+        return {"timestamps": usage.timestamps, "values": usage.allocated_gpus}
+
+
+class TeamUsageApi(APIView):
+    @extend_schema(
+        operation_id="monitoring_team_usage",
+        parameters=[RANGE_PARAM],
+        responses={200: TeamUsageOutput, 404: OpenApiResponse(description="Not your team."), 503: UNAVAILABLE},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        parsed = _range(request, default="24h")
+        assert parsed is not None
+        team = team_for_user(user=request.user, slug=slug)
+        usage = team_usage_get(
+            team=team, user=request.user, range_key=parsed[0], tolerate_errors=False
+        )
+        return Response(TeamUsageOutput(usage).data)
+
+
+class JobGpusOutput(serializers.Serializer):
+    job_id = serializers.IntegerField(source="job.pk")
+    window = WindowOutput(allow_null=True)
+    detail = serializers.CharField(allow_null=True, help_text="Why there is no data.")
+    notes = serializers.ListField(child=serializers.CharField())
+    utilisation = SeriesOutput(many=True, help_text="%, per (pod, GPU).")
+    memory_used = SeriesOutput(many=True, help_text="MiB.")
+    temperature = SeriesOutput(many=True, help_text="°C.")
+    power = SeriesOutput(many=True, help_text="W.")
+
+
+class JobGpusApi(APIView):
+    @extend_schema(
+        operation_id="monitoring_job_gpus",
+        parameters=[
+            OpenApiParameter(
+                "range",
+                OpenApiTypes.STR,
+                enum=list(RANGES),
+                description="Only the last part of the job's lifetime (default: all of it).",
+            )
+        ],
+        responses={200: JobGpusOutput, 404: OpenApiResponse(description="Not your job."), 503: UNAVAILABLE},
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        parsed = _range(request, default=None)
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        result = job_gpus_get(
+            job=job, range_seconds=parsed[1] if parsed else None, tolerate_errors=False
+        )
+        data = {
+            "job": job,
+            "window": result.window,
+            "detail": result.detail,
+            "notes": result.notes,
+            **{key: result.metrics.get(key, []) for key in JOB_METRICS},
+        }
+        return Response(JobGpusOutput(data).data)
+
+
+class IdleApi(APIView):
+    @extend_schema(
+        operation_id="monitoring_idle",
+        responses={200: IdleOutput, 503: UNAVAILABLE},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(IdleOutput(idle_report_get(user=request.user)).data)

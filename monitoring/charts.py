@@ -1,0 +1,246 @@
+"""Plotly figures built on the server (pure: data in, figure dict out).
+
+Templates put each figure in a ``<script type="application/json">`` data block
+(``json_script``) and ``static/js/charts.js`` draws it: no inline JavaScript.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import plotly.graph_objects as go
+from django.utils import timezone
+
+from monitoring.prometheus import Series
+from monitoring.queries import JOB_METRICS
+from monitoring.selectors import (
+    ClusterOverview,
+    GpuCell,
+    JobGpus,
+    ProductCapacity,
+    TeamUsage,
+    device_name,
+)
+
+Figure = dict[str, Any]
+PALETTE_UTIL = "Viridis"
+PALETTE_TEMP = [[0.0, "#2c7bb6"], [0.5, "#ffffbf"], [0.75, "#fdae61"], [1.0, "#d7191c"]]
+
+
+def _layout(title: str, *, height: int = 300, **extra: Any) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "x": 0.01, "font": {"size": 14}},
+        "height": height,
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
+        "paper_bgcolor": "#fff",
+        "plot_bgcolor": "#fff",
+        "legend": {"orientation": "h", "y": -0.2},
+        **extra,
+    }
+
+
+def _times(timestamps: Sequence[float]) -> list[str]:
+    """Wall-clock strings in the portal's time zone (plotly.js ignores UTC offsets)."""
+    tz = timezone.get_current_timezone()
+    return [
+        datetime.fromtimestamp(t, UTC).astimezone(tz).strftime("%Y-%m-%d %H:%M:%S")
+        for t in timestamps
+    ]
+
+
+def _dict(fig: go.Figure) -> Figure:
+    # to_json() turns numpy/datetime values into plain JSON; the template re-encodes it.
+    return dict(json.loads(fig.to_json()))
+
+
+def timeseries(
+    lines: Sequence[tuple[str, Series]],
+    *,
+    title: str,
+    y_title: str,
+    y_range: tuple[float, float] | None = None,
+) -> Figure:
+    fig = go.Figure()
+    for name, series in lines:
+        fig.add_trace(
+            go.Scatter(
+                x=_times(series.timestamps),
+                y=series.values,
+                name=name,
+                mode="lines",
+                connectgaps=False,
+            )
+        )
+    yaxis: dict[str, Any] = {"title": {"text": y_title}, "rangemode": "tozero"}
+    if y_range is not None:
+        yaxis["range"] = list(y_range)
+    fig.update_layout(**_layout(title, yaxis=yaxis, showlegend=len(lines) > 1))
+    return _dict(fig)
+
+
+def job_metric(series: list[Series], *, title: str, unit: str) -> Figure:
+    lines = [(device_name(s.labels), s) for s in sorted(series, key=lambda s: device_name(s.labels))]
+    return timeseries(
+        lines,
+        title=title,
+        y_title=unit,
+        y_range=(0, 100) if unit == "%" else None,
+    )
+
+
+def gpu_heatmap(
+    cells: Sequence[GpuCell],
+    *,
+    title: str,
+    unit: str,
+    zmin: float,
+    zmax: float,
+    colorscale: Any,
+) -> Figure:
+    """Node × GPU index; a missing GPU is a gap, not a zero."""
+    nodes = sorted({c.node for c in cells})
+    gpus = sorted({c.gpu for c in cells}, key=lambda g: (len(g), g))
+    index = {(c.node, c.gpu): c.value for c in cells}
+    z = [[index.get((n, g)) for g in gpus] for n in nodes]
+    text = [["" if v is None else f"{v:.0f}" for v in row] for row in z]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[f"GPU {g}" for g in gpus],
+            y=nodes,
+            zmin=zmin,
+            zmax=zmax,
+            colorscale=colorscale,
+            text=text,
+            texttemplate="%{text}",
+            hovertemplate="%{y} %{x}: %{z:.1f} " + unit + "<extra></extra>",
+            colorbar={"title": {"text": unit}},
+            xgap=2,
+            ygap=2,
+        )
+    )
+    fig.update_layout(
+        **_layout(title, height=max(180, 60 + 34 * len(nodes)), margin={"l": 140, "r": 20})
+    )
+    return _dict(fig)
+
+
+def capacity(products: Sequence[ProductCapacity]) -> Figure:
+    """Allocated and free whole GPUs per product (MIG and shared slices are in the table)."""
+    names = [p.product for p in products]
+    fig = go.Figure(
+        [
+            go.Bar(name="allocated", x=names, y=[p.gpus_allocated for p in products]),
+            go.Bar(name="free", x=names, y=[p.gpus_free for p in products]),
+        ]
+    )
+    fig.update_layout(**_layout("Whole GPUs by product", barmode="stack", height=260))
+    return _dict(fig)
+
+
+def team_usage(usage: TeamUsage) -> Figure:
+    """GPUs held (job rows) and GPU-equivalents busy (DCGM) on one axis, utilisation % on a
+    second: the gap between the first two lines is what the team holds but does not use."""
+    x = _times(usage.timestamps)
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(x=x, y=usage.allocated_gpus, name="GPUs held", mode="lines", line_shape="hv")
+    )
+    for series in usage.busy_gpus:
+        fig.add_trace(
+            go.Scatter(
+                x=_times(series.timestamps),
+                y=series.values,
+                name="GPUs busy (Σ utilisation)",
+                mode="lines",
+            )
+        )
+    for series in usage.utilisation:
+        fig.add_trace(
+            go.Scatter(
+                x=_times(series.timestamps),
+                y=series.values,
+                name="mean utilisation %",
+                mode="lines",
+                yaxis="y2",
+                line={"dash": "dot"},
+            )
+        )
+    for resource, limit in usage.quota_limits.items():
+        fig.add_trace(
+            go.Scatter(
+                x=[x[0], x[-1]] if x else [],
+                y=[limit, limit],
+                name=f"quota {resource}",
+                mode="lines",
+                line={"dash": "dash", "width": 1},
+            )
+        )
+    fig.update_layout(
+        **_layout(
+            "GPUs held vs used",
+            height=340,
+            yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"},
+            yaxis2={
+                "title": {"text": "%"},
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, 100],
+                "showgrid": False,
+            },
+        )
+    )
+    return _dict(fig)
+
+
+# --- One figure set per page (id → figure), for the templates ---------------------------
+
+
+def cluster_figures(overview: ClusterOverview) -> dict[str, Figure]:
+    figures: dict[str, Figure] = {}
+    if overview.products:
+        figures["capacity"] = capacity(overview.products)
+    if overview.utilisation_cells:
+        figures["util-heatmap"] = gpu_heatmap(
+            overview.utilisation_cells,
+            title="Utilisation now (node × GPU)",
+            unit="%",
+            zmin=0,
+            zmax=100,
+            colorscale=PALETTE_UTIL,
+        )
+    if overview.temperature_cells:
+        figures["temp-heatmap"] = gpu_heatmap(
+            overview.temperature_cells,
+            title="Temperature now (node × GPU)",
+            unit="°C",
+            zmin=25,
+            zmax=95,
+            colorscale=PALETTE_TEMP,
+        )
+    if overview.metrics_error is None:
+        figures["cluster-util"] = timeseries(
+            [("cluster", s) for s in overview.utilisation],
+            title=f"Cluster GPU utilisation, last {overview.range_key}",
+            y_title="%",
+            y_range=(0, 100),
+        )
+    return figures
+
+
+def team_figures(usage: TeamUsage) -> dict[str, Figure]:
+    return {"team-usage": team_usage(usage)}
+
+
+def job_figures(result: JobGpus) -> dict[str, Figure]:
+    if result.metrics_error or result.window is None:
+        return {}
+    return {
+        f"job-{result.job.pk}-{key}": job_metric(
+            result.metrics.get(key, []), title=title, unit=unit
+        )
+        for key, (title, unit) in JOB_METRICS.items()
+    }

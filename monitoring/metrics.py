@@ -1,0 +1,149 @@
+"""The portal's own metrics for Prometheus, at ``/metrics``.
+
+Read from the database (and Redis) at scrape time by a custom collector, not kept in
+in-process counters: under gunicorn each worker process would count only its own
+requests, and a restart would reset them. Every scrape sees the same, whole numbers.
+
+- ``gpu_portal_jobs{team,state}``: jobs by state (final states included: counters).
+- ``gpu_portal_jobs_gpus{team,state}``: GPUs (or slices) of those jobs.
+- ``gpu_portal_queue_length{team}``: jobs waiting for quota or a worker.
+- ``gpu_portal_admission_wait_seconds``: histogram of ``admitted_at - created_at``.
+- ``gpu_portal_reconcile_duration_seconds``: histogram of reconcile runs, which the
+  worker reports with ``reconcile_timer()`` (kept in Redis, shared by all processes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import redis
+from django.conf import settings
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from prometheus_client.core import (
+    CollectorRegistry,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from jobs.models import Job, JobState
+
+logger = logging.getLogger(__name__)
+
+ADMISSION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
+RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+RECONCILE_KEY = "gpu-portal:metrics:reconcile"  # Redis hash: bucket counts, count, sum, last
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+
+
+def reconcile_observe(seconds: float) -> None:
+    """Record one reconcile run's duration (never raises: metrics must not break work)."""
+    try:
+        pipe = _redis().pipeline()
+        for bound in RECONCILE_BUCKETS:
+            if seconds <= bound:
+                pipe.hincrby(RECONCILE_KEY, f"le:{bound:g}", 1)
+        pipe.hincrby(RECONCILE_KEY, "count", 1)
+        pipe.hincrbyfloat(RECONCILE_KEY, "sum", seconds)
+        pipe.hset(RECONCILE_KEY, "last", f"{seconds:.6f}")
+        pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("reconcile duration not recorded: %s", exc)
+
+
+@contextmanager
+def reconcile_timer() -> Iterator[None]:
+    """``with reconcile_timer(): cluster_reconcile()`` — times the block, even when it fails."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        reconcile_observe(time.monotonic() - started)
+
+
+class PortalCollector(Collector):
+    def collect(self) -> Iterable[Metric]:
+        yield from self._jobs()
+        yield self._admission_wait()
+        reconcile = self._reconcile()
+        if reconcile is not None:
+            yield reconcile
+
+    def _jobs(self) -> Iterable[Metric]:
+        jobs = GaugeMetricFamily("gpu_portal_jobs", "Jobs by team and state.", labels=["team", "state"])
+        gpus = GaugeMetricFamily(
+            "gpu_portal_jobs_gpus",
+            "GPUs (or MIG/shared slices) requested by jobs, by team and state.",
+            labels=["team", "state"],
+        )
+        queue = GaugeMetricFamily(
+            "gpu_portal_queue_length", "Queued jobs by team.", labels=["team"]
+        )
+        rows = Job.objects.values("team__slug", "state").annotate(n=Count("id"), g=Sum("gpu_count"))
+        queued: dict[str, int] = {}
+        for row in rows.order_by():
+            team, state = row["team__slug"], row["state"]
+            jobs.add_metric([team, state], row["n"])
+            gpus.add_metric([team, state], row["g"] or 0)
+            if state == JobState.QUEUED:
+                queued[team] = row["n"]
+        from portal.models import Team
+
+        for slug in Team.objects.values_list("slug", flat=True):
+            queue.add_metric([slug], queued.get(slug, 0))
+        return [jobs, gpus, queue]
+
+    def _admission_wait(self) -> Metric:
+        """Cumulative over every admitted job, so ``rate()``/``histogram_quantile`` work."""
+        admitted = Job.objects.filter(admitted_at__isnull=False)
+        aggregates = {
+            f"le{i}": Count("id", filter=Q(admitted_at__lte=F("created_at") + timedelta(seconds=b)))
+            for i, b in enumerate(ADMISSION_BUCKETS)
+        }
+        counts = admitted.aggregate(total=Count("id"), **aggregates)
+        waited = admitted.aggregate(
+            s=Sum(
+                ExpressionWrapper(F("admitted_at") - F("created_at"), output_field=DurationField())
+            )
+        )["s"]
+        total_wait = waited.total_seconds() if waited else 0.0
+        buckets = [
+            (f"{bound:g}", counts[f"le{i}"]) for i, bound in enumerate(ADMISSION_BUCKETS)
+        ] + [("+Inf", counts["total"])]
+        return HistogramMetricFamily(
+            "gpu_portal_admission_wait_seconds",
+            "Time from submission (created_at) to admission against quota (admitted_at).",
+            buckets=buckets,
+            sum_value=total_wait,
+        )
+
+    def _reconcile(self) -> Metric | None:
+        try:
+            raw = {k.decode(): v.decode() for k, v in _redis().hgetall(RECONCILE_KEY).items()}
+        except redis.RedisError as exc:
+            logger.warning("reconcile metrics unavailable: %s", exc)
+            return None
+        count = int(raw.get("count", 0))
+        buckets = [(f"{b:g}", int(raw.get(f"le:{b:g}", 0))) for b in RECONCILE_BUCKETS]
+        return HistogramMetricFamily(
+            "gpu_portal_reconcile_duration_seconds",
+            "Duration of the periodic reconcile (jobs.tasks.reconcile_task).",
+            buckets=[*buckets, ("+Inf", count)],
+            sum_value=float(raw.get("sum", 0.0)),
+        )
+
+
+def registry() -> CollectorRegistry:
+    """A registry with only the portal collector: per-process default collectors (GC,
+    process memory) would describe whichever gunicorn worker answered the scrape."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(PortalCollector())
+    return reg

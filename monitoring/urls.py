@@ -1,0 +1,29 @@
+from django.urls import path
+
+from monitoring import apis, views
+
+app_name = "monitoring"
+
+urlpatterns = [
+    path("", views.cluster_overview, name="cluster"),
+    path("teams/<slug:slug>/", views.team_usage, name="team"),
+    path("jobs/<int:job_id>/", views.job_gpus_page, name="job"),
+    path("jobs/<int:job_id>/gpus/", views.job_gpus_partial, name="job-gpus"),
+]
+
+api_urlpatterns = [
+    path(
+        "monitoring/cluster/", apis.ClusterMonitoringApi.as_view(), name="api-monitoring-cluster"
+    ),
+    path(
+        "monitoring/teams/<slug:slug>/usage/",
+        apis.TeamUsageApi.as_view(),
+        name="api-monitoring-team-usage",
+    ),
+    path(
+        "monitoring/jobs/<int:job_id>/gpus/",
+        apis.JobGpusApi.as_view(),
+        name="api-monitoring-job-gpus",
+    ),
+    path("monitoring/idle/", apis.IdleApi.as_view(), name="api-monitoring-idle"),
+]
