@@ -1,0 +1,28 @@
+"""The README documents every environment variable the settings read, and the two commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_setting_from_the_environment_is_documented() -> None:
+    settings_source = (ROOT / "portal" / "settings.py").read_text()
+    readme = (ROOT / "README.md").read_text()
+    names = set(re.findall(r'env_(?:str|int|float|bool|list)\(\s*"([A-Z_]+)"', settings_source))
+
+    missing = sorted(name for name in names if f"`{name}`" not in readme)
+
+    assert names, "no settings found: the pattern no longer matches portal/settings.py"
+    assert missing == []
+
+
+def test_readme_starts_with_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```sh", 1)[1].split("```", 1)[0]
+
+    assert "make run" in first_block and "make test" in first_block
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci
