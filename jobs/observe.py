@@ -168,6 +168,19 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
             )
     expected = int(spec.get("parallelism") or 1)
     live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
+    succeeded = int(status.get("succeeded") or 0) or sum(
+        1 for p in pods if _phase(p) == "Succeeded"
+    )
+    if not live and succeeded:
+        # Pods are done but the Job's Complete condition is not written yet: it is finishing,
+        # not waiting for pods (going back to "pending" here would be a false flap).
+        return Observation(
+            JobState.RUNNING,
+            "Completing",
+            f"{succeeded} pod(s) succeeded; waiting for the Job to complete.",
+            started_at=started,
+            placement=placement,
+        )
     running = sum(1 for p in live if _phase(p) == "Running")
     if running and running >= min(expected, len(live) or expected):
         workers = "worker" if expected == 1 else "workers"

@@ -13,10 +13,9 @@ import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-
-from django.http import QueryDict
 
 from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec
 from portal.errors import ApplicationError
@@ -87,11 +86,63 @@ _SUFFIX = {
 
 def quantity_value(text: str) -> Decimal:
     """The value of a Kubernetes quantity such as ``500m``, ``8``, ``64Gi``."""
-    match = QUANTITY_RE.match(text)
+    match = QUANTITY_RE.fullmatch(text)
     if not match:
         raise ValueError(text)
     number, suffix = match.group(1), match.group(3) or ""
     return Decimal(number) * _SUFFIX[suffix]
+
+
+# Anything but printable ASCII: whitespace, control characters, and every non-ASCII
+# letter, among them the look-alikes (Cyrillic 'е' for Latin 'e') and the invisible ones
+# (zero-width space) that make a name read like another and be a different object.
+_NOT_TOKEN_CHAR = re.compile(r"[^\x21-\x7e]")
+_NOT_TEXT_CHAR = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff" + "".join(sorted(BIDI_CONTROLS)) + "]"
+)
+GPU_COUNT_RE = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
+
+
+_CONTROL_NAMES = {"\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\x00": "NUL"}
+
+
+def describe_char(char: str) -> str:
+    """A character the user may not be able to see or tell apart: ``U+0435 CYRILLIC …``."""
+    fallback = "CONTROL CHARACTER" if unicodedata.category(char) == "Cc" else "UNNAMED CHARACTER"
+    name = _CONTROL_NAMES.get(char) or unicodedata.name(char, fallback)
+    return f"U+{ord(char):04X} {name}"
+
+
+def check_token(value: str, what: str, example: str) -> None:
+    """Refuse whitespace and anything but printable ASCII in a name, image, path or quantity.
+
+    The patterns of those fields accept only ASCII anyway; this says *which* character
+    made a value that looks right wrong, and where.
+    """
+    found = _NOT_TOKEN_CHAR.search(value)
+    if found is None:
+        return
+    char, position = found.group(), found.start() + 1
+    if char.isspace():
+        raise serializers.ValidationError(
+            f"Remove the whitespace ({describe_char(char)}) at character {position}: "
+            f"{what} has none (e.g. {example})."
+        )
+    raise serializers.ValidationError(
+        f"Character {position} is {describe_char(char)}: {what} is plain ASCII (look-alike "
+        f"letters from other alphabets and invisible characters are refused), e.g. {example}."
+    )
+
+
+def text_problem(value: str) -> str | None:
+    """Why free text (command, args, env values) is refused, or None when it is fine."""
+    found = _NOT_TEXT_CHAR.search(value)
+    if found is None:
+        return None
+    return (
+        f"Character {found.start() + 1} is {describe_char(found.group())}: only tabs and "
+        "newlines are allowed among control characters, and no bidirectional overrides."
+    )
 
 
 class StrictSerializer(serializers.Serializer):
@@ -126,22 +177,26 @@ class GpuCountField(serializers.Field):
     }
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool):
+        if isinstance(data, bool) or not isinstance(data, int | float | str):
+            self.fail("invalid")
+        text = str(data).strip()
+        # Decimal() also reads other scripts' digits and "1_0"; a count is plain ASCII.
+        if isinstance(data, str) and not GPU_COUNT_RE.match(text):
             self.fail("invalid")
         try:
-            value = Decimal(str(data).strip())
+            value = Decimal(text)
         except (InvalidOperation, ValueError):
             self.fail("invalid")
         if not value.is_finite():
             self.fail("invalid")
+        # Bounds before int(): int(Decimal("1e1000000")) takes seconds of CPU.
+        if value < 0 and value == value.to_integral_value():
+            self.fail("min")
+        if value > MAX_GPUS_PER_POD:
+            self.fail("max")
         if value != value.to_integral_value():
             self.fail("fraction", value=data)
-        count = int(value)
-        if count < 0:
-            self.fail("min")
-        if count > MAX_GPUS_PER_POD:
-            self.fail("max")
-        return count
+        return int(value)
 
     def to_representation(self, value: int) -> int:
         return value
@@ -150,22 +205,36 @@ class GpuCountField(serializers.Field):
 class GpuInput(StrictSerializer):
     count = GpuCountField(default=0)
     product = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, max_length=100, default=None
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        max_length=MAX_GPU_PRODUCT,
+        default=None,
+        trim_whitespace=False,
     )
     sharing = serializers.ChoiceField(choices=SHARINGS, default="exclusive")
     mig_profile = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, max_length=30, default=None
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        max_length=30,
+        default=None,
+        trim_whitespace=False,
     )
 
     def validate_product(self, value: str | None) -> str | None:
-        if value and not GPU_PRODUCT_RE.match(value):
+        if value:
+            check_token(value, "a GPU product", "NVIDIA-A100-SXM4-80GB")
+        if value and not GPU_PRODUCT_RE.fullmatch(value):
             raise serializers.ValidationError(
                 "A GPU product is a node label value such as NVIDIA-A100-SXM4-80GB."
             )
         return value or None
 
     def validate_mig_profile(self, value: str | None) -> str | None:
-        if value and not MIG_PROFILE_RE.match(value):
+        if value:
+            check_token(value, "a MIG profile", "1g.10gb")
+        if value and not MIG_PROFILE_RE.fullmatch(value):
             raise serializers.ValidationError("A MIG profile looks like 1g.10gb or 3g.40gb.")
         return value or None
 
@@ -197,20 +266,22 @@ class GpuInput(StrictSerializer):
 
 
 class VolumeInput(StrictSerializer):
-    claim = serializers.CharField(max_length=253)
-    mount_path = serializers.CharField(max_length=256)
+    claim = serializers.CharField(max_length=253, trim_whitespace=False)
+    mount_path = serializers.CharField(max_length=256, trim_whitespace=False)
     # The JSON name is fixed; DRF's metaclass moves it out of the class attribute it shadows.
     read_only = serializers.BooleanField(default=False)  # type: ignore[assignment]
 
     def validate_claim(self, value: str) -> str:
-        if not DNS_SUBDOMAIN_RE.match(value):
+        check_token(value, "a PersistentVolumeClaim name", "imagenet")
+        if not DNS_SUBDOMAIN_RE.fullmatch(value):
             raise serializers.ValidationError(
                 "A PersistentVolumeClaim name uses lower-case letters, digits, '-' and '.'."
             )
         return value
 
     def validate_mount_path(self, value: str) -> str:
-        if not MOUNT_PATH_RE.match(value) or "//" in value or "/../" in f"{value}/":
+        check_token(value, "a mount path", "/data")
+        if not MOUNT_PATH_RE.fullmatch(value) or "//" in value or "/../" in f"{value}/":
             raise serializers.ValidationError(
                 "Use an absolute path such as /data with letters, digits, '.', '_', '-' and '/'."
             )
@@ -227,10 +298,10 @@ class VolumeInput(StrictSerializer):
 class JobSpecInput(StrictSerializer):
     """The job spec as clients send it; see README "Job spec"."""
 
-    team = serializers.CharField(max_length=40)
-    name = serializers.CharField(max_length=200)
+    team = serializers.CharField(max_length=40, trim_whitespace=False)
+    name = serializers.CharField(max_length=200, trim_whitespace=False)
     kind = serializers.ChoiceField(choices=KINDS)
-    image = serializers.CharField(max_length=255)
+    image = serializers.CharField(max_length=255, trim_whitespace=False)
     command = serializers.ListField(
         child=serializers.CharField(
             max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False
@@ -255,8 +326,22 @@ class JobSpecInput(StrictSerializer):
         default=dict,
     )
     gpu = GpuInput(required=False)
-    cpu = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None)
-    memory = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None)
+    cpu = serializers.CharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=MAX_QUANTITY,
+        trim_whitespace=False,
+    )
+    memory = serializers.CharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=MAX_QUANTITY,
+        trim_whitespace=False,
+    )
     priority = serializers.ChoiceField(choices=PRIORITIES, default="normal")
     volumes = VolumeInput(many=True, required=False, default=list)
     workers = serializers.IntegerField(required=False, min_value=1, max_value=MAX_WORKERS)
@@ -273,14 +358,23 @@ class JobSpecInput(StrictSerializer):
             "min_value": "Use a port of 1024 or above: containers run as a non-root user."
         },
     )
-    health_path = serializers.CharField(required=False, max_length=256)
+    health_path = serializers.CharField(required=False, max_length=256, trim_whitespace=False)
+
+    def validate_team(self, value: str) -> str:
+        check_token(value, "a team slug", "vision")
+        if not DNS_LABEL_RE.fullmatch(value):
+            raise serializers.ValidationError(
+                "Use your team's slug: lower-case letters, digits and '-' (e.g. vision)."
+            )
+        return value
 
     def validate_name(self, value: str) -> str:
+        check_token(value, "a job name", "resnet50-run2")
         if len(value) > MAX_NAME:
             raise serializers.ValidationError(
                 f"Use at most {MAX_NAME} characters (this one has {len(value)})."
             )
-        if not DNS_LABEL_RE.match(value):
+        if not DNS_LABEL_RE.fullmatch(value):
             raise serializers.ValidationError(
                 "Use a DNS-1123 label: lower-case letters, digits and '-', starting and ending "
                 "with a letter or digit (e.g. resnet50-run2)."
@@ -288,7 +382,8 @@ class JobSpecInput(StrictSerializer):
         return value
 
     def validate_image(self, value: str) -> str:
-        if not IMAGE_RE.match(value):
+        check_token(value, "a container image reference", "nvcr.io/nvidia/pytorch:24.05-py3")
+        if not IMAGE_RE.fullmatch(value):
             raise serializers.ValidationError(
                 "Not a container image reference; use e.g. nvcr.io/nvidia/pytorch:24.05-py3."
             )
@@ -304,22 +399,24 @@ class JobSpecInput(StrictSerializer):
         if len(value) > MAX_ENV:
             raise serializers.ValidationError(f"At most {MAX_ENV} environment variables.")
         for key, item in value.items():
-            if len(key) > 128 or not ENV_NAME_RE.match(key):
+            if len(key) > MAX_ENV_NAME or not ENV_NAME_RE.fullmatch(key):
                 raise serializers.ValidationError(
-                    f"'{key[:60]}' is not a valid variable name: use letters, digits and '_', "
-                    "not starting with a digit."
+                    f"{key[:60]!a} is not a valid variable name: use ASCII letters, digits "
+                    f"and '_', not starting with a digit, at most {MAX_ENV_NAME} characters."
                 )
             if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIXES):
                 raise serializers.ValidationError(
                     f"{key} is set by the portal for distributed training; remove it."
                 )
-            if "\x00" in item:
-                raise serializers.ValidationError(f"The value of {key} contains a NUL character.")
+            problem = text_problem(item)
+            if problem is not None:
+                raise serializers.ValidationError({key: [problem]})
         return value
 
     def validate_cpu(self, value: str | None) -> str | None:
         if not value:
             return None
+        check_token(value, "a CPU quantity", "500m or 8")
         amount = _quantity(value, "CPU", "500m or 8")
         if amount <= 0:
             raise serializers.ValidationError("CPU must be more than 0.")
@@ -330,6 +427,7 @@ class JobSpecInput(StrictSerializer):
     def validate_memory(self, value: str | None) -> str | None:
         if not value:
             return None
+        check_token(value, "a memory quantity", "16Gi")
         amount = _quantity(value, "memory", "16Gi")
         if amount < MIN_MEMORY_BYTES:
             raise serializers.ValidationError("Memory must be at least 64Mi (e.g. 16Gi).")
@@ -338,7 +436,8 @@ class JobSpecInput(StrictSerializer):
         return value
 
     def validate_health_path(self, value: str) -> str:
-        if not HEALTH_PATH_RE.match(value):
+        check_token(value, "an HTTP path", "/healthz")
+        if not HEALTH_PATH_RE.fullmatch(value):
             raise serializers.ValidationError("Use an HTTP path starting with '/', e.g. /healthz.")
         return value
 
@@ -359,15 +458,32 @@ class JobSpecInput(StrictSerializer):
             errors["volumes"] = ["Two volumes use the same mount_path; give each its own."]
         if len(attrs.get("volumes", [])) > MAX_VOLUMES:
             errors["volumes"] = [f"At most {MAX_VOLUMES} volumes."]
+        sizes = {
+            "command": sum(len(item.encode()) for item in attrs.get("command", [])),
+            "args": sum(len(item.encode()) for item in attrs.get("args", [])),
+            "env": sum(len(k) + len(v.encode()) for k, v in attrs.get("env", {}).items()),
+        }
+        if sum(sizes.values()) > MAX_CONTAINER_TEXT_BYTES:
+            largest = max(sizes, key=sizes.__getitem__)
+            errors[largest] = [
+                f"command, args and env together take {sum(sizes.values()):,} bytes; at most "
+                f"{MAX_CONTAINER_TEXT_BYTES:,} (64 KiB). Put long scripts or configuration in "
+                "the image or on a volume."
+            ]
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
 
 
 def _check_strings(values: list[str]) -> list[str]:
-    for item in values:
-        if "\x00" in item:
-            raise serializers.ValidationError("Arguments cannot contain NUL characters.")
+    # Keyed by index, so the error names the item: ``command[2]``.
+    errors = {
+        str(index): [problem]
+        for index, item in enumerate(values)
+        if (problem := text_problem(item)) is not None
+    }
+    if errors:
+        raise serializers.ValidationError(errors)
     return values
 
 
@@ -407,8 +523,11 @@ def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
 
 def spec_parse(data: Any) -> JobSpec:
     """Validate the JSON form of a spec; raise ``ApplicationError`` naming each bad field."""
-    if not isinstance(data, dict):
-        raise ApplicationError("The job spec must be a JSON object.")
+    # A QueryDict is a form-encoded body sent to the JSON API: its lists and nesting are lost.
+    if not isinstance(data, dict) or isinstance(data, QueryDict):
+        raise ApplicationError(
+            "The job spec must be a JSON object, sent with Content-Type: application/json."
+        )
     serializer = JobSpecInput(data=data)
     if not serializer.is_valid():
         errors = flatten_errors(serializer.errors)

@@ -140,7 +140,11 @@ class ClusterMonitoringApi(APIView):
     @extend_schema(
         operation_id="monitoring_cluster",
         parameters=[RANGE_PARAM],
-        responses={200: ClusterOutput, 400: OpenApiResponse(description="Bad range."), 503: UNAVAILABLE},
+        responses={
+            200: ClusterOutput,
+            400: OpenApiResponse(description="Bad range."),
+            503: UNAVAILABLE,
+        },
     )
     def get(self, request: Request) -> Response:
         parsed = _range(request)
@@ -213,7 +217,11 @@ class TeamUsageApi(APIView):
     @extend_schema(
         operation_id="monitoring_team_usage",
         parameters=[RANGE_PARAM],
-        responses={200: TeamUsageOutput, 404: OpenApiResponse(description="Not your team."), 503: UNAVAILABLE},
+        responses={
+            200: TeamUsageOutput,
+            404: OpenApiResponse(description="Not your team."),
+            503: UNAVAILABLE,
+        },
     )
     def get(self, request: Request, slug: str) -> Response:
         parsed = _range(request, default="24h")
@@ -247,7 +255,11 @@ class JobGpusApi(APIView):
                 description="Only the last part of the job's lifetime (default: all of it).",
             )
         ],
-        responses={200: JobGpusOutput, 404: OpenApiResponse(description="Not your job."), 503: UNAVAILABLE},
+        responses={
+            200: JobGpusOutput,
+            404: OpenApiResponse(description="Not your job."),
+            503: UNAVAILABLE,
+        },
     )
     def get(self, request: Request, job_id: int) -> Response:
         parsed = _range(request, default=None)

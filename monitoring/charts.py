@@ -82,7 +82,9 @@ def timeseries(
 
 
 def job_metric(series: list[Series], *, title: str, unit: str) -> Figure:
-    lines = [(device_name(s.labels), s) for s in sorted(series, key=lambda s: device_name(s.labels))]
+    lines = [
+        (device_name(s.labels), s) for s in sorted(series, key=lambda s: device_name(s.labels))
+    ]
     return timeseries(
         lines,
         title=title,

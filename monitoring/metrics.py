@@ -78,7 +78,9 @@ class PortalCollector(Collector):
             yield reconcile
 
     def _jobs(self) -> Iterable[Metric]:
-        jobs = GaugeMetricFamily("gpu_portal_jobs", "Jobs by team and state.", labels=["team", "state"])
+        jobs = GaugeMetricFamily(
+            "gpu_portal_jobs", "Jobs by team and state.", labels=["team", "state"]
+        )
         gpus = GaugeMetricFamily(
             "gpu_portal_jobs_gpus",
             "GPUs (or MIG/shared slices) requested by jobs, by team and state.",
@@ -127,7 +129,8 @@ class PortalCollector(Collector):
 
     def _reconcile(self) -> Metric | None:
         try:
-            raw = {k.decode(): v.decode() for k, v in _redis().hgetall(RECONCILE_KEY).items()}
+            stored: dict[bytes, bytes] = _redis().hgetall(RECONCILE_KEY)  # type: ignore[assignment]
+            raw = {k.decode(): v.decode() for k, v in stored.items()}
         except redis.RedisError as exc:
             logger.warning("reconcile metrics unavailable: %s", exc)
             return None

@@ -71,7 +71,7 @@ def _client() -> PrometheusConnect:
         client = PrometheusConnect(
             url=settings.PROMETHEUS_URL.rstrip("/"),
             retry=retry,
-            timeout=settings.PROMETHEUS_TIMEOUT,  # type: ignore[arg-type]
+            timeout=settings.PROMETHEUS_TIMEOUT,
         )
         _local.client = (key, client)
     return _local.client[1]

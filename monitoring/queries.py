@@ -96,6 +96,16 @@ def utilisation(selector: str = "") -> str:
     return with_node(f"({UTIL}{selector} or ({MIG_UTIL}{selector} * 100))")
 
 
+def utilisation_over_time(function: str, selector: str, window_seconds: float) -> str:
+    """``<function>_over_time`` of each device's utilisation: applied to the raw series (a
+    range needs a plain selector), then MIG-merged and node-labelled like ``utilisation``."""
+    window = f"[{duration(window_seconds)}]"
+    whole = f"{function}({UTIL}{selector}{window})"
+    mig = f"{function}({MIG_UTIL}{selector}{window})"
+    inner = f"({whole} or ({mig} * 100))"
+    return with_node(inner)
+
+
 def by(*labels: str) -> str:
     return f"by ({', '.join(labels)})"
 
@@ -127,9 +137,20 @@ def firing_alerts() -> str:
 
 def idle_pods(*, threshold_percent: float, window_seconds: float) -> str:
     """Pods whose every GPU stayed under ``threshold_percent`` for the whole window; the
-    value is the highest utilisation any of them reached."""
-    peak = f"max_over_time({utilisation(matchers(held=True))}[{duration(window_seconds)}])"
-    return f"max {by('namespace', 'pod')} ({peak}) < {threshold_percent:g}"
+    value is the highest utilisation any of them reached.
+
+    ``and … offset <window>`` keeps only pods that already held their GPUs one window
+    ago: a pod that started a minute ago has not been idle for 30 minutes. Prometheus
+    decides this from its own samples, so no clock other than its own is trusted.
+    """
+    held = matchers(held=True)
+    peak = utilisation_over_time("max_over_time", held, window_seconds)
+    back = duration(window_seconds)
+    earlier = f"({UTIL}{held} offset {back} or {MIG_UTIL}{held} offset {back})"
+    return (
+        f"max {by('namespace', 'pod')} ({peak}) < {threshold_percent:g}"
+        f" and on (namespace, pod) group {by('namespace', 'pod')} ({earlier})"
+    )
 
 
 def idle_gpu_seconds(*, threshold_percent: float, lookback_seconds: float, step: int) -> str:

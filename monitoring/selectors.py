@@ -32,6 +32,7 @@ from portal.selectors import teams_for_user
 
 PodKey = tuple[str, str]  # (namespace, pod)
 MAX_LOOKBACK = timedelta(days=7)
+MIN_JOB_WINDOW = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,12 @@ def jobs_for_pods(*, pods: Iterable[PodKey], now: datetime | None = None) -> dic
     )
     found: dict[PodKey, Job] = {}
     for key in wanted:
-        job = by_name.get(key)
-        if job is None:
-            namespace, pod = key
-            job = next((j for ns, p, j in prefixes if ns == namespace and pod.startswith(p)), None)
-        if job is not None:
-            found[key] = job
+        namespace, pod = key
+        holder = by_name.get(key) or next(
+            (j for ns, p, j in prefixes if ns == namespace and pod.startswith(p)), None
+        )
+        if holder is not None:
+            found[key] = holder
     return found
 
 
@@ -144,9 +145,9 @@ def idle_report_get(
     ``IDLE_GPU_WINDOW_MINUTES``, with the GPU-hours they held idle.
 
     1. Prometheus: the pods whose every GPU stayed under the threshold for the window.
-    2. Database: running jobs with GPUs that started at least one window ago (a younger
-       job has not been idle for the window yet); a job is idle when every pod it
-       placed is in (1).
+       Only pods that held their GPUs a whole window ago count (Prometheus checks this
+       from its own samples; a younger job has not been idle for the window yet).
+    2. Database: running jobs with GPUs; a job is idle when every pod it placed is in (1).
     3. Prometheus: the idle GPU-seconds of those pods since the oldest of them started.
     4. The list is limited to ``teams`` (default: the user's); the total counts all.
     Raises ``MetricsUnavailable``.
@@ -157,15 +158,13 @@ def idle_report_get(
     peaks = {
         (s.labels.get("namespace", ""), s.labels.get("pod", "")): s.value
         for s in prometheus.query(
-            queries.idle_pods(
-                threshold_percent=threshold, window_seconds=window.total_seconds()
-            ),
+            queries.idle_pods(threshold_percent=threshold, window_seconds=window.total_seconds()),
             at=now,
         )
     }
-    running = Job.objects.filter(
-        state=JobState.RUNNING, gpu_count__gt=0, started_at__lte=now - window
-    ).select_related("team", "owner")
+    running = Job.objects.filter(state=JobState.RUNNING, gpu_count__gt=0).select_related(
+        "team", "owner"
+    )
     idle: list[tuple[Job, list[PodKey]]] = []
     for job in running:
         keys = _job_pod_keys(job, peaks)
@@ -173,8 +172,13 @@ def idle_report_get(
             idle.append((job, keys))
     seconds: dict[PodKey, float] = {}
     if idle:
-        oldest = min(job.started_at for job, _ in idle if job.started_at is not None)
-        lookback = min(max((now - oldest).total_seconds(), 60.0), MAX_LOOKBACK.total_seconds())
+        # Series carry a pod only while it holds the GPU, so looking back further than the
+        # job's life costs time but never counts another pod's samples.
+        oldest = min((job.started_at or now) for job, _ in idle)
+        lookback = min(
+            max((now - oldest).total_seconds(), window.total_seconds()),
+            MAX_LOOKBACK.total_seconds(),
+        )
         step = queries.step_for(lookback)
         for s in prometheus.query(
             queries.idle_gpu_seconds(
@@ -275,9 +279,7 @@ class ClusterOverview:
 
 
 def _cells(samples: list[Sample]) -> list[GpuCell]:
-    return [
-        GpuCell(s.labels.get("node", "?"), s.labels.get("gpu", "?"), s.value) for s in samples
-    ]
+    return [GpuCell(s.labels.get("node", "?"), s.labels.get("gpu", "?"), s.value) for s in samples]
 
 
 def gpu_alerts_get(*, user: User | AnonymousUser, now: datetime | None = None) -> list[GpuAlert]:
@@ -521,10 +523,15 @@ def job_gpus_get(
         return JobGpus(job, None, detail="This job requested no GPUs.")
     if job.started_at is None:
         return JobGpus(job, None, detail="No GPU data yet: the job has not started running.")
-    end = job.finished_at or now
+    # Clamped to now: a cluster clock ahead of ours (the sandbox runs faster than real
+    # time) must not ask Prometheus for the future.
+    end = min(job.finished_at or now, now)
     start = max(job.started_at, end - MAX_LOOKBACK)
     if range_seconds is not None:
         start = max(start, end - timedelta(seconds=range_seconds))
+    # At least a few minutes on the axis: a job that started seconds ago still gets a chart
+    # (its pods' series simply begin where it started).
+    start = min(start, end - MIN_JOB_WINDOW)
     result = JobGpus(job, Window.between(start, end))
     sharing = ((job.spec or {}).get("gpu") or {}).get("sharing")
     if sharing == "shared":

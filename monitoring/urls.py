@@ -12,9 +12,7 @@ urlpatterns = [
 ]
 
 api_urlpatterns = [
-    path(
-        "monitoring/cluster/", apis.ClusterMonitoringApi.as_view(), name="api-monitoring-cluster"
-    ),
+    path("monitoring/cluster/", apis.ClusterMonitoringApi.as_view(), name="api-monitoring-cluster"),
     path(
         "monitoring/teams/<slug:slug>/usage/",
         apis.TeamUsageApi.as_view(),

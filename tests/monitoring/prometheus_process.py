@@ -1,0 +1,129 @@
+"""Start a real Prometheus (Debian's ``prometheus`` binary) as a subprocess for tests.
+
+    prom = start_prometheus(tmp_path, dcgm_targets=["127.0.0.1:9400"], rules_for="1s")
+    ...
+    prom.stop()
+
+The config and rules come from ``monitoring.prometheus_config`` (what ships), with a 1 s
+scrape/evaluation interval and, optionally, every rule's ``for:`` shortened. A missing
+binary is an error, not a skip: ``scripts/test.sh`` installs it (``ensure_tools.sh``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from monitoring.prometheus_config import render_config, render_rules
+
+READY_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prometheus_binary() -> str:
+    path = shutil.which("prometheus")
+    if path is None:
+        raise RuntimeError(
+            "prometheus is not installed: run `bash scripts/ensure_tools.sh prometheus` "
+            "(Debian's prometheus package); the monitoring tests need a real Prometheus."
+        )
+    return path
+
+
+@dataclass
+class PrometheusProcess:
+    workdir: Path
+    dcgm_targets: tuple[str, ...]
+    portal_targets: tuple[str, ...] = ()
+    rules_for: str | None = None
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.workdir / "prometheus.log"
+
+    def start(self) -> PrometheusProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        rules = self.workdir / "gpu-alerts.yml"
+        rules.write_text(render_rules(duration_override=self.rules_for))
+        config = self.workdir / "prometheus.yml"
+        config.write_text(
+            render_config(
+                dcgm_targets=list(self.dcgm_targets),
+                portal_targets=list(self.portal_targets),
+                rule_files=[str(rules)],
+                scrape_interval="1s",
+                evaluation_interval="1s",
+            )
+        )
+        self.port = self.port or free_port()
+        cmd = [
+            prometheus_binary(),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=1h",
+            "--log.level=warn",
+        ]
+        log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child's lifetime
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"prometheus exited early:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"prometheus not ready:\n{self.tail()}")
+
+    def tail(self, size: int = 3000) -> str:
+        return self.log_file.read_text(errors="replace")[-size:] if self.log_file.exists() else ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_prometheus(
+    workdir: Path,
+    *,
+    dcgm_targets: Sequence[str],
+    portal_targets: Sequence[str] = (),
+    rules_for: str | None = None,
+) -> PrometheusProcess:
+    return PrometheusProcess(
+        Path(workdir), tuple(dcgm_targets), tuple(portal_targets), rules_for
+    ).start()

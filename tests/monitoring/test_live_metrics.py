@@ -1,0 +1,144 @@
+"""GPU dashboards against a real Prometheus scraping a real sandbox, with jobs run by a
+real Celery worker (the sandbox at 30× speed, Prometheus scraping every second)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from monitoring import queries
+from monitoring.prometheus import query
+from tests.conftest import api_client_for
+from tests.monitoring.conftest import submit_running
+from tests.monitoring.prometheus_process import PrometheusProcess
+from tests.worker_process import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_running_jobs_gpus_show_high_utilisation_in_the_job_series(
+    users: dict[str, User], metrics: PrometheusProcess
+) -> None:
+    # Given a 2-GPU training job running on the sandbox, and an idle one beside it
+    job = submit_running(users["alice"], name="busy", env={}, gpus=2)
+    submit_running(users["alice"], name="lazy", env={"SANDBOX_IDLE": "true"})
+    api = api_client_for(users["alice"])
+    pods = {p["name"] for p in job.placement["pods"]}
+
+    # When Alice reads the job's GPU series once training has been scraped a few times
+    def busy_series() -> dict[str, Any] | None:
+        response = api.get(f"/api/v1/monitoring/jobs/{job.pk}/gpus/")
+        assert response.status_code == 200, response.content
+        body = response.json()
+        util = body["utilisation"]
+        busy = [s for s in util if max((v or 0) for v in s["values"]) > 80]
+        return body if len(util) == 2 and len(busy) == 2 else None
+
+    body = wait_for(busy_series, timeout=30, interval=1)
+
+    # Then there is one series per GPU the job holds, all from its own pods, and busy
+    assert {s["labels"]["pod"] for s in body["utilisation"]} <= pods
+    assert {s["labels"]["node"] for s in body["utilisation"]} == set(job.placement["nodes"])
+    assert len({(s["labels"]["node"], s["labels"]["gpu"]) for s in body["utilisation"]}) == 2
+    for key in ("memory_used", "temperature", "power"):
+        assert len(body[key]) == 2, key
+    assert all(len(s["timestamps"]) == len(s["values"]) <= 1000 for s in body["utilisation"])
+
+
+def test_idle_holding_job_appears_in_the_idle_list(
+    users: dict[str, User], metrics: PrometheusProcess, settings: Any
+) -> None:
+    # Given a 6-second idle window, a job holding a GPU idle and a busy one
+    settings.IDLE_GPU_WINDOW_MINUTES = 0.1
+    idle = submit_running(users["alice"], name="idler", env={"SANDBOX_IDLE": "true"})
+    busy = submit_running(users["alice"], name="worker", env={})
+    api = api_client_for(users["alice"])
+
+    # When the idle list is read after the window has passed
+    def listed() -> dict[str, Any] | None:
+        response = api.get("/api/v1/monitoring/idle/")
+        assert response.status_code == 200, response.content
+        body = response.json()
+        return body if any(j["job_id"] == idle.pk for j in body["jobs"]) else None
+
+    body = wait_for(listed, timeout=40, interval=1)
+
+    # Then the idle job is there with its owner, team, GPUs held and the GPU-hours it wasted
+    row = next(j for j in body["jobs"] if j["job_id"] == idle.pk)
+    assert (row["owner"], row["team"], row["gpus_held"]) == ("alice", "vision", 1)
+    assert row["peak_utilisation"] < 5
+    assert row["wasted_gpu_hours"] > 0
+    # And the busy job is not
+    assert busy.pk not in {j["job_id"] for j in body["jobs"]}
+    # And another team's member sees the count, not the job
+    other = api_client_for(users["carol"]).get("/api/v1/monitoring/idle/").json()
+    assert idle.pk not in {j["job_id"] for j in other["jobs"]}
+    assert other["idle_gpus_total"] >= 1
+    # And the team page lists it too
+    client = Client()
+    client.force_login(users["bob"])
+    page = client.get("/monitoring/teams/vision/")
+    assert page.status_code == 200
+    assert f'data-job-id="{idle.pk}"' in page.content.decode()
+
+
+def test_hot_gpu_raises_an_alert_shown_with_gpu_node_and_holding_job(
+    users: dict[str, User], metrics: PrometheusProcess
+) -> None:
+    # Given a job whose GPU runs above 85 °C (rules shipped with for: 10m, tested with 2 s)
+    job = submit_running(users["alice"], name="toasty", env={"SANDBOX_HOT": "true"})
+    pod = job.placement["pods"][0]["name"]
+    client = Client()
+    client.force_login(users["alice"])
+
+    # When the alert has fired and Alice opens the cluster page
+    def alert_row() -> str | None:
+        page = client.get("/monitoring/")
+        assert page.status_code == 200
+        html = page.content.decode()
+        rows = [r for r in html.split("<tr") if 'data-alert="GPUTemperatureHigh"' in r]
+        return next((r for r in rows if f"/jobs/{job.pk}/" in r), None)
+
+    row = wait_for(alert_row, timeout=40, interval=1)
+
+    # Then the alert names the GPU, the node and the holding job
+    held = query(queries.job_gpu_metric("temperature", f'{{namespace="team-vision",pod="{pod}"}}'))
+    assert held, "the hot GPU's series"
+    gpu, node = held[0].labels["gpu"], held[0].labels["node"]
+    assert node == job.placement["pods"][0]["node"]
+    assert f"<td>GPU {gpu}</td>" in row
+    assert f"<td>{node}</td>" in row
+    assert f"vision/{job.name}" in row
+    # And the API reports the same alert with the job's id
+    alerts = api_client_for(users["alice"]).get("/api/v1/monitoring/cluster/").json()["alerts"]
+    assert any(
+        a["name"] == "GPUTemperatureHigh" and a["job_id"] == job.pk and a["value"] > 85
+        for a in alerts
+    )
+
+
+def test_every_panel_query_is_valid_promql_for_a_real_prometheus(
+    metrics: PrometheusProcess, db: Any
+) -> None:
+    # Given every query the panels build
+    selector = queries.job_pods_selector("team-vision", ["a-1-xyz", "a-1-abc"], "a-1")
+    built = [
+        queries.cluster_utilisation_by_gpu(),
+        queries.cluster_temperature_by_gpu(),
+        queries.cluster_utilisation(),
+        queries.firing_alerts(),
+        queries.idle_pods(threshold_percent=5, window_seconds=1800),
+        queries.idle_gpu_seconds(threshold_percent=5, lookback_seconds=3600, step=5),
+        queries.team_utilisation("team-vision"),
+        queries.team_busy_gpus("team-vision"),
+        *(queries.job_gpu_metric(key, selector) for key in queries.JOB_METRICS),
+    ]
+    # When Prometheus evaluates each; Then none is refused (MetricsUnavailable would raise)
+    for promql in built:
+        query(promql)
+    # And the per-GPU panels see every GPU of the sandbox with its node
+    cells = query(queries.cluster_utilisation_by_gpu())
+    assert cells and all(c.labels.get("node") and c.labels.get("gpu") for c in cells)
