@@ -77,9 +77,13 @@ def team_sync_task(team_id: int) -> dict[str, str]:
 @shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
 def teams_sync_task() -> dict[int, str]:
     """Periodic (beat): every team's cluster objects, level-triggered."""
-    from portal.cluster_sync import team_cluster_sync
+    from portal.cluster_sync import catalog_refresh, team_cluster_sync
     from portal.models import Team
 
+    try:
+        catalog_refresh()
+    except Exception as exc:  # noqa: BLE001 - the teams still get synced
+        logger.warning("catalog refresh failed: %s", exc)
     results = {}
     for team_id in Team.objects.values_list("pk", flat=True):
         try:

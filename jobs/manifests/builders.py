@@ -380,7 +380,7 @@ def _pod_template(
                             {
                                 "key": GPU_PRODUCT_LABEL,
                                 "operator": "In",
-                                "values": [spec.gpu.product],
+                                "values": _product_label_values(spec),
                             }
                         ]
                     }
@@ -444,3 +444,16 @@ def _completion_index_env(name: str) -> dict[str, Any]:
     """An env var holding the pod's Indexed Job completion index (0 … workers-1)."""
     field_path = f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _product_label_values(spec: JobSpec) -> list[str]:
+    """Node label values that mean "this GPU product".
+
+    GPU Feature Discovery appends ``-SHARED`` to the product label of nodes whose GPUs
+    are time-sliced, so a shared-GPU job asking for ``Tesla-T4`` must also match
+    ``Tesla-T4-SHARED``; an exclusive job must not land on a shared GPU.
+    """
+    product = spec.gpu.product or ""
+    if spec.gpu.sharing == "shared":
+        return [product, f"{product}-SHARED"]
+    return [product]

@@ -93,3 +93,13 @@ def test_no_cluster_means_unknown_not_an_error(alice_api: APIClient, tmp_path: A
 
     assert fit["verdict"] == "unknown"
     assert "Cannot check the cluster" in fit["message"]
+
+
+def test_a_time_sliced_job_on_a_named_product_fits_the_shared_nodes(
+    cluster: SandboxProcess, alice_api: APIClient
+) -> None:
+    # GFD labels time-sliced nodes "Tesla-T4-SHARED"; asking for "Tesla-T4" must still match.
+    fit = preview(alice_api, gpu={"count": 1, "sharing": "shared", "product": "Tesla-T4"})
+
+    assert fit["verdict"] == "fits", fit
+    assert fit["nodes"][0].startswith("gpu-t4-shared-")

@@ -140,3 +140,25 @@ def test_api_server_down_for_a_while_loses_no_job(
         timeout=60,
     )
     assert not Job.objects.filter(state=JobState.FAILED).exists()
+
+
+def test_catalog_is_refreshed_from_the_nodes_gpu_labels(cluster: SandboxProcess) -> None:
+    # Given an empty catalog (a new installation connected to a cluster)
+    from portal.cluster_sync import catalog_refresh
+    from portal.models import CatalogSettings, GpuProduct, MigProfile
+
+    added = catalog_refresh()
+
+    # Then the GPUs of the small sandbox profile are offered, with real per-node maxima
+    assert set(added["products"]) == {"NVIDIA-A100-SXM4-80GB", "Tesla-T4"}
+    a100 = GpuProduct.objects.get(name="NVIDIA-A100-SXM4-80GB")
+    assert (a100.gpus_per_node, a100.memory_mib) == (8, 81920)
+    assert set(MigProfile.objects.values_list("name", flat=True)) == {
+        "1g.10gb",
+        "2g.20gb",
+        "3g.40gb",
+    }
+    assert MigProfile.objects.get(name="1g.10gb").max_per_node == 14
+    assert CatalogSettings.objects.get().shared_gpu_resource == "nvidia.com/gpu.shared"
+    # and running it again adds nothing
+    assert catalog_refresh() == {"products": [], "mig_profiles": []}

@@ -1,0 +1,121 @@
+"""The shipped alert rules and Prometheus configs: generated from one source, valid for
+promtool, and faithful to the seed's thresholds and durations."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+from django.core.management import call_command
+
+from monitoring.prometheus_config import (
+    COMPOSE_CONFIG,
+    COMPOSE_CONFIG_PATH,
+    RULES_PATH,
+    render_config,
+    render_rules,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("promtool")
+    assert binary, "promtool is missing: bash scripts/ensure_tools.sh prometheus"
+    return subprocess.run(
+        [binary, *args], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+def rules_by_name(text: str) -> dict[str, dict[str, object]]:
+    doc = yaml.safe_load(text)
+    return {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+
+
+def test_shipped_rules_pass_promtool_check_rules() -> None:
+    # Given the rule file Prometheus loads; When promtool checks it; Then it passes
+    result = promtool("check", "rules", str(RULES_PATH))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 3 rules found" in result.stdout
+
+
+def test_shipped_files_are_the_generated_ones() -> None:
+    # Given the generator; Then the committed files are exactly its output (regenerate with
+    # `manage.py prometheus_config --shipped`)
+    assert RULES_PATH.read_text() == render_rules()
+    assert COMPOSE_CONFIG_PATH.read_text() == render_config(**COMPOSE_CONFIG)
+
+
+def test_rules_keep_the_seed_thresholds_durations_and_labels() -> None:
+    rules = rules_by_name(RULES_PATH.read_text())
+    expected = {
+        "GPUTemperatureHigh": ("DCGM_FI_DEV_GPU_TEMP > 85", "10m", "warning"),
+        "GPUMemoryExhausted": ("DCGM_FI_DEV_FB_FREE < 1024", "2m", "critical"),
+        "GPUHighUtilization": ("DCGM_FI_DEV_GPU_UTIL > 95", "5m", "info"),
+    }
+    for name, (condition, duration, severity) in expected.items():
+        rule = rules[name]
+        assert condition in str(rule["expr"]), name
+        assert rule["for"] == duration, name
+        assert rule["labels"] == {"severity": severity}, name
+        # the node from either hostname label, and the holding pod in the description
+        assert '"node", "$1", "Hostname"' in str(rule["expr"])
+        assert '"node", "$1", "hostname"' in str(rule["expr"])
+        annotations = rule["annotations"]
+        assert isinstance(annotations, dict)
+        assert "$labels.gpu" in annotations["summary"] and "$labels.node" in annotations["summary"]
+        assert "$labels.pod" in annotations["description"]
+
+
+def test_duration_override_changes_only_for(tmp_path: Path) -> None:
+    # Given the rules rendered for tests
+    short = rules_by_name(render_rules(duration_override="2s"))
+    shipped = rules_by_name(render_rules())
+    # Then only `for:` differs, and promtool accepts the result too
+    for name, rule in short.items():
+        assert rule["for"] == "2s"
+        assert {**rule, "for": shipped[name]["for"]} == shipped[name]
+    path = tmp_path / "rules.yml"
+    path.write_text(render_rules(duration_override="2s"))
+    assert promtool("check", "rules", str(path)).returncode == 0
+
+
+def test_generated_configs_pass_promtool_check_config(tmp_path: Path) -> None:
+    # Given a config as `make run` writes it (the command, real paths)
+    call_command(
+        "prometheus_config",
+        config=tmp_path / "prometheus.yml",
+        rules=tmp_path / "gpu-alerts.yml",
+        dcgm_target=["127.0.0.1:9400"],
+        portal_target=["127.0.0.1:8000"],
+        scrape_interval="5s",
+        duration=None,
+        shipped=False,
+    )
+    # When promtool checks it; Then it is valid and loads the rules
+    result = promtool("check", "config", str(tmp_path / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    jobs = {c["job_name"]: c for c in config["scrape_configs"]}
+    assert jobs["dcgm-exporter"]["honor_labels"] is True  # keeps the holding pod's labels
+    assert jobs["gpu-portal"]["metrics_path"] == "/metrics"
+    assert jobs["gpu-portal"]["static_configs"][0]["targets"] == ["127.0.0.1:8000"]
+    # And the compose config, with its rule path pointed at the shipped file
+    compose = render_config(**{**COMPOSE_CONFIG, "rule_files": [str(RULES_PATH)]})
+    (tmp_path / "compose.yml").write_text(compose)
+    result = promtool("check", "config", str(tmp_path / "compose.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_prometheus_mounts_the_same_config_and_rules() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    service = compose["services"]["prometheus"]
+    assert service["image"].split(":")[0] == "prom/prometheus"
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in service["volumes"] if m.startswith("./")}
+    assert mounts["/etc/prometheus/prometheus.yml"] == "./deploy/prometheus/prometheus.yml"
+    assert mounts["/etc/prometheus/gpu-alerts.yml"] == "./deploy/prometheus/gpu-alerts.yml"
+    assert COMPOSE_CONFIG["rule_files"] == ["/etc/prometheus/gpu-alerts.yml"]
+    web_env = compose["services"]["web"]["environment"]
+    assert "prometheus:9090" in web_env["PROMETHEUS_URL"]
