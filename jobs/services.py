@@ -25,12 +25,13 @@ from jobs.models import FINAL_STATES, PRIORITY_VALUES, Job, JobEvent, JobState
 from jobs.policy import check_manifests
 from jobs.quota import job_demand, quota_never_fits
 from jobs.spec import JobSpec
-from jobs.spec_input import quantity_value, spec_parse
+from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
 from portal.errors import ApplicationError, Conflict, PermissionDenied
 from portal.models import GpuQuota, Membership, Team
 from portal.selectors import Catalog, catalog_get, membership_role, teams_for_user
 from portal.services import audit_record
+from scheduling import cpu_millis, memory_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +130,8 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     requests = container_resources(spec, ctx)["requests"]
     demand = job_demand(
         spec,
-        cpu_millis=int(quantity_value(requests["cpu"]) * 1000),
-        memory_bytes=int(quantity_value(requests["memory"])),
+        cpu_millis=cpu_millis(requests["cpu"]),
+        memory_bytes=memory_bytes(requests["memory"]),
     )
     limits = dict(GpuQuota.objects.filter(team=team).values_list("resource", "limit"))
     problem = quota_never_fits(spec, demand, limits, team=team.slug)

@@ -30,6 +30,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from jobs.models import Job, JobState
 
@@ -118,7 +119,7 @@ class PortalCollector(Collector):
         )["s"]
         total_wait = waited.total_seconds() if waited else 0.0
         buckets = [
-            (f"{bound:g}", counts[f"le{i}"]) for i, bound in enumerate(ADMISSION_BUCKETS)
+            (floatToGoString(bound), counts[f"le{i}"]) for i, bound in enumerate(ADMISSION_BUCKETS)
         ] + [("+Inf", counts["total"])]
         return HistogramMetricFamily(
             "gpu_portal_admission_wait_seconds",
@@ -135,7 +136,7 @@ class PortalCollector(Collector):
             logger.warning("reconcile metrics unavailable: %s", exc)
             return None
         count = int(raw.get("count", 0))
-        buckets = [(f"{b:g}", int(raw.get(f"le:{b:g}", 0))) for b in RECONCILE_BUCKETS]
+        buckets = [(floatToGoString(b), int(raw.get(f"le:{b:g}", 0))) for b in RECONCILE_BUCKETS]
         return HistogramMetricFamily(
             "gpu_portal_reconcile_duration_seconds",
             "Duration of the periodic reconcile (jobs.tasks.reconcile_task).",

@@ -7,8 +7,9 @@ print, which the scheduling core has no reason to know about.
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
+
+from scheduling import parse_quantity
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -23,29 +24,13 @@ _DECIMAL = {
     "P": Decimal(10**15),
     "E": Decimal(10**18),
 }
-_RE = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE]?)$")
 
 
 def parse(value: object) -> Decimal:
     """``"500m"`` → ``Decimal("0.5")``; raises ``ValueError`` for anything else."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal):
         raise ValueError(f"quantities must match the regular expression: {value!r}")
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    text = str(value).strip()
-    match = _RE.match(text)
-    if not match:
-        raise ValueError(text)
-    number, suffix = match.groups()
-    try:
-        base = Decimal(number)
-    except InvalidOperation as exc:
-        raise ValueError(text) from exc
-    if suffix in _BINARY:
-        return base * _BINARY[suffix]
-    if suffix and suffix[0] in "eE":
-        return base * (Decimal(10) ** int(suffix[1:]))
-    return base * _DECIMAL[suffix]
+    return parse_quantity(value)
 
 
 def is_binary(value: object) -> bool:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from jobs.manifests.context import ManifestContext
 from jobs.spec import JobSpec
+from scheduling import parse_quantity
 
 Resources = dict[str, dict[str, str]]
 
@@ -49,28 +50,6 @@ SHM_FRACTION = Decimal(1) / 2
 SHM_CAP_BYTES = 32 * 2**30
 
 _MIG_PROFILE = re.compile(r"^(?P<slices>[1-7])g\.")
-
-_QUANTITY = re.compile(
-    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?:(?P<exponent>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
-)
-_SUFFIX_MULTIPLIERS: dict[str, Decimal] = {
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
 
 
 def gpu_resource_name(spec: JobSpec, ctx: ManifestContext) -> str | None:
@@ -141,19 +120,6 @@ def container_resources(spec: JobSpec, ctx: ManifestContext) -> Resources:
     if gpu_name is not None:
         values[gpu_name] = str(spec.gpu.count)
     return {"requests": dict(values), "limits": dict(values)}
-
-
-def parse_quantity(quantity: str) -> Decimal:
-    """A Kubernetes quantity (``"16Gi"``, ``"500m"``, ``"1e9"``) as a number."""
-    match = _QUANTITY.match(quantity.strip())
-    if match is None:
-        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
-    try:
-        value = Decimal(match.group("number") + (match.group("exponent") or ""))
-    except InvalidOperation as exc:  # pragma: no cover - the regex already checked it
-        raise ValueError(f"not a Kubernetes quantity: {quantity!r}") from exc
-    suffix = match.group("suffix")
-    return value * _SUFFIX_MULTIPLIERS[suffix] if suffix else value
 
 
 def format_memory(num_bytes: int) -> str:

@@ -3,15 +3,19 @@ real Celery worker (the sandbox at 30× speed, Prometheus scraping every second)
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
+from jobs.models import JobState
 from monitoring import queries
 from monitoring.prometheus import query
 from tests.conftest import api_client_for
+from tests.factories import JobFactory
 from tests.monitoring.conftest import submit_running
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.worker_process import wait_for
@@ -142,3 +146,48 @@ def test_every_panel_query_is_valid_promql_for_a_real_prometheus(
     # And the per-GPU panels see every GPU of the sandbox with its node
     cells = query(queries.cluster_utilisation_by_gpu())
     assert cells and all(c.labels.get("node") and c.labels.get("gpu") for c in cells)
+
+
+def test_team_usage_series_matches_the_jobs_allocation(
+    metrics: PrometheusProcess, demo: dict[str, Any], bob: User
+) -> None:
+    # Given vision's job records: 2 GPUs from 5 h to 2 h ago, 1 GPU for the last hour,
+    # and a job of another team
+    now = timezone.now()
+    vision, nlp = demo["teams"]["vision"], demo["teams"]["nlp"]
+    done = JobFactory(
+        team=vision,
+        owner=bob,
+        state=JobState.SUCCEEDED,
+        gpu_count=2,
+        started_at=now - timedelta(hours=5),
+        finished_at=now - timedelta(hours=2),
+    )
+    running = JobFactory(
+        team=vision,
+        owner=bob,
+        state=JobState.RUNNING,
+        gpu_count=1,
+        started_at=now - timedelta(hours=1),
+    )
+    JobFactory(team=nlp, state=JobState.RUNNING, gpu_count=4, started_at=now - timedelta(hours=4))
+
+    # When Bob reads vision's usage over 6 hours (Prometheus answering)
+    response = api_client_for(bob).get("/api/v1/monitoring/teams/vision/usage/?range=6h")
+
+    # Then at every point the GPUs held are exactly what vision's jobs held then
+    assert response.status_code == 200, response.content
+    body = response.json()
+    series = body["allocated_gpus"]
+    assert len(series["timestamps"]) == len(series["values"]) <= 1000
+    spans = [
+        (done.started_at.timestamp(), done.finished_at.timestamp(), 2),
+        (running.started_at.timestamp(), float("inf"), 1),
+    ]
+    expected = [sum(g for a, b, g in spans if a <= t < b) for t in series["timestamps"]]
+    assert series["values"] == expected
+    assert {0, 1, 2} == set(series["values"])
+    # And the jobs are ranked by the GPU-hours they held in the range
+    ranked = [(r["job_id"], round(r["gpu_hours"], 2)) for r in body["jobs_by_gpu_hours"]]
+    assert ranked == [(done.pk, 6.0), (running.pk, 1.0)]
+    assert body["quotas"] and body["window"]["step"] == 30

@@ -24,9 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("promtool")
     assert binary, "promtool is missing: bash scripts/ensure_tools.sh prometheus"
-    return subprocess.run(
-        [binary, *args], capture_output=True, text=True, timeout=30, check=False
-    )
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=30, check=False)
 
 
 def rules_by_name(text: str) -> dict[str, dict[str, object]]:

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs.models import Job
 from jobs.services import job_submit
 from portal import kube
-from portal.cluster_sync import team_cluster_sync
+from portal.cluster_sync import catalog_refresh, team_cluster_sync
 from portal.errors import ApplicationError
 from portal.models import Team
 
@@ -65,6 +65,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PRODUCTION:
             raise CommandError("demo_jobs refuses to run with production settings.")
+        try:
+            catalog_refresh()
+        except kube.ClusterError as exc:
+            self.stderr.write(f"GPU catalog not refreshed from the cluster ({exc.message})")
         for team in Team.objects.all():
             try:
                 team_cluster_sync(team_id=team.pk)
