@@ -56,9 +56,11 @@ def job_cleanup_task(job_id: int) -> int:
 def reconcile_task() -> dict[str, Any]:
     """Periodic (beat): bring job rows in line with the cluster."""
     from jobs.reconcile import cluster_reconcile
+    from monitoring.metrics import reconcile_timer
 
     try:
-        report = cluster_reconcile()
+        with reconcile_timer():
+            report = cluster_reconcile()
     except TemporaryClusterError as exc:
         # Not an error of the jobs: tracking resumes at the next run.
         logger.warning("reconcile: cluster unreachable, jobs left as they are: %s", exc)

@@ -125,7 +125,12 @@ def gpu_heatmap(
         )
     )
     fig.update_layout(
-        **_layout(title, height=max(180, 60 + 34 * len(nodes)), margin={"l": 140, "r": 20})
+        **_layout(
+            title,
+            height=max(200, 90 + 34 * len(nodes)),
+            # A whole margin replaces plotly's defaults (t=100, b=80): give all four sides.
+            margin={"l": 140, "r": 20, "t": 40, "b": 40},
+        )
     )
     return _dict(fig)
 
@@ -135,8 +140,13 @@ def capacity(products: Sequence[ProductCapacity]) -> Figure:
     names = [p.product for p in products]
     fig = go.Figure(
         [
-            go.Bar(name="allocated", x=names, y=[p.gpus_allocated for p in products]),
-            go.Bar(name="free", x=names, y=[p.gpus_free for p in products]),
+            go.Bar(
+                name="allocated",
+                x=names,
+                y=[p.gpus_allocated for p in products],
+                marker_color="#2f6fde",
+            ),
+            go.Bar(name="free", x=names, y=[p.gpus_free for p in products], marker_color="#c9d3e3"),
         ]
     )
     fig.update_layout(**_layout("Whole GPUs by product", barmode="stack", height=260))

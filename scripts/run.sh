@@ -19,7 +19,7 @@ $BIN/python manage.py seed_demo
 pids=()
 cleanup() {
   trap - EXIT INT TERM
-  echo "Stopping worker, beat and the sandbox cluster..."
+  echo "Stopping worker, beat, Prometheus and the sandbox cluster..."
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
 }
@@ -45,6 +45,35 @@ else
   CLUSTER="cluster of KUBECONFIG=$KUBECONFIG"
 fi
 
+# Prometheus for the GPU dashboards: ours unless PROMETHEUS_URL points at one already.
+# It scrapes the cluster's DCGM exporter (the sandbox's, or DCGM_TARGET) and the portal.
+if [ -z "${PROMETHEUS_URL:-}" ]; then
+  bash scripts/ensure_tools.sh prometheus
+  PROM_PORT="${PROMETHEUS_PORT:-9090}"
+  if ! $BIN/python -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))" "$PROM_PORT" 2>/dev/null; then
+    PROM_PORT=$($BIN/python -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  fi
+  if [ -s var/sandbox-ports.json ] && [ -z "${DCGM_TARGET:-}" ]; then
+    DCGM_TARGET="127.0.0.1:$($BIN/python -c "import json; print(json.load(open('var/sandbox-ports.json'))['metrics_port'])")"
+  fi
+  $BIN/python manage.py prometheus_config --config var/prometheus/prometheus.yml \
+    --rules var/prometheus/gpu-alerts.yml --portal-target 127.0.0.1:8000 --scrape-interval 5s \
+    ${DCGM_TARGET:+--dcgm-target "$DCGM_TARGET"} >/dev/null
+  prometheus --config.file=var/prometheus/prometheus.yml --storage.tsdb.path=var/prometheus/data \
+    --web.listen-address="127.0.0.1:$PROM_PORT" --storage.tsdb.retention.time=7d \
+    >var/log/prometheus.log 2>&1 &
+  pids+=($!)
+  export PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT"
+  for _ in $(seq 1 100); do
+    $BIN/python -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/-/ready', timeout=1)" \
+      "$PROMETHEUS_URL" 2>/dev/null && break
+    sleep 0.1
+  done
+  METRICS="Prometheus at $PROMETHEUS_URL (logs var/log/prometheus.log)"
+else
+  METRICS="Prometheus at $PROMETHEUS_URL"
+fi
+
 $BIN/celery -A portal worker --loglevel=INFO --concurrency=2 >var/log/worker.log 2>&1 &
 pids+=($!)
 $BIN/celery -A portal beat --loglevel=INFO --schedule var/celerybeat-schedule >var/log/beat.log 2>&1 &
@@ -56,6 +85,7 @@ cat <<MSG
   GPU Portal: http://127.0.0.1:8000/    (API docs: http://127.0.0.1:8000/api/docs/)
   Users (password "demo"): alice (vision member), bob (vision lead), carol (nlp member), admin (platform admin)
   Cluster: $CLUSTER
+  Metrics: $METRICS; GPU dashboards at http://127.0.0.1:8000/monitoring/
   Logs: var/log/worker.log, var/log/beat.log. Stop with Ctrl-C.
 
 MSG

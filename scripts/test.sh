@@ -23,6 +23,10 @@ if ! $BIN/python scripts/preflight.py --db --redis 2>/dev/null; then
   $BIN/python scripts/preflight.py --db --redis
 fi
 
+# The monitoring tests run a real Prometheus and a headless Chromium: install them when
+# missing; the tests fail (not skip) without them.
+bash scripts/ensure_tools.sh prometheus chromium
+
 echo "== ruff"
 $BIN/ruff check .
 $BIN/ruff format --check .
