@@ -20,9 +20,6 @@ from tests.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls made by the test
-# itself are synchronous and safe.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -36,7 +33,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 
 
 @pytest.fixture
-def browser() -> Iterator[Browser]:
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
+    # are synchronous and safe. Only for this test: never in a deployment.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True

@@ -18,6 +18,7 @@ other exception fails the test.
 
 from __future__ import annotations
 
+import copy
 import operator
 import re
 from dataclasses import replace
@@ -358,12 +359,8 @@ def check_refusal(error: ApplicationError) -> None:
         assert messages and all(isinstance(m, str) and m for m in messages), (path, messages)
 
 
-@settings(max_examples=500, deadline=None, database=None)
-@given(raw=raw_specs())
-def test_accepted_specs_build_manifests_of_the_plain_shape_and_refusals_name_a_field(
-    raw: dict[str, Any],
-) -> None:
-    # Given whatever the user typed
+def check_spec_property(raw: dict[str, Any]) -> None:
+    """The property of this module, for one spec as a client sent it."""
     # When the spec is parsed
     try:
         spec = spec_parse(raw)
@@ -384,6 +381,60 @@ def test_accepted_specs_build_manifests_of_the_plain_shape_and_refusals_name_a_f
     assert check_manifests(manifests, namespace=CTX.namespace) == []
     assert api_server_problems(manifests) == []
     assert unsafe_strings(manifests) == []
+
+
+# A valid spec with every typed field present (inference, so health_path is there too).
+FULL_SPEC: dict[str, Any] = {
+    "team": "vision",
+    "name": "embedder",
+    "kind": "inference",
+    "image": "ghcr.io/acme/embedder:1.2",
+    "command": ["python", "serve.py"],
+    "args": ["--port", "8080"],
+    "env": {"MODEL": "bert"},
+    "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb", "product": "A100"},
+    "cpu": "2",
+    "memory": "8Gi",
+    "volumes": [{"claim": "models", "mount_path": "/models", "read_only": True}],
+    "replicas": 2,
+    "port": 8080,
+    "health_path": "/healthz",
+}
+PLACES: dict[str, Any] = {
+    "team": lambda spec, v: spec.update(team=v),
+    "name": lambda spec, v: spec.update(name=v),
+    "image": lambda spec, v: spec.update(image=v),
+    "env_name": lambda spec, v: spec.update(env={v: "1"}),
+    "health_path": lambda spec, v: spec.update(health_path=v),
+    "claim": lambda spec, v: spec["volumes"][0].update(claim=v),
+    "mount_path": lambda spec, v: spec["volumes"][0].update(mount_path=v),
+    "cpu": lambda spec, v: spec.update(cpu=v),
+    "memory": lambda spec, v: spec.update(memory=v),
+    "product": lambda spec, v: spec["gpu"].update(product=v),
+    "mig_profile": lambda spec, v: spec["gpu"].update(mig_profile=v),
+    "command": lambda spec, v: spec.update(command=["python", v]),
+    "args": lambda spec, v: spec.update(args=[v]),
+    "env_value": lambda spec, v: spec.update(env={"MODEL": v}),
+}
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(data=st.data(), field=st.sampled_from(sorted(PLACES)))
+def test_one_wild_field_in_a_valid_spec(data: st.DataObject, field: str) -> None:
+    # Given a valid spec with one typed field replaced by a wild value
+    value = data.draw(wild(VALID[field]) if field in VALID else free_text, label=field)
+    raw = copy.deepcopy(FULL_SPEC)
+    PLACES[field](raw, value)
+    # When it is parsed, Then it is refused by name or its manifests keep the plain shape
+    check_spec_property(raw)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(raw=raw_specs())
+def test_wild_values_in_specs_of_every_shape(raw: dict[str, Any]) -> None:
+    # Given specs of every shape (kinds, workers, GPU sharing, volumes, env) with a wild field
+    # When each is parsed, Then it is refused by name or its manifests keep the plain shape
+    check_spec_property(raw)
 
 
 @settings(max_examples=150, deadline=None, database=None)
