@@ -1,9 +1,19 @@
-"""Turn ``ApplicationError`` into an HTTP response, in one place."""
+"""Turn ``ApplicationError`` into an HTTP response, in one place.
+
+Also the two ways a hostile request body gets past DRF's own error handling, so that
+they are a clear 4xx in JSON instead of an HTML page or a 500:
+
+- a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (Django raises ``RequestDataTooBig``);
+- JSON nested so deeply that the decoder exhausts the recursion limit.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -16,4 +26,25 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if exc.field_errors:
             body["errors"] = exc.field_errors
         return Response(body, status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        limit_kib = settings.DATA_UPLOAD_MAX_MEMORY_SIZE // 1024
+        return Response(
+            {"detail": f"The request body is too large: at most {limit_kib} KiB."},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, RecursionError) and _raised_while_parsing(exc):
+        return Response(
+            {"detail": "JSON parse error - the body is nested too deeply to read."},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     return drf_exception_handler(exc, context)
+
+
+def _raised_while_parsing(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of a DRF request parser (and not from a bug elsewhere)."""
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_globals.get("__name__") == "rest_framework.parsers":
+            return True
+        frame = frame.tb_next
+    return False

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.processes import http_ok, spawn, terminate, wait_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT = 30.0
@@ -87,44 +86,23 @@ class SandboxProcess:
         ]
         if reset:
             cmd.append("--reset")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-        log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child's lifetime
-        self.process = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+        self.process = spawn(cmd, self.log_file, env={"PYTHONPATH": pythonpath}, cwd=REPO_ROOT)
+        wait_ready(
+            self.process, self._ready, what="sandbox", log_file=self.log_file, timeout=READY_TIMEOUT
         )
-        log.close()
-        self._wait_ready()
         return self
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"sandbox exited early:\n{self.log_file.read_text()[-3000:]}")
-            if self.ports_file.exists():
-                info = json.loads(self.ports_file.read_text())
-                self.api_port, self.metrics_port = info["api_port"], info["metrics_port"]
-                try:
-                    with urllib.request.urlopen(f"{self.api_url}/readyz", timeout=2) as resp:
-                        if resp.status == 200:
-                            return
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        self.kill()
-        raise TimeoutError(f"sandbox not ready:\n{self.log_file.read_text()[-3000:]}")
+    def _ready(self) -> bool:
+        if not self.ports_file.exists():
+            return False
+        info = json.loads(self.ports_file.read_text())
+        self.api_port, self.metrics_port = info["api_port"], info["metrics_port"]
+        return http_ok(f"{self.api_url}/readyz")
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM and wait: the clean shutdown path."""
-        if self.process is None or self.process.poll() is not None:
-            return None if self.process is None else self.process.returncode
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+        return terminate(self.process, timeout)
 
     def kill(self) -> None:
         """SIGKILL: what a crash looks like; state must survive it too."""

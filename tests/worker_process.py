@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.processes import spawn, tail, wait_ready
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,33 +37,24 @@ class WorkerProcess:
             "--pool", "prefork", "--concurrency", "2", "--loglevel", "INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
-        log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child's lifetime
-        self.process = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker exited early:\n{self.tail()}")
-            text = self.log_file.read_bytes()[start_at:].decode(errors="replace")
-            if " ready." in text:
-                return self
-            time.sleep(0.1)
-        self.kill()
-        raise TimeoutError(f"worker not ready:\n{self.tail()}")
+        self.process = spawn(cmd, self.log_file, env=self.env, cwd=REPO_ROOT)
+
+        def ready() -> bool:
+            return " ready." in self.log_file.read_bytes()[start_at:].decode(errors="replace")
+
+        wait_ready(self.process, ready, what="worker", log_file=self.log_file, timeout=timeout)
+        return self
 
     def tail(self, size: int = 4000) -> str:
-        return self.log_file.read_text(errors="replace")[-size:] if self.log_file.exists() else ""
+        return tail(self.log_file, size)
 
     def stop(self, timeout: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
 
     def kill(self) -> None:
         """SIGKILL the main process and its pool children: a crashed worker."""

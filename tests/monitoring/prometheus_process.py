@@ -12,16 +12,14 @@ binary is an error, not a skip: ``scripts/test.sh`` installs it (``ensure_tools.
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitoring.prometheus_config import render_config, render_rules
+from tests.processes import http_ok, spawn, tail, terminate, wait_ready
 
 READY_TIMEOUT = 30.0
 
@@ -82,39 +80,21 @@ class PrometheusProcess:
             "--storage.tsdb.retention.time=1h",
             "--log.level=warn",
         ]
-        log = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child's lifetime
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        self._wait_ready()
+        self.process = spawn(cmd, self.log_file)
+        wait_ready(
+            self.process,
+            lambda: http_ok(f"{self.url}/-/ready"),
+            what="prometheus",
+            log_file=self.log_file,
+            timeout=READY_TIMEOUT,
+        )
         return self
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited early:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"prometheus not ready:\n{self.tail()}")
-
     def tail(self, size: int = 3000) -> str:
-        return self.log_file.read_text(errors="replace")[-size:] if self.log_file.exists() else ""
+        return tail(self.log_file, size)
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        terminate(self.process, timeout)
 
 
 def start_prometheus(
