@@ -30,6 +30,7 @@ from jobs.selectors import (
 )
 from jobs.services import job_cancel, job_preview, job_submit
 from jobs.spec_input import JobSpecInput
+from portal.api_errors import error_responses
 from portal.pagination import paginate
 
 
@@ -143,6 +144,15 @@ class PreviewOutput(serializers.Serializer):
     fit = FitOutput()
 
 
+class PaginatedJobOutput(serializers.Serializer):
+    """One page of jobs (``?page=``), as DRF's ``PageNumberPagination`` returns it."""
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = JobOutput(many=True)
+
+
 class JobListCreateApi(APIView):
     @extend_schema(
         operation_id="jobs_list",
@@ -152,7 +162,7 @@ class JobListCreateApi(APIView):
             OpenApiParameter("kind", str, enum=[k.value for k in Job.Kind]),
             OpenApiParameter("page", int),
         ],
-        responses=JobOutput(many=True),
+        responses={200: PaginatedJobOutput, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
         jobs = jobs_for_user(
@@ -163,21 +173,30 @@ class JobListCreateApi(APIView):
         )
         return paginate(request=request, queryset=jobs, serializer_class=JobOutput, view=self)
 
-    @extend_schema(operation_id="jobs_create", request=JobSpecInput, responses={201: JobOutput})
+    @extend_schema(
+        operation_id="jobs_create",
+        request={"application/json": JobSpecInput},
+        responses={201: JobOutput, **error_responses(400, 401, 413, 415, 429)},
+    )
     def post(self, request: Request) -> Response:
         job = job_submit(user=request.user, data=request.data)  # type: ignore[arg-type]
         return Response(JobOutput(job).data, status=status.HTTP_201_CREATED)
 
 
 class JobDetailApi(APIView):
-    @extend_schema(operation_id="jobs_retrieve", responses=JobDetailOutput)
+    @extend_schema(
+        operation_id="jobs_retrieve", responses={200: JobDetailOutput, **error_responses(401, 404)}
+    )
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         return Response(JobDetailOutput(job).data)
 
 
 class JobEventsApi(APIView):
-    @extend_schema(operation_id="jobs_events", responses=JobEventOutput(many=True))
+    @extend_schema(
+        operation_id="jobs_events",
+        responses={200: JobEventOutput(many=True), **error_responses(401, 404)},
+    )
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         return Response(JobEventOutput(job_events(job=job), many=True).data)
@@ -187,13 +206,7 @@ class JobLogsApi(APIView):
     @extend_schema(
         operation_id="jobs_logs",
         parameters=[LogTailInput],
-        responses={
-            200: JobLogsOutput,
-            503: OpenApiResponse(
-                inline_serializer("ClusterUnreachable", {"detail": serializers.CharField()}),
-                description="The cluster could not be read.",
-            ),
-        },
+        responses={200: JobLogsOutput, **error_responses(400, 401, 404, 503)},
     )
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
@@ -206,7 +219,11 @@ class JobLogsApi(APIView):
 
 
 class JobPreviewApi(APIView):
-    @extend_schema(operation_id="jobs_preview", request=JobSpecInput, responses=PreviewOutput)
+    @extend_schema(
+        operation_id="jobs_preview",
+        request={"application/json": JobSpecInput},
+        responses={200: PreviewOutput, **error_responses(400, 401, 413, 415, 429)},
+    )
     def post(self, request: Request) -> Response:
         preview = job_preview(user=request.user, data=request.data)
         return Response(
@@ -233,6 +250,7 @@ class JobManifestApi(APIView):
             (200, "application/json"): OpenApiResponse(
                 inline_serializer("ManifestList", {"items": serializers.ListField()})
             ),
+            **error_responses(401, 404),
         },
     )
     def get(self, request: Request, job_id: int) -> HttpResponse | Response:
@@ -243,7 +261,11 @@ class JobManifestApi(APIView):
 
 
 class JobCancelApi(APIView):
-    @extend_schema(operation_id="jobs_cancel", request=None, responses=JobOutput)
+    @extend_schema(
+        operation_id="jobs_cancel",
+        request=None,
+        responses={200: JobOutput, **error_responses(401, 403, 404, 409, 429)},
+    )
     def post(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         job = job_cancel(user=request.user, job_id=job.pk)  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ from monitoring.selectors import (
     team_for_user,
     team_usage_get,
 )
+from portal.api_errors import error_responses
 from portal.errors import ApplicationError
 
 
@@ -142,7 +143,7 @@ class ClusterMonitoringApi(APIView):
         parameters=[RANGE_PARAM],
         responses={
             200: ClusterOutput,
-            400: OpenApiResponse(description="Bad range."),
+            **error_responses(400, 401),
             503: UNAVAILABLE,
         },
     )
@@ -219,6 +220,7 @@ class TeamUsageApi(APIView):
         parameters=[RANGE_PARAM],
         responses={
             200: TeamUsageOutput,
+            **error_responses(400, 401),
             404: OpenApiResponse(description="Not your team."),
             503: UNAVAILABLE,
         },
@@ -257,6 +259,7 @@ class JobGpusApi(APIView):
         ],
         responses={
             200: JobGpusOutput,
+            **error_responses(400, 401),
             404: OpenApiResponse(description="Not your job."),
             503: UNAVAILABLE,
         },
@@ -280,7 +283,7 @@ class JobGpusApi(APIView):
 class IdleApi(APIView):
     @extend_schema(
         operation_id="monitoring_idle",
-        responses={200: IdleOutput, 503: UNAVAILABLE},
+        responses={200: IdleOutput, **error_responses(400, 401), 503: UNAVAILABLE},
     )
     def get(self, request: Request) -> Response:
         return Response(IdleOutput(idle_report_get(user=request.user)).data)

@@ -1,5 +1,9 @@
 """Turn ``ApplicationError`` into an HTTP response, in one place.
 
+Every error answer of the API has one shape, ``ErrorOutput``: ``{"detail": "…"}`` plus,
+when input was refused, ``"errors": {"<field path>": ["…"]}``. DRF's own validation errors
+are reshaped to match. ``error_responses`` documents them in the OpenAPI schema.
+
 Also the two ways a hostile request body gets past DRF's own error handling, so that
 they are a clear 4xx in JSON instead of an HTML page or a 500:
 
@@ -13,11 +17,48 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from rest_framework import status
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from jobs.spec_input import flatten_errors
 from portal.errors import ApplicationError
+
+
+class ErrorOutput(serializers.Serializer):
+    """What every error answer of the API looks like."""
+
+    detail = serializers.CharField(help_text="What went wrong and how to fix it.")
+    # The JSON name is fixed; DRF's metaclass moves it out of the attribute it shadows.
+    errors = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text='Refused input, per field path: {"gpu.count": ["…"]}.',
+    )
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Refused input: `detail` says why, `errors` names each field and the fix.",
+    401: "No valid credentials: send `Authorization: Bearer <token>`.",
+    403: "Authenticated, but not allowed to do this.",
+    404: "No such object among your teams' (another team's objects are 404 too).",
+    409: "The object is not in a state that allows this.",
+    413: "The request body is larger than the server accepts.",
+    415: "The body is not JSON: send `Content-Type: application/json`.",
+    429: "Too many writes: wait the number of seconds in `Retry-After`.",
+    503: "A service the answer depends on (the cluster, Prometheus) could not be reached.",
+}
+
+
+def error_responses(*codes: int) -> dict[int, OpenApiResponse]:
+    """OpenAPI responses for the given error status codes, all of shape ``ErrorOutput``."""
+    return {
+        code: OpenApiResponse(ErrorOutput, description=ERROR_DESCRIPTIONS[code]) for code in codes
+    }
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -37,7 +78,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             {"detail": "JSON parse error - the body is nested too deeply to read."},
             status=status.HTTP_400_BAD_REQUEST,
         )
-    return drf_exception_handler(exc, context)
+    response = drf_exception_handler(exc, context)
+    if isinstance(exc, ValidationError) and response is not None:
+        response.data = _validation_error_body(exc.detail)
+    return response
+
+
+def _validation_error_body(detail: Any) -> dict[str, Any]:
+    """DRF's ``{"tail": ["…"]}`` → ``{"detail": "tail: …", "errors": {"tail": ["…"]}}``."""
+    errors = flatten_errors(detail)
+    if not errors:
+        return {"detail": "Invalid input."}
+    field, messages = next(iter(errors.items()))
+    return {"detail": f"{field}: {messages[0]}", "errors": errors}
 
 
 def _raised_while_parsing(exc: BaseException) -> bool:
@@ -48,3 +101,14 @@ def _raised_while_parsing(exc: BaseException) -> bool:
             return True
         frame = frame.tb_next
     return False
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """The site's 404 (``handler404``): JSON under ``/api/``, the usual page elsewhere.
+
+    A URL no route matches (``/api/v1/jobs/abc/``) never reaches DRF; an API client
+    must still get the documented ``ErrorOutput``, not an HTML page.
+    """
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return page_not_found(request, exception)

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.selectors import queued_count, quota_usage
+from portal.api_errors import error_responses
 from portal.selectors import membership_role, teams_for_user
 
 
@@ -29,7 +30,9 @@ class TeamOutput(serializers.Serializer):
 
 
 class TeamListApi(APIView):
-    @extend_schema(operation_id="teams_list", responses=TeamOutput(many=True))
+    @extend_schema(
+        operation_id="teams_list", responses={200: TeamOutput(many=True), **error_responses(401)}
+    )
     def get(self, request: Request) -> Response:
         teams = [
             {

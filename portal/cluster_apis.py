@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.api_errors import error_responses
 from portal.cluster_selectors import cluster_gpu_nodes
 
 
@@ -41,13 +42,7 @@ class GpuNodeOutput(serializers.Serializer):
 class ClusterNodesApi(APIView):
     @extend_schema(
         operation_id="cluster_nodes",
-        responses={
-            200: GpuNodeOutput(many=True),
-            503: OpenApiResponse(
-                inline_serializer("ClusterNodesUnreachable", {"detail": serializers.CharField()}),
-                description="The cluster could not be read.",
-            ),
-        },
+        responses={200: GpuNodeOutput(many=True), **error_responses(401, 503)},
     )
     def get(self, request: Request) -> Response:
         return Response(GpuNodeOutput(cluster_gpu_nodes(), many=True).data)

@@ -198,6 +198,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["portal.throttling.WriteRateThrottle"],
+    # The API speaks JSON only: form and multipart bodies get a 415 before they are read.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     # ``?format=json`` is the manifest endpoint's own parameter, not DRF's renderer switch.
     "URL_FORMAT_OVERRIDE": None,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]

@@ -30,3 +30,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
 ]
+
+# JSON for unknown /api/ paths, the normal page elsewhere.
+handler404 = "portal.api_errors.not_found"

@@ -113,7 +113,7 @@ def test_logs_tail_must_be_an_integer_from_1_to_5000(
 
     # Then the request is refused, naming the parameter
     assert response.status_code == 400
-    assert "tail" in response.json()
+    assert "tail" in response.json()["errors"]
 
 
 def test_queue_positions_follow_priority_then_submission_order(

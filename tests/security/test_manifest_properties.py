@@ -333,7 +333,8 @@ def api_server_problems(manifests: list[dict[str, Any]]) -> list[str]:
         required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {})
         for term in required.get("nodeSelectorTerms", []):
             for expression in term["matchExpressions"]:
-                label_values(dict(enumerate(expression["values"])), f"{kind} affinity")
+                values = {f"values[{i}]": v for i, v in enumerate(expression["values"])}
+                label_values(values, f"{kind} affinity")
     return problems
 
 

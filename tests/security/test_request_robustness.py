@@ -23,7 +23,7 @@ ENDPOINTS = [SUBMIT, PREVIEW]
 
 
 def post_raw(client: APIClient, url: str, body: bytes | str, content_type: str) -> Any:
-    return client.generic("POST", url, body, content_type=content_type)
+    return client.generic("POST", url, body, content_type=content_type)  # type: ignore[arg-type]
 
 
 def detail(response: Any) -> str:
