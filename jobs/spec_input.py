@@ -19,6 +19,7 @@ from rest_framework import serializers
 
 from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec
 from portal.errors import ApplicationError
+from scheduling import parse_quantity
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -70,27 +71,16 @@ BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u206
 TRAINING_ONLY = ("workers", "max_runtime_seconds", "retries")
 INFERENCE_ONLY = ("replicas", "port", "health_path")
 
-_SUFFIX = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-}
-
 
 def quantity_value(text: str) -> Decimal:
-    """The value of a Kubernetes quantity such as ``500m``, ``8``, ``64Gi``."""
-    match = QUANTITY_RE.fullmatch(text)
-    if not match:
+    """The value of a Kubernetes quantity such as ``500m``, ``8``, ``64Gi``.
+
+    Users get a narrower syntax than the API server accepts (no exponents or signs), so a
+    typo is refused rather than read as something else.
+    """
+    if not QUANTITY_RE.fullmatch(text):
         raise ValueError(text)
-    number, suffix = match.group(1), match.group(3) or ""
-    return Decimal(number) * _SUFFIX[suffix]
+    return parse_quantity(text)
 
 
 # Anything but printable ASCII: whitespace, control characters, and every non-ASCII
@@ -295,6 +285,30 @@ class VolumeInput(StrictSerializer):
         return normalised
 
 
+def _string_list() -> serializers.ListField:
+    """``command`` / ``args``: a bounded list of strings, kept exactly as typed."""
+    return serializers.ListField(
+        child=serializers.CharField(
+            max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False
+        ),
+        required=False,
+        default=list,
+        max_length=MAX_LIST_ITEMS,
+    )
+
+
+def _optional_quantity() -> serializers.CharField:
+    """``cpu`` / ``memory``: a Kubernetes quantity, or empty for the per-GPU default."""
+    return serializers.CharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=MAX_QUANTITY,
+        trim_whitespace=False,
+    )
+
+
 class JobSpecInput(StrictSerializer):
     """The job spec as clients send it; see README "Job spec"."""
 
@@ -302,22 +316,8 @@ class JobSpecInput(StrictSerializer):
     name = serializers.CharField(max_length=200, trim_whitespace=False)
     kind = serializers.ChoiceField(choices=KINDS)
     image = serializers.CharField(max_length=255, trim_whitespace=False)
-    command = serializers.ListField(
-        child=serializers.CharField(
-            max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False
-        ),
-        required=False,
-        default=list,
-        max_length=MAX_LIST_ITEMS,
-    )
-    args = serializers.ListField(
-        child=serializers.CharField(
-            max_length=MAX_ARG_LEN, allow_blank=True, trim_whitespace=False
-        ),
-        required=False,
-        default=list,
-        max_length=MAX_LIST_ITEMS,
-    )
+    command = _string_list()
+    args = _string_list()
     env = serializers.DictField(
         child=serializers.CharField(
             max_length=MAX_ENV_VALUE, allow_blank=True, trim_whitespace=False
@@ -326,22 +326,8 @@ class JobSpecInput(StrictSerializer):
         default=dict,
     )
     gpu = GpuInput(required=False)
-    cpu = serializers.CharField(
-        required=False,
-        allow_null=True,
-        allow_blank=True,
-        default=None,
-        max_length=MAX_QUANTITY,
-        trim_whitespace=False,
-    )
-    memory = serializers.CharField(
-        required=False,
-        allow_null=True,
-        allow_blank=True,
-        default=None,
-        max_length=MAX_QUANTITY,
-        trim_whitespace=False,
-    )
+    cpu = _optional_quantity()
+    memory = _optional_quantity()
     priority = serializers.ChoiceField(choices=PRIORITIES, default="normal")
     volumes = VolumeInput(many=True, required=False, default=list)
     workers = serializers.IntegerField(required=False, min_value=1, max_value=MAX_WORKERS)
