@@ -7,8 +7,10 @@ depend on them). This module is pure: no Django, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
+
+import yaml
 
 Kind = Literal["training", "inference"]
 Sharing = Literal["exclusive", "mig", "shared"]
@@ -84,3 +86,15 @@ class JobSpec:
     @property
     def pod_count(self) -> int:
         return self.workers if self.kind == "training" else self.replicas
+
+
+_FIELD_ORDER = [f.name for f in fields(JobSpec)]
+_GPU_ORDER = [f.name for f in fields(GpuRequest)]
+
+
+def spec_yaml(data: dict[str, Any]) -> str:
+    """A stored spec as YAML, fields in the contract's order (the database keeps no order)."""
+    ordered = {key: data[key] for key in _FIELD_ORDER if key in data}
+    if isinstance(ordered.get("gpu"), dict):
+        ordered["gpu"] = {k: ordered["gpu"][k] for k in _GPU_ORDER if k in ordered["gpu"]}
+    return yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=1_000_000)

@@ -16,6 +16,7 @@ from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
 from jobs.selectors import job_get_for_user, job_live_get, job_log_tail, jobs_for_user
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
+from jobs.spec import spec_yaml
 from portal.errors import ApplicationError, NotFound
 from portal.selectors import catalog_get, teams_for_user
 
@@ -119,6 +120,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job_or_404(request, job_id)
     context = _live_context(request, job)
     context["manifest_yaml"] = to_yaml(job.manifests)
+    context["spec_yaml"] = spec_yaml(job.spec)
     return render(request, "jobs/detail.html", context)
 
 

@@ -9,7 +9,10 @@ import yaml
 # Keys that read best first, in this order, wherever they occur; every other
 # key keeps the order the builder gave it (never alphabetical: `kind` after
 # `spec` would hide what the object is).
-_LEADING_KEYS = ("apiVersion", "kind", "metadata", "name", "namespace", "labels", "spec")
+_LEADING_KEYS = (
+    "apiVersion", "kind", "metadata", "name", "namespace", "labels", "image", "command", "args",
+    "spec",
+)  # fmt: skip
 
 
 class _ManifestDumper(yaml.SafeDumper):
