@@ -8,8 +8,12 @@ team's quota use. Answers one of ``fits``, ``preempts``, ``waits-for-quota``,
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.conf import settings
 
 from jobs.admission import blocking_resource
 from jobs.manifests import JOB_ID_LABEL, PRIORITY_CLASS_VALUES
@@ -44,6 +48,31 @@ def cluster_snapshot() -> ClusterSnapshot:
         if (p.get("spec") or {}).get("nodeName") and not pod_is_terminal(p)
     ]
     return ClusterSnapshot(nodes, bound)
+
+
+_recent: tuple[tuple[str, str, bool], float, ClusterSnapshot] | None = None
+_recent_lock = threading.Lock()
+
+
+def recent_cluster_snapshot() -> ClusterSnapshot:
+    """A snapshot at most ``FIT_SNAPSHOT_TTL_SECONDS`` old, for the fit preview.
+
+    The form asks "will it fit?" as the user types; listing every pod of a large cluster
+    for each keystroke would load the API server for an answer that is approximate anyway.
+    Callers get a copy-safe snapshot: the preview places pods on a fresh one each time.
+    """
+    global _recent
+    ttl = float(settings.FIT_SNAPSHOT_TTL_SECONDS)
+    cluster = (settings.KUBECONFIG, settings.KUBE_CONTEXT, bool(settings.KUBE_IN_CLUSTER))
+    now = time.monotonic()
+    with _recent_lock:
+        if ttl > 0 and _recent is not None and _recent[0] == cluster and now - _recent[1] < ttl:
+            cached = _recent[2]
+            return ClusterSnapshot(cached.nodes, cached.pods)
+    snapshot = cluster_snapshot()
+    with _recent_lock:
+        _recent = (cluster, now, snapshot)
+    return ClusterSnapshot(snapshot.nodes, snapshot.pods)
 
 
 def _pod_template(manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -99,7 +128,7 @@ def job_fit_preview(
     """Would the job start now? Pods are placed one after another on the same snapshot,
     so a 4-worker job must find room for all four."""
     try:
-        snapshot = cluster_snapshot()
+        snapshot = recent_cluster_snapshot()
     except kube.ClusterError as exc:
         return FitPreview("unknown", f"Cannot check the cluster now: {exc.message}")
     pods = job_pods(manifests)

@@ -172,6 +172,8 @@ KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)
 KUBE_REQUEST_TIMEOUT = env_float("KUBE_REQUEST_TIMEOUT", 10.0)
 # The schema version every generated manifest is validated against (kubernetes-validate).
 KUBERNETES_VERSION = env_str("KUBERNETES_VERSION", "1.33") or "1.33"
+# The submit form's "will it fit?" reuses a cluster snapshot this many seconds old at most.
+FIT_SNAPSHOT_TTL_SECONDS = env_float("FIT_SNAPSHOT_TTL_SECONDS", 5.0)
 
 # --- Prometheus ------------------------------------------------------------------------
 PROMETHEUS_URL = env_str("PROMETHEUS_URL", "http://127.0.0.1:9090") or ""

@@ -32,6 +32,7 @@ def cluster(sandbox: SandboxProcess, settings: Any) -> Iterator[SandboxProcess]:
     settings.KUBECONFIG = str(sandbox.kubeconfig)
     settings.KUBE_CONTEXT = ""
     settings.KUBE_REQUEST_TIMEOUT = 5.0
+    settings.FIT_SNAPSHOT_TTL_SECONDS = 0  # each test's preview sees the cluster as it is
     kube.reset_client()
     yield sandbox
     _delete_portal_objects()
