@@ -202,7 +202,13 @@ def _track(report: ReconcileReport) -> None:
     if not active:
         return
     pods = _by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
-    events = list(kube.list_all("Event"))
+    # Events carry no labels: list them only in the namespaces of jobs being tracked, not
+    # the whole cluster's (thousands on a busy cluster, every few seconds).
+    events = [
+        event
+        for namespace in sorted({job.namespace for job in active})
+        for event in kube.list_all("Event", namespace=namespace)
+    ]
     advisor = _Advisor()
     now = timezone.now()
     for job in active:
