@@ -227,7 +227,14 @@ def _track(report: ReconcileReport) -> None:
             seen = observe_training(main, job_pods, job_events)
         else:
             seen = observe_inference(main, job_pods, job_events)
-        advice = advisor.advice(seen.unschedulable_pod) if seen.unschedulable_pod else ""
+        if seen.unschedulable_pod is None:
+            advice = ""
+        elif job.advice and job.message == seen.message:
+            # Same scheduler verdict as last run: keep the advice rather than listing every
+            # pod of the cluster again.
+            advice = job.advice
+        else:
+            advice = advisor.advice(seen.unschedulable_pod)
         _apply_observation(job, seen, advice, report)
 
 
