@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -17,7 +17,7 @@ from jobs.models import Job, JobState
 from jobs.selectors import job_get_for_user, job_live_get, job_log_tail, jobs_for_user
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
 from jobs.spec import spec_yaml
-from portal.errors import ApplicationError, NotFound
+from portal.errors import ApplicationError
 from portal.selectors import catalog_get, teams_for_user
 
 
@@ -28,14 +28,6 @@ def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None
         teams=list(teams_for_user(user=request.user)),
         catalog=catalog_get(),
     )
-
-
-def _job_or_404(request: HttpRequest, job_id: int) -> Job:
-    """The job if it belongs to one of the user's teams; another team's job is a 404."""
-    try:
-        return job_get_for_user(user=request.user, job_id=job_id)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
 
 
 @login_required
@@ -77,7 +69,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_clone(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(request, job_id)
+    job = job_get_for_user(user=request.user, job_id=job_id)
     form = _form(request, initial=initial_from_spec(job.spec))
     return render(request, "jobs/new.html", {"form": form, "clone_of": job})
 
@@ -117,7 +109,7 @@ def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(request, job_id)
+    job = job_get_for_user(user=request.user, job_id=job_id)
     context = _live_context(request, job)
     context["manifest_yaml"] = to_yaml(job.manifests)
     context["spec_yaml"] = spec_yaml(job.spec)
@@ -127,14 +119,14 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 def job_live_partial(request: HttpRequest, job_id: int) -> HttpResponse:
     """htmx partial: state, why pending, pods, timeline; polls itself until the job is final."""
-    job = _job_or_404(request, job_id)
+    job = job_get_for_user(user=request.user, job_id=job_id)
     return render(request, "jobs/_live.html", _live_context(request, job))
 
 
 @login_required
 def job_logs_partial(request: HttpRequest, job_id: int) -> HttpResponse:
     """htmx partial: the last lines of each pod's log (cluster trouble is shown, not raised)."""
-    job = _job_or_404(request, job_id)
+    job = job_get_for_user(user=request.user, job_id=job_id)
     logs = job_log_tail(job=job, tail=LOG_TAIL_LINES)
     return render(request, "jobs/_logs.html", {"job": job, "logs": logs, "tail": LOG_TAIL_LINES})
 
@@ -142,7 +134,7 @@ def job_logs_partial(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(request, job_id)
+    job = job_get_for_user(user=request.user, job_id=job_id)
     try:
         job_cancel(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
     except ApplicationError as exc:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -22,7 +22,6 @@ from monitoring.selectors import (
     team_for_user,
     team_usage_get,
 )
-from portal.errors import NotFound
 
 # htmx stops polling when a response has this status (the job is over: its charts are final).
 HTMX_STOP_POLLING = 286
@@ -68,10 +67,7 @@ def team_usage(request: HttpRequest, slug: str) -> HttpResponse:
         range_key, _ = parse_range(request.GET.get("range"))
     except RangeError as exc:
         return _bad_range(exc)
-    try:
-        team = team_for_user(user=request.user, slug=slug)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
+    team = team_for_user(user=request.user, slug=slug)
     usage = team_usage_get(team=team, user=request.user, range_key=range_key)
     context = {
         "team": team,
@@ -86,18 +82,11 @@ def team_usage(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "monitoring/team.html", context)
 
 
-def _job_or_404(request: HttpRequest, job_id: int) -> Any:
-    try:
-        return job_get_for_user(user=request.user, job_id=job_id)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
-
-
 @login_required
 @require_GET
 def job_gpus_partial(request: HttpRequest, job_id: int) -> HttpResponse:
     """The job's GPU charts, for ``hx-get`` from the job page (see ``job.html``)."""
-    job = _job_or_404(request, job_id)
+    job = job_get_for_user(user=request.user, job_id=job_id)
     try:
         seconds = parse_range(request.GET["range"])[1] if request.GET.get("range") else None
     except RangeError as exc:
@@ -121,7 +110,8 @@ def job_gpus_partial(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_GET
 def job_gpus_page(request: HttpRequest, job_id: int) -> HttpResponse:
     """A page of its own around the partial (and the way the job page embeds it)."""
-    return render(request, "monitoring/job.html", {"job": _job_or_404(request, job_id)})
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    return render(request, "monitoring/job.html", {"job": job})
 
 
 @require_GET

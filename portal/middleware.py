@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
+
+from portal.errors import NotFound
 
 
 class SecurityHeadersMiddleware:
@@ -22,3 +24,21 @@ class SecurityHeadersMiddleware:
             "Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=()"
         )
         return response
+
+
+class NotFoundMiddleware:
+    """Pages: the domain's ``NotFound`` (another team's job or team) is a plain 404.
+
+    Selectors raise ``portal.errors.NotFound``; the API's exception handler turns it into a
+    JSON 404 and this turns it into the site's 404 page, so no view needs its own wrapper.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        if isinstance(exception, NotFound):
+            raise Http404(exception.message) from exception

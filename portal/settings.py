@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.middleware.SecurityHeadersMiddleware",
+    "portal.middleware.NotFoundMiddleware",
     # Last: it turns a lockout into the lockout response.
     "axes.middleware.AxesMiddleware",
 ]
