@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 help:
 	@echo "make run        portal + worker + beat with demo data on http://127.0.0.1:8000"
 	@echo "make test       lint, type-check and the whole test suite (PostgreSQL, Redis)"
-	@echo "make bench      benchmarks under bench/"
+	@echo "make bench      benchmarks under bench/ (NAME=\"submit pages\" for some)"
 	@echo "make lint | typecheck | format | migrate | seed | clean"
 
 $(STAMP): pyproject.toml
@@ -39,8 +39,9 @@ format: install
 typecheck: install
 	$(BIN)/mypy
 
+# make bench [NAME="submit pages"]: results in bench/results/, a summary table on stdout.
 bench: install
-	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@bash scripts/bench.sh $(NAME)
 
 migrate: install
 	$(BIN)/python manage.py migrate
