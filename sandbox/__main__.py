@@ -1,5 +1,8 @@
 """``python -m sandbox``: start the API server, the metrics server and the controllers.
 
+``python -m sandbox history --profile P --hours 24 --step 60 --out FILE`` instead writes
+the DCGM history of a simulated workload as OpenMetrics (see ``sandbox.history``).
+
 On start it prints one ready line and writes a JSON ports file, so a test fixture that
 asked for port 0 can find the ports it got::
 
@@ -70,6 +73,11 @@ def kubeconfig(server: str, token: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "history":
+        from sandbox import history
+
+        return history.main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     profile = load_profile(args.profile)

@@ -188,6 +188,69 @@ def _gpu_samples(
     seed: int,
     boot: float,
 ) -> None:
+    banked = float(cluster.store.meta_get(f"energy/{node}/{gpu_index}", 0.0))
+    for reading in gpu_readings(
+        seed=seed,
+        node=node,
+        devs=devs,
+        holders_by_dev=holders_by_dev,
+        t=t,
+        boot=boot,
+        banked_energy=banked,
+    ):
+        for name, _, _ in FAMILIES:
+            if name not in reading.values:
+                continue
+            text = format_value(name, reading.values[name])
+            for ls in reading.label_sets:
+                samples[name].append(f"{name}{{{ls}}} {text}")
+
+
+def format_value(name: str, value: float) -> str:
+    """A sample value as the exporter prints it: whole numbers except power and ratios."""
+    integer = name not in ("DCGM_FI_DEV_POWER_USAGE",) and not name.startswith("DCGM_FI_PROF")
+    return _fmt(value, integer)
+
+
+class Reading:
+    """One device's values at one instant, and the label sets it is exposed under (one per
+    pod sharing it, or one without pod labels when nobody holds it)."""
+
+    __slots__ = ("device", "label_sets", "values")
+
+    def __init__(self, device: Device, values: dict[str, float], label_sets: list[str]) -> None:
+        self.device = device
+        self.values = values
+        self.label_sets = label_sets
+
+
+def device_labels(device: Device, node: str) -> str:
+    """The exporter's labels of a device (without the holding pod's)."""
+    model = GPU_MODELS.get(device.model, {})
+    labels = (
+        f'gpu="{device.gpu}",UUID="{device.uuid}",pci_bus_id="{device.pci_bus_id}",'
+        f'device="nvidia{device.gpu}",modelName="{model.get("modelName", device.model)}"'
+    )
+    if device.mig_profile:
+        labels += f',GPU_I_PROFILE="{device.mig_profile}",GPU_I_ID="{device.gi_id}"'
+    return labels + f',Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"'
+
+
+def gpu_readings(
+    *,
+    seed: int,
+    node: str,
+    devs: list[Device],
+    holders_by_dev: dict[tuple[str, str], list[Holder]],
+    t: float,
+    boot: float,
+    banked_energy: float,
+) -> list[Reading]:
+    """Every device of one physical GPU (its MIG instances, or the GPU itself) at time ``t``.
+
+    A pure function of its arguments: the live exporter calls it with the cluster's state,
+    the history writer (``sandbox.history``) with a simulated workload.
+    """
     first = devs[0]
     model = GPU_MODELS.get(first.model, {})
     tdp, idle_power = float(model.get("tdp", 300)), float(model.get("idle_power", 50))
@@ -221,13 +284,13 @@ def _gpu_samples(
         temp = 88.0 + 2.5 * noise(seed, first.uuid + "/hot", t)
     power = idle_power + (tdp - idle_power) * power_util / 100
     power *= 1 + 0.03 * noise(seed, first.uuid + "/power", t)
-    banked = float(cluster.store.meta_get(f"energy/{node}/{gpu_index}", 0.0))
-    energy = banked + idle_power * max(0.0, t - boot) * 1000
+    energy = banked_energy + idle_power * max(0.0, t - boot) * 1000
     for h in all_holders:
         started = h.life.get("started")
         if started is not None and h.life.get("state") != "done":
             busy = 0.02 if h.idle else (0.9 if h.kind == "training" else 0.5)
             energy += (tdp - idle_power) * busy * max(0.0, t - float(started)) * 1000
+    readings: list[Reading] = []
     for dev, hs in weights:
         key = dev.id
         util = _util(seed, key, hs, t)
@@ -274,13 +337,7 @@ def _gpu_samples(
         }
         if not mig:
             values["DCGM_FI_DEV_GPU_UTIL"] = util
-        labels = (
-            f'gpu="{dev.gpu}",UUID="{dev.uuid}",pci_bus_id="{dev.pci_bus_id}",'
-            f'device="nvidia{dev.gpu}",modelName="{model.get("modelName", dev.model)}"'
-        )
-        if mig:
-            labels += f',GPU_I_PROFILE="{dev.mig_profile}",GPU_I_ID="{dev.gi_id}"'
-        labels += f',Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"'
+        labels = device_labels(dev, node)
         label_sets = [labels]
         if hs:
             label_sets = [
@@ -289,11 +346,5 @@ def _gpu_samples(
                 f',pod="{h.pod["metadata"]["name"]}"'
                 for h in hs
             ]
-        for name, _, _ in FAMILIES:
-            if name not in values:
-                continue
-            integer = name not in ("DCGM_FI_DEV_POWER_USAGE",) and not name.startswith(
-                "DCGM_FI_PROF"
-            )
-            for ls in label_sets:
-                samples[name].append(f"{name}{{{ls}}} {_fmt(values[name], integer)}")
+        readings.append(Reading(dev, values, label_sets))
+    return readings
