@@ -1,4 +1,4 @@
-"""REST API for teams: the user's teams with each quota's limit and current use."""
+"""REST API for the caller and their teams: who am I, and each team's quota limit and use."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from jobs.selectors import queued_count, quota_usage
 from portal.api_errors import error_responses
-from portal.selectors import membership_role, teams_for_user
+from portal.selectors import membership_role, team_roles_for_user, teams_for_user
 
 
 class QuotaOutput(serializers.Serializer):
@@ -46,3 +46,45 @@ class TeamListApi(APIView):
             for team in teams_for_user(user=request.user)
         ]
         return Response(TeamOutput(teams, many=True).data)
+
+
+class MeTeamOutput(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    role = serializers.ChoiceField(choices=["member", "lead"])
+
+
+class MeOutput(serializers.Serializer):
+    username = serializers.CharField()
+    is_platform_admin = serializers.BooleanField(
+        help_text="Platform admins see every team and act as its lead."
+    )
+    teams = MeTeamOutput(many=True)
+
+
+class MeApi(APIView):
+    """Who the token belongs to: a client checks its token and finds the team slugs it may
+    submit to, without reading quotas."""
+
+    @extend_schema(operation_id="me_retrieve", responses={200: MeOutput, **error_responses(401)})
+    def get(self, request: Request) -> Response:
+        user = request.user
+        teams = [
+            {
+                "slug": entry.team.slug,
+                "name": entry.team.name,
+                "namespace": entry.team.namespace,
+                "role": entry.role,
+            }
+            for entry in team_roles_for_user(user=user)  # type: ignore[arg-type]
+        ]
+        return Response(
+            MeOutput(
+                {
+                    "username": user.get_username(),
+                    "is_platform_admin": user.is_superuser,
+                    "teams": teams,
+                }
+            ).data
+        )

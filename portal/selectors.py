@@ -19,6 +19,24 @@ def teams_for_user(*, user: User | AnonymousUser) -> QuerySet[Team]:
     return Team.objects.filter(memberships__user=user).distinct()
 
 
+@dataclass(frozen=True)
+class TeamRole:
+    team: Team
+    role: str
+
+
+def team_roles_for_user(*, user: User) -> list[TeamRole]:
+    """The user's teams, each with the user's role in it, in slug order: one indexed query.
+
+    Platform admins act as leads of every team (as in ``membership_role``), so they get
+    every team with the role ``lead``.
+    """
+    if user.is_superuser:
+        return [TeamRole(team, Membership.Role.LEAD) for team in Team.objects.order_by("slug")]
+    memberships = Membership.objects.filter(user=user).select_related("team").order_by("team__slug")
+    return [TeamRole(m.team, m.role) for m in memberships]
+
+
 def membership_role(*, user: User | AnonymousUser, team: Team) -> str | None:
     """``member``, ``lead`` or None. Superusers act as leads of every team."""
     if not user.is_authenticated:

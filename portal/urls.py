@@ -12,6 +12,7 @@ from portal import apis, cluster_apis, views
 api_urls = [
     *job_api_urls,
     *monitoring_api_urls,
+    path("me/", apis.MeApi.as_view(), name="api-me"),
     path("teams/", apis.TeamListApi.as_view(), name="api-teams"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
 ]

@@ -87,6 +87,7 @@ def test_the_urlconf_walk_finds_every_job_endpoint(victim_job: Job) -> None:
         f"/api/v1/jobs/{victim_job.pk}/manifest/",
         f"/api/v1/jobs/{victim_job.pk}/cancel/",
         "/api/v1/jobs/",
+        "/api/v1/me/",
         "/api/v1/teams/",
     ):
         assert expected in urls
@@ -105,6 +106,7 @@ def test_another_teams_user_gets_nothing(victim_job: Job, carol: User, method: s
             "/jobs/new/",
             "/teams/",
             "/api/v1/jobs/",
+            "/api/v1/me/",
             "/api/v1/teams/",
             "/api/v1/cluster/nodes/",
             "/jobs/new/preview/",
