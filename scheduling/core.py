@@ -3,14 +3,18 @@
 Follows kube-scheduler 1.33 with its default plugin set, restricted to what a GPU
 batch cluster uses:
 
-1. Filter every node with NodeUnschedulable, TaintToleration, NodeAffinity,
+1. Filter nodes with NodeUnschedulable, TaintToleration, NodeAffinity,
    NodeResourcesFit and InterPodAffinity, in that order (the order of
    ``getDefaultPlugins`` in pkg/scheduler/apis/config/v1/default_plugins.go). A node
-   reports the reasons of its first failing filter only.
-2. Score the feasible nodes (TaintToleration ×3, NodeAffinity ×2, InterPodAffinity ×2,
-   NodeResourcesFit ×1) and pick the highest; ties go to the smallest node name
-   where kube-scheduler would pick at random, so the sandbox is reproducible.
-3. If no node passes, run DefaultPreemption's dry run on the nodes whose failure a
+   reports the reasons of its first failing filter only. Like kube-scheduler, the
+   search walks the nodes zone by zone from where the previous cycle stopped and ends
+   once ``num_feasible_nodes_to_find`` nodes fit (percentageOfNodesToScore); when none
+   fits, every node has been filtered, so the message counts all of them.
+2. Score the feasible nodes found (TaintToleration ×3, NodeAffinity ×2,
+   InterPodAffinity ×2, NodeResourcesFit ×1) and pick the highest; ties go to the
+   smallest node name where kube-scheduler would pick at random, so the sandbox is
+   reproducible.
+3. If no node passes, run DefaultPreemption's dry run on every node whose failure a
    preemption could cure (resources, pod anti-affinity) and nominate the best one.
 
 Not modelled: PodTopologySpread, BalancedAllocation, ImageLocality, volumes, ports,
@@ -21,8 +25,9 @@ kube-scheduler only to break ties between equally important victims).
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduling.matching import (
@@ -67,6 +72,37 @@ _NATIVE_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 # Added to each victim priority before summing, as pickOneNodeForPreemption does, so
 # that negative priorities cannot make more victims look cheaper.
 _PRIORITY_OFFSET = 2**31
+# numFeasibleNodesToFind in pkg/scheduler/schedule_one.go: below this many nodes every
+# node is filtered; above it the search stops after this many feasible nodes at least.
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+# Static filter results kept per pod shape; a cluster sees few shapes, this bounds a
+# snapshot that sees many.
+_STATIC_CACHE_SHAPES = 256
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REGION_LABEL = "topology.kubernetes.io/region"
+
+
+def num_feasible_nodes_to_find(num_all_nodes: int, percentage_of_nodes_to_score: int = 0) -> int:
+    """How many feasible nodes a cycle looks for before it stops filtering and scores.
+
+    kube-scheduler's rule: every node below 100 nodes; otherwise the configured
+    percentage, or with 0 (the default) an adaptive one, 50% minus 1% per 125 nodes
+    with a floor of 5%; never fewer than 100 nodes.
+    """
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_all_nodes
+    percentage = min(percentage_of_nodes_to_score, 100)
+    if percentage <= 0:
+        percentage = max(50 - num_all_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(num_all_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def _zone_key(node: Node) -> tuple[str, str]:
+    labels = node.labels
+    region = labels.get(REGION_LABEL) or labels.get("failure-domain.beta.kubernetes.io/region", "")
+    zone = labels.get(ZONE_LABEL) or labels.get("failure-domain.beta.kubernetes.io/zone", "")
+    return region, zone
 
 
 @dataclass(frozen=True)
@@ -104,20 +140,33 @@ class ClusterSnapshot:
 
     Build it once and call ``add_pod``/``remove_pod`` as pods are bound and finish;
     every ``schedule`` call then costs O(nodes) instead of O(nodes + pods).
-    Pods are identified by ``namespace/name``.
+    Pods are identified by ``namespace/name``. Nodes are immutable: change one with
+    ``add_node``, which also drops what the snapshot derived from the old one.
+
+    ``next_start_node_index`` is where the next cycle starts its search in
+    ``search_order`` (kube-scheduler's nextStartNodeIndex), so that successive pods do
+    not all land on the first nodes found.
     """
 
     def __init__(self, nodes: Iterable[Node], pods: Iterable[Pod] = ()) -> None:
         self._nodes: dict[str, Node] = {}
         self._sorted: tuple[Node, ...] | None = None
+        self._search_order: tuple[Node, ...] | None = None
+        # Pod shape (tolerations, selector, affinity) → nodes passing the static filters.
+        self._static_passing: dict[Hashable, tuple[int, ...]] = {}
+        self.next_start_node_index = 0
         self._pods: dict[str, dict[str, Pod]] = {}
         self._used: dict[str, dict[str, int]] = {}
+        # Allocatable minus used per node, ``pods`` included: what the fit filter reads.
+        self._free: dict[str, dict[str, int]] = {}
         self._nonzero: dict[str, list[int]] = {}
         self._where: dict[str, str] = {}
         self._with_anti_affinity: dict[str, Pod] = {}
         # Affinity terms default to their own namespace; this index lets them skip
         # the other teams' pods.
         self._by_namespace: dict[str, dict[str, Pod]] = {}
+        # (namespace, label key, label value) → pods: affinity terms select by label.
+        self._by_label: dict[tuple[str, str, str], dict[str, Pod]] = {}
         for node in nodes:
             self.add_node(node)
         for pod in pods:
@@ -134,6 +183,41 @@ class ClusterSnapshot:
             self._sorted = tuple(self._nodes[name] for name in sorted(self._nodes))
         return self._sorted
 
+    @property
+    def search_order(self) -> tuple[Node, ...]:
+        """Nodes in the order kube-scheduler's node tree lists them: one node of each
+        zone in turn (zones in order of first appearance, nodes by name within a zone)."""
+        if self._search_order is None:
+            zones: dict[tuple[str, str], list[Node]] = {}
+            for node in self.nodes:
+                zones.setdefault(_zone_key(node), []).append(node)
+            columns = list(zones.values())
+            order: list[Node] = []
+            for i in range(max((len(c) for c in columns), default=0)):
+                order.extend(column[i] for column in columns if i < len(column))
+            self._search_order = tuple(order)
+        return self._search_order
+
+    def statically_passing(
+        self, shape: Hashable, static_reason: Callable[[Node], str | None]
+    ) -> tuple[int, ...]:
+        """Positions in ``search_order`` of the nodes a pod of ``shape`` passes the
+        static filters on (``_Cycle.static_reason``), computed once per shape."""
+        cached = self._static_passing.get(shape)
+        if cached is None:
+            if len(self._static_passing) >= _STATIC_CACHE_SHAPES:
+                self._static_passing.clear()
+            cached = tuple(
+                i for i, node in enumerate(self.search_order) if static_reason(node) is None
+            )
+            self._static_passing[shape] = cached
+        return cached
+
+    def _nodes_changed(self) -> None:
+        self._sorted = None
+        self._search_order = None
+        self._static_passing.clear()
+
     def node(self, name: str) -> Node:
         return self._nodes[name]
 
@@ -146,10 +230,13 @@ class ClusterSnapshot:
     def add_node(self, node: Node) -> None:
         """Add a node, or replace it (labels, taints, cordon) keeping its pods."""
         self._nodes[node.name] = node
-        self._sorted = None
+        self._nodes_changed()
         self._pods.setdefault(node.name, {})
-        self._used.setdefault(node.name, {})
+        used = self._used.setdefault(node.name, {})
         self._nonzero.setdefault(node.name, [0, 0])
+        free = {name: qty - used.get(name, 0) for name, qty in node.allocatable.items()}
+        free["pods"] = node.allocatable.get("pods", DEFAULT_MAX_PODS) - len(self._pods[node.name])
+        self._free[node.name] = free
 
     def remove_node(self, name: str) -> list[Pod]:
         """Remove a node; returns the pods that were bound to it."""
@@ -159,8 +246,9 @@ class ClusterSnapshot:
         self._nodes.pop(name, None)
         self._pods.pop(name, None)
         self._used.pop(name, None)
+        self._free.pop(name, None)
         self._nonzero.pop(name, None)
-        self._sorted = None
+        self._nodes_changed()
         return pods
 
     # -- pods ------------------------------------------------------------------
@@ -177,6 +265,11 @@ class ClusterSnapshot:
         for namespace in dict.fromkeys(namespaces):
             yield from self._by_namespace.get(namespace, {}).values()
 
+    def pods_labelled(self, namespaces: Iterable[str], key: str, value: str) -> Iterator[Pod]:
+        """Bound pods in ``namespaces`` with the label ``key=value``."""
+        for namespace in dict.fromkeys(namespaces):
+            yield from self._by_label.get((namespace, key, value), {}).values()
+
     def pods_on(self, node_name: str) -> list[Pod]:
         """Pods bound to ``node_name`` in the order they were added."""
         return list(self._pods.get(node_name, {}).values())
@@ -190,11 +283,7 @@ class ClusterSnapshot:
 
     def free(self, node_name: str) -> dict[str, int]:
         """Allocatable minus requested, per resource the node has (``pods`` included)."""
-        node = self._nodes[node_name]
-        used = self._used[node_name]
-        free = {name: qty - used.get(name, 0) for name, qty in node.allocatable.items()}
-        free["pods"] = node.allocatable.get("pods", DEFAULT_MAX_PODS) - len(self._pods[node_name])
-        return free
+        return dict(self._free[node_name])
 
     def nonzero_used(self, node_name: str) -> tuple[int, int]:
         cpu, memory = self._nonzero[node_name]
@@ -216,13 +305,19 @@ class ClusterSnapshot:
         self._pods[target][key] = pod
         self._where[key] = target
         used = self._used[target]
+        free = self._free[target]
         requests = pod.requests
         for name, qty in requests.items():
             used[name] = used.get(name, 0) + qty
+            if name in free and name != "pods":
+                free[name] -= qty
+        free["pods"] -= 1
         nonzero = self._nonzero[target]
         nonzero[0] += requests.get("cpu", DEFAULT_MILLI_CPU_REQUEST)
         nonzero[1] += requests.get("memory", DEFAULT_MEMORY_REQUEST)
         self._by_namespace.setdefault(pod.namespace, {})[key] = pod
+        for label in pod.labels.items():
+            self._by_label.setdefault((pod.namespace, *label), {})[key] = pod
         if pod.required_pod_anti_affinity:
             self._with_anti_affinity[key] = pod
         return pod
@@ -235,12 +330,16 @@ class ClusterSnapshot:
             return None
         removed = self._pods[node_name].pop(key)
         used = self._used[node_name]
+        free = self._free[node_name]
         for name, qty in removed.requests.items():
             left = used.get(name, 0) - qty
             if left:
                 used[name] = left
             else:
                 used.pop(name, None)
+            if name in free and name != "pods":
+                free[name] += qty
+        free["pods"] += 1
         cpu, memory = _nonzero_cpu_memory(removed)
         nonzero = self._nonzero[node_name]
         nonzero[0] -= cpu
@@ -250,6 +349,12 @@ class ClusterSnapshot:
         del in_namespace[key]
         if not in_namespace:
             del self._by_namespace[removed.namespace]
+        for label in removed.labels.items():
+            index = (removed.namespace, *label)
+            labelled = self._by_label[index]
+            del labelled[key]
+            if not labelled:
+                del self._by_label[index]
         return removed
 
     def node_of(self, pod_key: str) -> str | None:
@@ -291,7 +396,6 @@ class _Cycle:
         self.pod = pod
         self.snapshot = snapshot
         self.strategy = strategy
-        self.scored_resources = tuple(scored_resources.items())
         self.tolerations = pod.tolerations
         self.tolerates_unschedulable = any(
             tolerates(t, UNSCHEDULABLE_TAINT) for t in pod.tolerations
@@ -306,9 +410,22 @@ class _Cycle:
             if name not in _NATIVE_RESOURCES and name != "pods" and pod.requests[name] > 0:
                 ordered.append((name, pod.requests[name]))
         self.requests: tuple[tuple[str, int], ...] = tuple(ordered)
+        # The fast fit check tries the scarce extended resources (GPUs) first.
+        self.fit_order = tuple(sorted(ordered, key=lambda r: r[0] in _NATIVE_RESOURCES))
         self.nonzero_cpu, self.nonzero_memory = _nonzero_cpu_memory(pod)
+        self.score_plan = self._score_plan(scored_resources)
         self.anti_counts = self._count_anti_affinity_matches()
         self.existing_counts = self._count_existing_anti_affinity()
+        self.has_anti_affinity_load = bool(
+            any(per_value for _, per_value in self.anti_counts) or self.existing_counts
+        )
+        # Everything ``static_reason`` reads from the pod: pods of the same shape share
+        # the snapshot's cached results.
+        self.static_shape = (
+            pod.tolerations,
+            tuple(sorted(pod.node_selector.items())),
+            pod.required_node_affinity,
+        )
 
     # -- PreFilter -------------------------------------------------------------
     def _topology_value(self, pod: Pod, key: str) -> str | None:
@@ -324,7 +441,15 @@ class _Cycle:
         """Bound pods matching ``term`` (of the incoming pod), per topology value."""
         per_value: dict[str, int] = {}
         key = term.topology_key
-        for other in self.snapshot.pods_in(self._term_namespaces(term)):
+        namespaces = self._term_namespaces(term)
+        candidates: Iterable[Pod]
+        if namespaces is not None and term.label_selector.match_labels:
+            # Only pods carrying the selector's first label can match it.
+            label_key, label_value = term.label_selector.match_labels[0]
+            candidates = self.snapshot.pods_labelled(namespaces, label_key, label_value)
+        else:
+            candidates = self.snapshot.pods_in(namespaces)
+        for other in candidates:
             if affinity_term_matches(term, self.pod.namespace, other):
                 value = self._topology_value(other, key)
                 if value is not None:
@@ -420,6 +545,45 @@ class _Cycle:
     def _spare_pods(self, node: Node, pod_count: int) -> int:
         return node.allocatable.get("pods", DEFAULT_MAX_PODS) - pod_count
 
+    def fits(self, node: Node) -> bool:
+        """``filter(node)`` finds no reason, for a node whose static filters passed;
+        the fast path that skips building the reasons."""
+        free = self.snapshot._free[node.name]
+        if free["pods"] < 1:
+            return False
+        for resource, qty in self.fit_order:
+            if qty > free.get(resource, 0):
+                return False
+        if self.has_anti_affinity_load:
+            anti, existing = self._anti_affinity_load(node)
+            return anti == 0 and existing == 0
+        return True
+
+    def find_feasible(self, percentage_of_nodes_to_score: int) -> list[Node]:
+        """findNodesThatPassFilters: walk ``search_order`` from the snapshot's
+        ``next_start_node_index`` until enough nodes fit; move the start past the nodes
+        this cycle looked at."""
+        snapshot = self.snapshot
+        order = snapshot.search_order
+        num_nodes = len(order)
+        to_find = num_feasible_nodes_to_find(num_nodes, percentage_of_nodes_to_score)
+        start = snapshot.next_start_node_index % num_nodes
+        # Nodes failing a static filter are looked at but never fit; skip them.
+        passing = snapshot.statically_passing(self.static_shape, self.static_reason)
+        first = bisect_left(passing, start)
+        feasible: list[Node] = []
+        processed = num_nodes
+        fits = self.fits
+        for index in passing[first:] + passing[:first]:
+            node = order[index]
+            if fits(node):
+                feasible.append(node)
+                if len(feasible) == to_find:
+                    processed = (index - start) % num_nodes + 1
+                    break
+        snapshot.next_start_node_index = (start + processed) % num_nodes
+        return feasible
+
     def filter(self, node: Node) -> tuple[list[str], bool]:
         """The node's failure reasons (empty if it fits) and whether preemption may help."""
         reason = self.static_reason(node)
@@ -430,27 +594,38 @@ class _Cycle:
         return self.dynamic_reasons(self._free(node), spare, anti, existing), True
 
     # -- Score -----------------------------------------------------------------
-    def _fit_score(self, node: Node) -> int:
-        allocatable = node.allocatable
-        used = self.snapshot.used(node.name)
-        nonzero_cpu, nonzero_memory = self.snapshot.nonzero_used(node.name)
-        total = weights = 0
-        for name, weight in self.scored_resources:
-            capacity = allocatable.get(name, 0)
-            if capacity <= 0:
-                continue
+    def _score_plan(
+        self, scored_resources: Mapping[str, int]
+    ) -> tuple[tuple[str, int, int, int], ...]:
+        """Per scored resource: (name, weight, what the pod adds, where the node's use
+        is read: 0/1 the non-zero cpu/memory sums, -1 the plain requests)."""
+        plan = []
+        for name, weight in scored_resources.items():
             if name == "cpu":
-                requested = nonzero_cpu + self.nonzero_cpu
+                plan.append((name, weight, self.nonzero_cpu, 0))
             elif name == "memory":
-                requested = nonzero_memory + self.nonzero_memory
+                plan.append((name, weight, self.nonzero_memory, 1))
             else:
                 asked = self.pod.requests.get(name, 0)
                 # An extended resource the pod does not ask for is left out, so a
                 # CPU-only pod is not steered by how busy a node's GPUs are.
                 if asked == 0 and name not in _NATIVE_RESOURCES:
                     continue
-                requested = used.get(name, 0) + asked
-            if self.strategy == "LeastAllocated":
+                plan.append((name, weight, asked, -1))
+        return tuple(plan)
+
+    def _fit_score(self, node: Node) -> int:
+        allocatable = node.allocatable
+        used = self.snapshot._used[node.name]
+        nonzero = self.snapshot._nonzero[node.name]
+        least_allocated = self.strategy == "LeastAllocated"
+        total = weights = 0
+        for name, weight, asked, slot in self.score_plan:
+            capacity = allocatable.get(name, 0)
+            if capacity <= 0:
+                continue
+            requested = (nonzero[slot] if slot >= 0 else used.get(name, 0)) + asked
+            if least_allocated:
                 score = 0 if requested > capacity else (capacity - requested) * 100 // capacity
             else:
                 score = min(requested, capacity) * 100 // capacity
@@ -603,12 +778,17 @@ def schedule(
     *,
     strategy: Strategy = "MostAllocated",
     scored_resources: Mapping[str, int] | None = None,
+    percentage_of_nodes_to_score: int = 0,
 ) -> ScheduleResult:
     """Run one scheduling cycle for ``pod``.
 
     ``nodes`` is either a list of nodes (then ``bound_pods`` are the pods already
     placed) or a ``ClusterSnapshot`` (then ``bound_pods`` must be empty). The
-    snapshot is not changed: binding the pod or deleting victims is the caller's job.
+    snapshot's pods are not changed: binding the pod or deleting victims is the
+    caller's job; only its ``next_start_node_index`` moves on.
+
+    ``percentage_of_nodes_to_score`` is kube-scheduler's setting: 0 (its default) for
+    the adaptive share, 100 to score every feasible node.
     """
     if isinstance(nodes, ClusterSnapshot):
         if tuple(bound_pods):
@@ -626,24 +806,23 @@ def schedule(
         strategy,
         DEFAULT_SCORED_RESOURCES if scored_resources is None else scored_resources,
     )
-    feasible: list[Node] = []
+    feasible = cycle.find_feasible(percentage_of_nodes_to_score)
+    if feasible:
+        scores = cycle.score(feasible)
+        best = min(feasible, key=lambda n: (-scores[n.name], n.name))
+        return ScheduleResult(node=best.name, scores=scores)
+
+    # Nothing fits, so every node was filtered: filter them again, by name, for the
+    # reasons each one gives (the fast path above does not collect them).
     resolvable: list[Node] = []
     reasons: Counter[str] = Counter()
     node_reasons: dict[str, str] = {}
     for node in all_nodes:
         node_failures, preemption_may_help = cycle.filter(node)
-        if not node_failures:
-            feasible.append(node)
-            continue
         node_reasons[node.name] = node_failures[0]
         reasons.update(node_failures)
         if preemption_may_help:
             resolvable.append(node)
-
-    if feasible:
-        scores = cycle.score(feasible)
-        best = min(feasible, key=lambda n: (-scores[n.name], n.name))
-        return ScheduleResult(node=best.name, scores=scores)
 
     message = fit_error_message(len(all_nodes), reasons)
     if pod.preemption_policy == "Never":
