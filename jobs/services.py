@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs.fit import FitPreview, job_fit_preview
@@ -205,18 +205,36 @@ def job_event_add(
     )
 
 
+def _job_id_reserve() -> int | None:
+    """The id of the job about to be stored, taken from its sequence (PostgreSQL).
+
+    The id names the Kubernetes objects, so the manifests need it; reserving it first
+    writes the row once, complete, instead of inserting it and then rewriting it with its
+    manifests. None where there is no sequence to ask (SQLite).
+    """
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [Job._meta.db_table])
+        row = cursor.fetchone()
+    return int(row[0])
+
+
 @transaction.atomic
 def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     """Store a checked spec as a ``queued`` job with its manifests.
 
-    The row is written first (its id names the Kubernetes objects), then the
-    manifests are built and validated; any failure rolls the whole thing back,
-    so a rejected request stores nothing. Admission is triggered only after
-    commit, so a worker never sees a job that does not exist yet.
+    The job's id comes first (it names the Kubernetes objects), then the
+    manifests are built and validated and the row is written with them; any
+    failure rolls the whole thing back, so a rejected request stores nothing.
+    Admission is triggered only after commit, so a worker never sees a job that
+    does not exist yet.
     """
     checked = job_spec_check(user=user, data=data)
     spec, team = checked.spec, checked.team
-    job = Job.objects.create(
+    reserved_id = _job_id_reserve()
+    job = Job(
+        id=reserved_id,
         team=team,
         owner=user,
         name=spec.name,
@@ -232,10 +250,15 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
         namespace=team.namespace,
         cloned_from=cloned_from,
     )
+    if reserved_id is None:  # no sequence to reserve from (the SQLite demo): insert first
+        job.save(force_insert=True)
     ctx = _context(spec=spec, team=team, catalog=checked.catalog, job_id=job.pk)
     job.manifests = _manifests_for(checked, job.pk)
     job.object_name = object_name(spec, ctx)
-    job.save(update_fields=["manifests", "object_name"])
+    if reserved_id is None:
+        job.save(update_fields=["manifests", "object_name"])
+    else:
+        job.save(force_insert=True)
     job_event_add(job=job, reason="Submitted", message=f"Submitted by {user.get_username()}.")
     audit_record(
         actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": spec.name}

@@ -1,0 +1,57 @@
+"""job_submit's cost: a fixed number of queries, whatever the database already holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from jobs.models import Job
+from jobs.services import job_submit
+from tests.conftest import training_spec
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+# team (membership), catalog settings, GPU products, MIG profiles, quotas, the job's id,
+# then one INSERT each for the job, its event and its audit entry.
+SUBMIT_QUERIES = 9
+
+
+def _submit_queries(user: User, **spec: Any) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        job_submit(user=user, data=training_spec(**spec))
+    return [
+        q["sql"]
+        for q in captured.captured_queries
+        if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))
+    ]
+
+
+def test_a_submit_costs_a_fixed_number_of_queries(alice: User) -> None:
+    queries = _submit_queries(alice)
+
+    assert len(queries) == SUBMIT_QUERIES, "\n".join(queries)
+
+
+def test_the_job_row_is_written_once_with_its_manifests(alice: User) -> None:
+    queries = _submit_queries(alice, name="once")
+
+    job = Job.objects.get(name="once")
+    assert [q for q in queries if q.startswith('UPDATE "jobs_job"')] == []
+    assert job.object_name == f"once-{job.pk}"
+    labels = job.manifests[0]["metadata"]["labels"]
+    assert labels["gpu-portal.dev/job-id"] == str(job.pk)
+
+
+def test_the_query_count_does_not_grow_with_the_jobs_stored(alice: User) -> None:
+    few = len(_submit_queries(alice, name="first"))
+    team = Job.objects.get(name="first").team
+    JobFactory.create_batch(40, team=team, owner=alice)
+
+    many = len(_submit_queries(alice, name="after-forty"))
+
+    assert many == few
