@@ -14,6 +14,7 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers, status
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -27,11 +28,11 @@ from jobs.selectors import (
     job_log_tail,
     job_queue_position,
     jobs_for_user,
+    jobs_in_order,
 )
 from jobs.services import job_cancel, job_preview, job_submit
 from jobs.spec_input import JobSpecInput
 from portal.api_errors import error_responses
-from portal.pagination import paginate
 
 
 class JobOutput(serializers.ModelSerializer):
@@ -165,13 +166,18 @@ class JobListCreateApi(APIView):
         responses={200: PaginatedJobOutput, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
-        jobs = jobs_for_user(
+        ids = jobs_for_user(
             user=request.user,
             team=request.query_params.get("team") or None,
             state=request.query_params.get("state") or None,
             kind=request.query_params.get("kind") or None,
-        )
-        return paginate(request=request, queryset=jobs, serializer_class=JobOutput, view=self)
+        ).values_list("pk", flat=True)
+        # Paged over ids, then the page's rows by id (see job_list_page): a deep page does
+        # not read every job before it. The manifests and quota demand are not returned.
+        paginator = PageNumberPagination()
+        page_ids = paginator.paginate_queryset(ids, request, view=self) or []
+        jobs = jobs_in_order(ids=page_ids, defer=("manifests", "demand"))
+        return paginator.get_paginated_response(JobOutput(jobs, many=True).data)
 
     @extend_schema(
         operation_id="jobs_create",

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -14,7 +13,7 @@ from django.views.decorators.http import require_POST
 from jobs.forms import JobForm, initial_from_spec
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
-from jobs.selectors import job_get_for_user, job_live_get, job_log_tail, jobs_for_user
+from jobs.selectors import job_get_for_user, job_list_page, job_live_get, job_log_tail
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
 from jobs.spec import spec_yaml
 from portal.errors import ApplicationError
@@ -33,8 +32,13 @@ def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
     filters = {key: request.GET.get(key) or None for key in ("team", "state", "kind")}
-    jobs = jobs_for_user(user=request.user, **filters)
-    page = Paginator(jobs, 25).get_page(request.GET.get("page"))
+    page = job_list_page(
+        user=request.user,
+        number=request.GET.get("page"),
+        team=filters["team"],
+        state=filters["state"],
+        kind=filters["kind"],
+    )
     query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
     return render(
         request,
