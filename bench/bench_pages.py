@@ -407,7 +407,7 @@ def rows_shown(client: Any, url: str) -> int | None:
 
 def measure(
     report: Report, size: int, urls: dict[str, str], repeat: int, data: Data
-) -> dict[str, tuple[Stats, int]]:
+) -> dict[str, tuple[Stats, int, float]]:
     from django.test import Client
 
     client = Client(HTTP_HOST="localhost")
@@ -423,12 +423,15 @@ def measure(
     for case, url in urls.items():
         label = f"{case}, {size:,} jobs"
         baseline = f"{case}, {SMALL:,} jobs" if size != SMALL else floor
-        extra: dict[str, Any] = {"queries": queries[case], "url": url}
+        # The page's median over the floor's, both sampled interleaved in this phase: it
+        # carries over between the 1,000- and 10,000-job phases when the host's load shifts.
+        x_floor = round(stats[case].median / stats[floor].median, 3)
+        extra: dict[str, Any] = {"x_floor": x_floor, "queries": queries[case], "url": url}
         rows = rows_shown(client, url)
         if rows is not None:
             extra["rows"] = rows
         report.row(label, stats[case], baseline=baseline, **extra)
-        results[case] = (stats[case], queries[case])
+        results[case] = (stats[case], queries[case], x_floor)
     return results
 
 
@@ -504,6 +507,15 @@ def main() -> int:
     )
     from jobs.models import Job
 
+    report.note(
+        f"pages hold {PAGE_SIZE} jobs (the list's and the API's page size; the issue says 50): "
+        f"'5 rows' filters to a team with {TINY_JOBS} jobs, '25 rows' to a team with hundreds"
+    )
+    report.note(
+        "the 9,000 jobs added for 10,000 are finished history: the queue and the running "
+        "jobs (about a fifth of the first 1,000) do not grow; tables VACUUM ANALYZEd as "
+        "autovacuum would"
+    )
     data = Data()
     data.add_jobs(SMALL, history=False)
     jobs = data.measured_jobs()
@@ -520,6 +532,9 @@ def main() -> int:
 
     for case in small:
         report.growth(f"{case} median", SMALL, LARGE, small[case][0].median, large[case][0].median)
+        report.growth(
+            f"{case}, median over the login page's", SMALL, LARGE, small[case][2], large[case][2]
+        )
     grow_jobs = {c: (small[c][1], large[c][1]) for c in small if small[c][1] != large[c][1]}
     report.goal(
         "queries do not grow with jobs",
