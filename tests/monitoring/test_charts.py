@@ -1,0 +1,62 @@
+"""Line charts are built without go.Figure, and must be exactly what Plotly would build."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import plotly.graph_objects as go
+
+from monitoring import charts
+from monitoring.prometheus import Series
+
+
+def _plotly_timeseries(
+    lines: list[tuple[str, Series]], *, title: str, y_title: str, y_range: Any = None
+) -> dict[str, Any]:
+    """The figure as go.Figure builds it (how charts.timeseries used to)."""
+    fig = go.Figure()
+    for name, series in lines:
+        fig.add_trace(
+            go.Scatter(
+                x=charts._times(series.timestamps),
+                y=series.values,
+                name=name,
+                mode="lines",
+                connectgaps=False,
+            )
+        )
+    yaxis: dict[str, Any] = {"title": {"text": y_title}, "rangemode": "tozero"}
+    if y_range is not None:
+        yaxis["range"] = list(y_range)
+    fig.update_layout(**charts._layout(title, yaxis=yaxis, showlegend=len(lines) > 1))
+    return dict(json.loads(fig.to_json()))
+
+
+def test_timeseries_equals_the_plotly_figure_gaps_and_all() -> None:
+    # Given two GPUs' series on one grid, one with a gap (NaN → None), and a third shorter one
+    grid = [1_750_000_000.0 + 30 * i for i in range(50)]
+    lines = [
+        ("node-1 GPU 0 · pod-a", Series({"gpu": "0"}, grid, [float(i % 97) for i in range(50)])),
+        (
+            "node-1 GPU 1 · pod-a",
+            Series({"gpu": "1"}, grid, [None if i % 7 == 0 else 42.5 for i in range(50)]),
+        ),
+        ("node-2 GPU 0 · pod-b", Series({"gpu": "0"}, grid[10:], [3.25] * 40)),
+    ]
+    # When the chart is built, with and without a fixed y range
+    for y_range in ((0, 100), None):
+        built = charts.timeseries(lines, title="GPU utilisation", y_title="%", y_range=y_range)
+        # Then it is the figure Plotly would have built, to the last point and template key
+        reference = _plotly_timeseries(lines, title="GPU utilisation", y_title="%", y_range=y_range)
+        assert json.loads(json.dumps(built)) == reference
+
+
+def test_single_line_chart_has_no_legend_and_an_empty_chart_still_renders() -> None:
+    one = [("cluster", Series({}, [1_750_000_000.0], [12.0]))]
+    assert charts.timeseries(one, title="t", y_title="%") == _plotly_timeseries(
+        one, title="t", y_title="%"
+    )
+    assert charts.timeseries([], title="t", y_title="%") == _plotly_timeseries(
+        [], title="t", y_title="%"
+    )
