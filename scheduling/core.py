@@ -152,6 +152,7 @@ class ClusterSnapshot:
         self._nodes: dict[str, Node] = {}
         self._sorted: tuple[Node, ...] | None = None
         self._search_order: tuple[Node, ...] | None = None
+        self._free_in_order: list[dict[str, int]] | None = None
         # Pod shape (tolerations, selector, affinity) → nodes passing the static filters.
         self._static_passing: dict[Hashable, tuple[int, ...]] = {}
         self.next_start_node_index = 0
@@ -198,6 +199,14 @@ class ClusterSnapshot:
             self._search_order = tuple(order)
         return self._search_order
 
+    @property
+    def free_in_search_order(self) -> list[dict[str, int]]:
+        """Each node's free resources (kept current by ``add_pod``/``remove_pod``),
+        aligned with ``search_order``. Read only."""
+        if self._free_in_order is None:
+            self._free_in_order = [self._free[node.name] for node in self.search_order]
+        return self._free_in_order
+
     def statically_passing(
         self, shape: Hashable, static_reason: Callable[[Node], str | None]
     ) -> tuple[int, ...]:
@@ -216,6 +225,7 @@ class ClusterSnapshot:
     def _nodes_changed(self) -> None:
         self._sorted = None
         self._search_order = None
+        self._free_in_order = None
         self._static_passing.clear()
 
     def node(self, name: str) -> Node:
@@ -545,20 +555,6 @@ class _Cycle:
     def _spare_pods(self, node: Node, pod_count: int) -> int:
         return node.allocatable.get("pods", DEFAULT_MAX_PODS) - pod_count
 
-    def fits(self, node: Node) -> bool:
-        """``filter(node)`` finds no reason, for a node whose static filters passed;
-        the fast path that skips building the reasons."""
-        free = self.snapshot._free[node.name]
-        if free["pods"] < 1:
-            return False
-        for resource, qty in self.fit_order:
-            if qty > free.get(resource, 0):
-                return False
-        if self.has_anti_affinity_load:
-            anti, existing = self._anti_affinity_load(node)
-            return anti == 0 and existing == 0
-        return True
-
     def find_feasible(self, percentage_of_nodes_to_score: int) -> list[Node]:
         """findNodesThatPassFilters: walk ``search_order`` from the snapshot's
         ``next_start_node_index`` until enough nodes fit; move the start past the nodes
@@ -573,10 +569,21 @@ class _Cycle:
         first = bisect_left(passing, start)
         feasible: list[Node] = []
         processed = num_nodes
-        fits = self.fits
+        # ``fits`` inlined: this loop runs for thousands of nodes per pod.
+        free_at = snapshot.free_in_search_order
+        fit_order = self.fit_order
+        check_anti_affinity = self.has_anti_affinity_load
         for index in passing[first:] + passing[:first]:
-            node = order[index]
-            if fits(node):
+            free = free_at[index]
+            if free["pods"] < 1:
+                continue
+            for resource, qty in fit_order:
+                if qty > free.get(resource, 0):
+                    break
+            else:
+                node = order[index]
+                if check_anti_affinity and self._anti_affinity_load(node) != (0, 0):
+                    continue
                 feasible.append(node)
                 if len(feasible) == to_find:
                     processed = (index - start) % num_nodes + 1
@@ -655,6 +662,8 @@ class _Cycle:
                 if taint.effect == "PreferNoSchedule"
                 and not any(tolerates(t, taint) for t in prefer_tolerations)
             )
+            if node.taints
+            else 0
             for node in nodes
         ]
         worst = max(raw, default=0)
