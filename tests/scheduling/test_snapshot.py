@@ -91,7 +91,7 @@ def _full_cluster() -> tuple[list[Node], list[Pod]]:
 
 
 def test_preemption_and_placement_on_a_full_1000_node_cluster() -> None:
-    # Speed is measured in bench/bench_scheduling.py, not here.
+    # Speed is measured in bench/bench_schedule.py, not here.
     nodes, pods = _full_cluster()
     snapshot = ClusterSnapshot(nodes, pods)
     urgent = pod("urgent", gpus=2, requests={"cpu": 4000}, priority=10)
