@@ -38,9 +38,16 @@ class Store:
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self._objects: dict[str, dict[tuple[str, str], Obj]] = {}
+        # Controller owner uid → the keys of the objects it controls, per resource, kept in
+        # step with every put and delete: controllers ask "what does this Job own?" once per
+        # object per pass, and a scan per question made a pass cost jobs × pods.
+        self._owned: dict[str, dict[str, set[tuple[str, str]]]] = {}
+        self._owner_of: dict[str, dict[tuple[str, str], str]] = {}
         self._meta: dict[str, Any] = {}
         for res, ns, name, body in self._db.execute("SELECT res, ns, name, body FROM objects"):
-            self._objects.setdefault(res, {})[(ns, name)] = json.loads(body)
+            obj = json.loads(body)
+            self._objects.setdefault(res, {})[(ns, name)] = obj
+            self._index_owner(res, (ns, name), obj)
         for key, value in self._db.execute("SELECT key, value FROM meta"):
             self._meta[key] = json.loads(value)
         self._rv = int(self._meta.get("resourceVersion", 1000))
@@ -79,12 +86,35 @@ class Store:
     def count(self, res: str) -> int:
         return len(self._objects.get(res, {}))
 
+    def owned(self, res: str, ns: str, owner_uid: str) -> ObjList:
+        """Objects of ``res`` in ``ns`` whose controller owner has ``owner_uid``, by name."""
+        keys = self._owned.get(res, {}).get(owner_uid, set())
+        items = self._objects.get(res, {})
+        return [items[k] for k in sorted(keys) if k[0] == ns]
+
+    def _index_owner(self, res: str, key: tuple[str, str], obj: Obj | None) -> None:
+        owner_of = self._owner_of.setdefault(res, {})
+        owned = self._owned.setdefault(res, {})
+        before = owner_of.pop(key, None)
+        if before is not None:
+            owned[before].discard(key)
+            if not owned[before]:
+                del owned[before]
+        if obj is None:
+            return
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if ref.get("controller") and ref.get("uid"):
+                owner_of[key] = ref["uid"]
+                owned.setdefault(ref["uid"], set()).add(key)
+                break
+
     def put(self, res: str, obj: Obj) -> Obj:
         """Store ``obj`` under a new resourceVersion (callers hold ``lock``)."""
         meta = obj["metadata"]
         meta["resourceVersion"] = self.next_rv()
         ns = meta.get("namespace", "")
         self._objects.setdefault(res, {})[(ns, meta["name"])] = obj
+        self._index_owner(res, (ns, meta["name"]), obj)
         self._db.execute(
             "INSERT OR REPLACE INTO objects (res, ns, name, body) VALUES (?, ?, ?, ?)",
             (res, ns, meta["name"], json.dumps(obj, separators=(",", ":"))),
@@ -107,6 +137,7 @@ class Store:
     def delete(self, res: str, ns: str, name: str) -> Obj | None:
         obj = self._objects.get(res, {}).pop((ns, name), None)
         if obj is not None:
+            self._index_owner(res, (ns, name), None)
             self._db.execute(
                 "DELETE FROM objects WHERE res = ? AND ns = ? AND name = ?", (res, ns, name)
             )

@@ -275,8 +275,28 @@ def workload_warnings(cluster: Cluster, ns: str, template_spec: dict[str, Any]) 
 
 
 # -- 5. ResourceQuota -------------------------------------------------------------------------
+_USAGE_CACHE: dict[str, dict[str, Decimal]] = {}
+_USAGE_CACHE_MAX = 200_000
+
+
 def pod_usage(pod: Pod) -> dict[str, Decimal]:
-    """What one pod charges against a quota (``requests.*``, ``limits.*``, ``pods``)."""
+    """What one pod charges against a quota (``requests.*``, ``limits.*``, ``pods``).
+
+    A pod's resources cannot change once it exists, so the quota controller's pass over
+    every pod reuses the figure per uid instead of parsing every quantity again.
+    """
+    uid = (pod.get("metadata") or {}).get("uid")
+    if uid and uid in _USAGE_CACHE:
+        return dict(_USAGE_CACHE[uid])
+    usage = _pod_usage(pod)
+    if uid:
+        if len(_USAGE_CACHE) >= _USAGE_CACHE_MAX:
+            _USAGE_CACHE.clear()
+        _USAGE_CACHE[uid] = dict(usage)
+    return usage
+
+
+def _pod_usage(pod: Pod) -> dict[str, Decimal]:
     usage: dict[str, Decimal] = {"pods": Decimal(1), "count/pods": Decimal(1)}
     spec = pod.get("spec") or {}
     totals: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
@@ -346,7 +366,7 @@ def admit_resource_quota(cluster: Cluster, pod: Pod) -> None:
             raise forbidden(
                 "pods", "", name, f"failed quota: {rq['metadata']['name']}: must specify {detail}"
             )
-        used = quota_used(cluster, ns, hard)
+        used = _quota_status_used(cluster, rq, hard)
         exceeded = sorted(
             key
             for key, amount in usage.items()
@@ -363,6 +383,39 @@ def admit_resource_quota(cluster: Cluster, pod: Pod) -> None:
                 f"exceeded quota: {rq['metadata']['name']}, requested: {requested}, "
                 f"used: {in_use}, limited: {limited}",
             )
+
+
+def _quota_status_used(
+    cluster: Cluster, rq: dict[str, Any], hard: dict[str, Any]
+) -> dict[str, Decimal]:
+    """What the quota already holds, from its ``status.used`` as the API server does.
+
+    The quota admission plugin does not add up every pod of the namespace per request: it
+    reads ``status.used`` (kept by the quota controller, here ``gc``) and charges each admitted
+    pod into it (``quota_charge``). A status that lacks a key is computed from the pods once.
+    """
+    status_used = (rq.get("status") or {}).get("used") or {}
+    if not all(key in status_used for key in hard):
+        return quota_used(cluster, rq["metadata"]["namespace"], hard)
+    return {key: quantity.parse(status_used[key]) for key in hard}
+
+
+def quota_charge(cluster: Cluster, pod: Pod) -> None:
+    """Add an admitted pod's usage to its namespace's quotas' ``status.used``."""
+    if not counts_for_quota(pod):
+        return
+    usage = pod_usage(pod)
+    for rq in cluster.store.list("resourcequotas", pod["metadata"]["namespace"]):
+        hard = (rq.get("spec") or {}).get("hard") or {}
+        if not hard or not any(key in hard for key in usage):
+            continue
+        used = _quota_status_used(cluster, rq, hard)
+        for key, amount in usage.items():
+            if key in used:
+                used[key] += amount
+        formatted = {k: fmt(k, v, hard[k]) for k, v in used.items()}
+        rq["status"] = {"hard": dict(hard), "used": formatted}
+        cluster.store.put("resourcequotas", rq)
 
 
 def admit_pod(cluster: Cluster, pod: Pod) -> None:

@@ -8,6 +8,7 @@ pod a user posts.
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import json
 from typing import Any
@@ -201,6 +202,8 @@ def create(
     if dry_run:
         return obj, warnings
     cluster.store.put(rt.key, obj)
+    if rt.plural == "pods":
+        admission.quota_charge(cluster, obj)
     return obj, warnings
 
 
@@ -410,9 +413,13 @@ def _decode_continue(token: str) -> dict[str, Any]:
 def list_objects(cluster: Cluster, rt: ResourceType, ns: str | None, query: dict[str, str]) -> Obj:
     label_reqs = parse_label_selector(query.get("labelSelector", ""))
     field_reqs = parse_field_selector(query.get("fieldSelector", ""), rt.key)
-    items = cluster.store.list(rt.key, ns if rt.namespaced else None)
+    # etcd order: the API server lists (and continues) by the key string "<ns>/<name>".
+    keyed = sorted(
+        (f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}", obj)
+        for obj in cluster.store.list(rt.key, ns if rt.namespaced else None)
+    )
     token = query.get("continue")
-    after: str | None = None
+    first = 0
     if token:
         data = _decode_continue(token)
         if cluster.now() - float(data.get("t", 0)) > cluster.options.continue_ttl:
@@ -425,27 +432,30 @@ def list_objects(cluster: Cluster, rt: ResourceType, ns: str | None, query: dict
                 "and now may show up in the list."
             )
         after = str(data["start"]).rstrip("\x00")
-    selected = []
-    for obj in items:
+        first = bisect.bisect_right([key for key, _ in keyed], after)
+    limit = int(query.get("limit") or 0)
+    selected: list[Obj] = []
+    more = False
+    position = first
+    for position in range(first, len(keyed)):  # position is read after the loop
+        obj = keyed[position][1]
         meta = obj["metadata"]
-        key = f"{meta.get('namespace', '')}/{meta['name']}"
-        if after is not None and key <= after:
-            continue
         if label_reqs and not labels_match(label_reqs, meta.get("labels") or {}):
             continue
         if field_reqs and not fields_match(field_reqs, obj):
             continue
+        if limit > 0 and len(selected) == limit:
+            more = True  # one match past the page: there is a next page
+            break
         selected.append(obj)
-    limit = int(query.get("limit") or 0)
     list_meta: dict[str, Any] = {"resourceVersion": cluster.store.current_rv()}
-    if limit > 0 and len(selected) > limit:
-        last = selected[limit - 1]["metadata"]
+    if more:
+        last = selected[-1]["metadata"]
         list_meta["continue"] = _encode_continue(
             cluster.store.current_rv(), (last.get("namespace", ""), last["name"]), cluster.now()
         )
         if not label_reqs and not field_reqs:
-            list_meta["remainingItemCount"] = len(selected) - limit
-        selected = selected[:limit]
+            list_meta["remainingItemCount"] = len(keyed) - position
     out_items = []
     for obj in selected:
         item = dict(obj)

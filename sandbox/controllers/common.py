@@ -15,14 +15,8 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 def owned_by(cluster: Cluster, res: str, ns: str, uid: str) -> list[Obj]:
-    return [
-        o
-        for o in cluster.store.list(res, ns)
-        if any(
-            r.get("uid") == uid and r.get("controller")
-            for r in o["metadata"].get("ownerReferences") or []
-        )
-    ]
+    """Objects of ``res`` in ``ns`` whose controller owner is ``uid`` (the store's index)."""
+    return cluster.store.owned(res, ns, uid)
 
 
 def owner_ref(owner: Obj) -> dict[str, Any]:

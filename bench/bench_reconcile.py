@@ -1,0 +1,421 @@
+"""What does one reconcile pass cost with 1,000 and 10,000 tracked jobs?
+
+    .venv/bin/python bench/bench_reconcile.py [--sizes 1000 10000] [--changed 0.01]
+
+The cluster is the sandbox with its ``large`` profile (500 GPU nodes × 8 GPUs and 40 CPU
+nodes) as a real subprocess, reached only through the official client. For each size:
+
+1. the teams' namespaces, quotas and PriorityClasses are bootstrapped through the portal;
+2. N jobs (1-GPU training, time-sliced and MIG inference, CPU-only training) get portal rows
+   and their real manifests, created in the sandbox's store in-process (HTTP creates would
+   take minutes) and run by the sandbox's own controllers until every pod runs;
+3. pass 1 catches the rows up (everything changed), pass 2 finds nothing changed;
+4. the sandbox is stopped, its clock moved on so 1 % of the jobs finish (its controllers
+   write the Job conditions and events), and restarted;
+5. pass 3 — the figure that matters — sees 1 % changed.
+
+Per pass: wall time, split into time waiting on the API server (requests, including the
+client's JSON decoding) and the portal's own time; SQL statements; Kubernetes API calls (HTTP
+requests, pages included); rows written (INSERT/UPDATE row counts). Baseline: the same pass
+at the smaller size. The sandbox is a Python stand-in: a real API server answers a list page
+from its watch cache faster, so the API share is an upper bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import Report, django_setup, start
+
+SHAPES: list[tuple[str, float, dict[str, Any]]] = [
+    # (label, share of jobs, spec without team/name)
+    (
+        "train-1gpu",
+        0.33,
+        {
+            "kind": "training",
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "gpu": {"count": 1},
+            "cpu": "4",
+            "memory": "32Gi",
+        },
+    ),
+    (
+        "serve-shared",
+        0.12,
+        {
+            "kind": "inference",
+            "image": "nvcr.io/nvidia/tritonserver:24.05-py3",
+            "gpu": {"count": 1, "sharing": "shared"},
+            "replicas": 1,
+            "port": 8000,
+        },
+    ),
+    (
+        "serve-mig",
+        0.14,
+        {
+            "kind": "inference",
+            "image": "nvcr.io/nvidia/tritonserver:24.05-py3",
+            "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb"},
+            "replicas": 1,
+            "port": 8000,
+        },
+    ),
+    (
+        "cpu-prep",
+        0.41,
+        {
+            "kind": "training",
+            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+            "gpu": {"count": 0},
+            "cpu": "250m",
+            "memory": "1Gi",
+        },
+    ),
+]
+LONG = "90d"  # jobs that outlive the benchmark
+SHORT = "6h"  # the 1 % that finish between pass 2 and pass 3
+SEED_SPEED = 20.0  # simulated seconds per real second while seeding in-process
+EVENT_TTL = str(30 * 86400)  # keep every event: the clock jumps hours in step 4
+
+
+@dataclass
+class PassFigures:
+    wall_s: float
+    api_s: float
+    queries: int
+    api_calls: int
+    rows_written: int
+    jobs_updated: int
+    events_added: int
+
+
+class Counters:
+    """SQL statements, rows written and API calls made while active."""
+
+    def __init__(self) -> None:
+        self.queries = 0
+        self.rows_written = 0
+        self.api_calls = 0
+        self.api_seconds = 0.0
+
+    def sql(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        self.queries += 1
+        verb = sql.lstrip().split(None, 1)[0].upper()
+        if verb in {"INSERT", "UPDATE", "DELETE"}:
+            self.rows_written += max(context["cursor"].rowcount, 0)
+        return result
+
+
+@contextmanager
+def counting() -> Iterator[Counters]:
+    from django.db import connection
+
+    from portal import kube
+
+    counters = Counters()
+    original = kube._call
+
+    def counted(method: Any, *args: Any, **kwargs: Any) -> Any:
+        counters.api_calls += 1
+        started = time.perf_counter()
+        try:
+            return original(method, *args, **kwargs)
+        finally:
+            counters.api_seconds += time.perf_counter() - started
+
+    kube._call = counted  # type: ignore[assignment]
+    try:
+        with connection.execute_wrapper(counters.sql):
+            yield counters
+    finally:
+        kube._call = original  # type: ignore[assignment]
+
+
+def one_pass() -> PassFigures:
+    from jobs.reconcile import cluster_reconcile
+
+    with counting() as counters:
+        started = time.perf_counter()
+        report = cluster_reconcile()
+        wall = time.perf_counter() - started
+    if report.skipped:
+        raise SystemExit("reconcile was skipped: another run holds the lock")
+    return PassFigures(
+        wall,
+        counters.api_seconds,
+        counters.queries,
+        counters.api_calls,
+        counters.rows_written,
+        len(report.updated),
+        report.events_added,
+    )
+
+
+def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
+    """Portal rows for ``size`` applied jobs; returns (ids of the jobs that will finish, GPUs)."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from jobs.manifests import build_manifests, object_name
+    from jobs.models import Job, JobEvent, JobState
+    from jobs.services import _context, job_spec_check
+    from portal.models import Team
+    from portal.services import quota_set
+
+    Job.objects.all().delete()
+    call_command("seed_demo", verbosity=0, stdout=io.StringIO())
+    teams = list(Team.objects.order_by("slug"))
+    for team in teams:
+        for resource in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"):
+            quota_set(actor=None, team=team, resource=resource, limit=10_000)
+    admin = get_user_model().objects.get(username="admin")
+    finishing_every = round(1 / changed) if changed else 0
+    now = timezone.now()
+    rows: list[Job] = []
+    plans: list[tuple[Any, Any]] = []
+    index = 0
+    for label, share, template in SHAPES:
+        for k in range(round(size * share)):
+            team = teams[index % len(teams)]
+            finishes = bool(finishing_every) and index % finishing_every == 0
+            data = {
+                **template,
+                "team": team.slug,
+                "name": f"{label}-{k}",
+                "env": {
+                    "SANDBOX_DURATION": SHORT
+                    if finishes and template["kind"] == "training"
+                    else LONG
+                },
+            }
+            checked = job_spec_check(user=admin, data=data)
+            spec = checked.spec
+            rows.append(
+                Job(
+                    team=team,
+                    owner=admin,
+                    name=spec.name,
+                    kind=spec.kind,
+                    priority=spec.priority,
+                    state=JobState.PENDING,
+                    reason="Applied",
+                    message="Objects created in the cluster.",
+                    spec=spec.to_dict(),
+                    demand=checked.demand,
+                    gpu_count=spec.gpu.count * spec.pod_count,
+                    namespace=team.namespace,
+                    admitted_at=now,
+                    applied_at=now,
+                )
+            )
+            plans.append((checked, finishes))
+            index += 1
+    created = Job.objects.bulk_create(rows, batch_size=1000)
+    finishing: list[int] = []
+    for job, (checked, finishes) in zip(created, plans, strict=True):
+        ctx = _context(spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job.pk)
+        job.manifests = build_manifests(checked.spec, ctx)
+        job.object_name = object_name(checked.spec, ctx)
+        if finishes:
+            finishing.append(job.pk)
+    Job.objects.bulk_update(created, ["manifests", "object_name"], batch_size=500)
+    JobEvent.objects.bulk_create(
+        [JobEvent(job=job, reason="Submitted", message="Submitted by admin.") for job in created],
+        batch_size=2000,
+    )
+    return finishing, sum(job.gpu_count for job in created)
+
+
+def seed_cluster(state: Path, *, clock_jump: float = 0.0, create: bool = True) -> dict[str, int]:
+    """Create the jobs' objects in the stopped sandbox's state (in-process) and run its
+    controllers until every pod has settled. ``clock_jump`` moves simulated time on first."""
+    from jobs.models import Job
+    from sandbox.api import objects
+    from sandbox.api.resources import BY_KEY
+    from sandbox.cluster import Cluster, Options
+    from sandbox.controllers.manager import ControllerManager
+    from sandbox.store import Store
+
+    store = Store(state)
+    if clock_jump:
+        store.meta_set("clock", float(store.meta_get("clock")) + clock_jump)
+    cluster = Cluster(store, Options(speed=SEED_SPEED, event_ttl=float(EVENT_TTL)))
+    if create:
+        kinds = {"Job": "jobs.batch", "Deployment": "deployments.apps", "Service": "services"}
+        for manifests, namespace in Job.objects.values_list("manifests", "namespace").iterator():
+            for manifest in manifests:
+                objects.create(cluster, BY_KEY[kinds[manifest["kind"]]], namespace, manifest)
+    manager = ControllerManager(cluster)
+    for _ in range(400):
+        manager.run_once()
+        pods = store.list("pods")
+        if pods and all(
+            p["status"].get("phase") in ("Running", "Succeeded", "Failed")
+            and all(
+                cs.get("ready") or cs.get("state", {}).get("terminated")
+                for cs in p["status"].get("containerStatuses") or [{}]
+            )
+            for p in pods
+        ):
+            break
+    # Finished jobs need one more pass for their conditions and events.
+    for _ in range(5):
+        manager.run_once()
+    store.meta_set("clock", cluster.now())
+    figures = {
+        "pods": store.count("pods"),
+        "running": sum(p["status"].get("phase") == "Running" for p in store.list("pods")),
+        "succeeded": sum(p["status"].get("phase") == "Succeeded" for p in store.list("pods")),
+        "events": store.count("events"),
+    }
+    store.close()
+    return figures
+
+
+def run_size(report: Report, size: int, changed: float, workdir: Path) -> dict[str, PassFigures]:
+    from django.conf import settings
+
+    from portal import kube
+    from portal.cluster_sync import team_cluster_sync
+    from portal.models import Team
+    from tests.sandbox_process import SandboxProcess
+
+    print(f"  -- {size:,} jobs: seeding", flush=True)
+    seed_started = time.perf_counter()
+    finishing, gpus = seed_portal(size, changed)
+    proc = SandboxProcess(workdir / f"sandbox-{size}", "large", 1.0, ("--event-ttl", EVENT_TTL))
+    proc.start()
+    settings.KUBECONFIG = str(proc.kubeconfig)
+    settings.KUBE_CONTEXT = ""
+    settings.KUBE_REQUEST_TIMEOUT = 60.0
+    kube.reset_client()
+    try:
+        for team_id in Team.objects.values_list("pk", flat=True):
+            team_cluster_sync(team_id=team_id)
+        proc.stop()
+        cluster = seed_cluster(proc.state)
+        print(
+            f"     sandbox: {cluster['pods']:,} pods ({cluster['running']:,} running), "
+            f"{cluster['events']:,} events, {gpus:,} GPUs in use; "
+            f"seeded in {time.perf_counter() - seed_started:.0f} s",
+            flush=True,
+        )
+        proc.start(reset=False)
+        kube.reset_client()
+        passes = {"catch-up": one_pass(), "nothing changed": one_pass()}
+        proc.stop()
+        after = seed_cluster(proc.state, clock_jump=7 * 3600, create=False)
+        print(f"     moved the clock: {after['succeeded']:,} pods succeeded", flush=True)
+        proc.start(reset=False)
+        kube.reset_client()
+        passes[f"{changed:.0%} changed"] = one_pass()
+        report.params[f"finishing_jobs_{size}"] = len(finishing)
+        report.params[f"sandbox_events_{size}"] = after["events"]
+        return passes
+    finally:
+        proc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000])
+    parser.add_argument("--changed", type=float, default=0.01)
+    parser.add_argument("--quick", action="store_true", help="sizes 200 and 2,000")
+    args = parser.parse_args()
+    sizes = [200, 2_000] if args.quick else sorted(args.sizes)
+    django_setup(
+        "gpu_portal_bench_reconcile",
+        redis_db=6,
+        LOST_GRACE_SECONDS="3600",
+        STALE_QUEUE_SECONDS="3600",
+    )
+    from django.conf import settings
+
+    report = start(
+        "reconcile",
+        "One reconcile pass against the sandbox's large profile",
+        sizes=sizes,
+        changed=args.changed,
+        profile="large (500 GPU nodes × 8 GPUs, 40 CPU nodes)",
+        beat_interval_s=settings.RECONCILE_INTERVAL_SECONDS,
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="bench-reconcile-"))
+    results: dict[int, dict[str, PassFigures]] = {}
+    try:
+        for size in sizes:
+            results[size] = run_size(report, size, args.changed, workdir)
+            for name, figures in results[size].items():
+                case = f"{size:,} jobs, {name}"
+                smallest = f"{sizes[0]:,} jobs, {name}"
+                report.row(
+                    case,
+                    baseline=smallest if size != sizes[0] else None,
+                    ratio_of="wall_s",
+                    wall_s=round(figures.wall_s, 3),
+                    portal_s=round(figures.wall_s - figures.api_s, 3),
+                    api_wait_s=round(figures.api_s, 3),
+                    queries=figures.queries,
+                    api_calls=figures.api_calls,
+                    rows_written=figures.rows_written,
+                    jobs_updated=figures.jobs_updated,
+                    events_added=figures.events_added,
+                )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    small, large = sizes[0], sizes[-1]
+    changed_pass = f"{args.changed:.0%} changed"
+    a, b = results[small][changed_pass], results[large][changed_pass]
+    report.growth(f"pass wall time, {changed_pass}", small, large, a.wall_s, b.wall_s)
+    report.growth(
+        f"portal time (wall minus API waits), {changed_pass}",
+        small,
+        large,
+        a.wall_s - a.api_s,
+        b.wall_s - b.api_s,
+    )
+    report.growth(f"SQL statements, {changed_pass}", small, large, a.queries, b.queries)
+    report.growth(f"API calls, {changed_pass}", small, large, a.api_calls, b.api_calls)
+    report.growth(f"rows written, {changed_pass}", small, large, a.rows_written, b.rows_written)
+    steady_small, steady_large = (
+        results[small]["nothing changed"],
+        results[large]["nothing changed"],
+    )
+    report.goal(
+        "API requests do not grow with jobs beyond list pages of 500",
+        met=b.api_calls <= a.api_calls + 3 * (large - small) // 500 * 6,
+        value=f"{a.api_calls} → {b.api_calls} requests for {small:,} → {large:,} jobs",
+    )
+    report.goal(
+        "rows written equal jobs changed (plus their timeline rows)",
+        met=b.jobs_updated > 0 and steady_large.rows_written == 0 == steady_small.rows_written,
+        value=f"{b.jobs_updated} jobs changed, {b.rows_written} rows written "
+        f"({b.events_added} new timeline events); "
+        f"nothing changed → {steady_large.rows_written} rows",
+    )
+    interval = settings.RECONCILE_INTERVAL_SECONDS
+    report.goal(
+        f"a {large:,}-job pass well under the beat interval ({interval:g} s)",
+        met=b.wall_s < interval / 2,
+        value=f"{b.wall_s:.2f} s",
+    )
+    report.finish()
+
+
+if __name__ == "__main__":
+    main()
