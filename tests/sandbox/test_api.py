@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 import urllib.error
 import urllib.request
 
@@ -131,6 +132,40 @@ def test_pagination_with_limit_and_continue(batch, namespace):
     assert int(third.metadata.resource_version) >= int(first.metadata.resource_version)
     code, _ = _error(batch.list_namespaced_job, namespace, limit=2, _continue="garbage!")
     assert code == 400
+
+
+def test_pagination_across_namespaces_follows_key_order_and_loses_nothing(batch, core):
+    # given Jobs in two namespaces where one name is a prefix of the other: the API server
+    # lists by the key "<ns>/<name>", and "-" sorts before "/"
+    base = f"t-{uuid.uuid4().hex[:8]}"
+    namespaces = [base, f"{base}-b"]
+    for ns in namespaces:
+        core.create_namespace({"metadata": {"name": ns}})
+        for i in range(3):
+            batch.create_namespaced_job(
+                ns, job_manifest(f"page-{i}", {"nvidia.com/gpu": 1}, suspend=True)
+            )
+    try:
+        # when every page of two is read across all namespaces
+        seen: list[str] = []
+        token = None
+        while True:
+            page = batch.list_job_for_all_namespaces(limit=2, _continue=token)
+            seen += [
+                f"{j.metadata.namespace}/{j.metadata.name}"
+                for j in page.items
+                if j.metadata.namespace in namespaces
+            ]
+            token = page.metadata._continue
+            if not token:
+                break
+        # then each Job comes exactly once, in key order
+        expected = sorted(f"{ns}/page-{i}" for ns in namespaces for i in range(3))
+        assert seen == expected
+        assert seen[0].startswith(f"{base}-b/")
+    finally:
+        for ns in namespaces:
+            core.delete_namespace(ns)
 
 
 def test_stale_continue_token_is_410(batch, namespace, sandbox):

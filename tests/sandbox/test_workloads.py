@@ -49,6 +49,27 @@ def test_resource_quota_refuses_direct_pod_with_403(core, namespace):
     assert quota.status.used["pods"] == "1"
 
 
+def test_back_to_back_pods_are_charged_at_admission(core, namespace):
+    # given a namespace limited to 4 GPUs
+    core.create_namespaced_resource_quota(namespace, QUOTA)
+    hold = {"sandbox.gpu-portal.dev/duration": "1h"}
+    # when two pods of 2 GPUs are admitted one after the other, at once
+    for name in ("first", "second"):
+        core.create_namespaced_pod(
+            namespace, pod_manifest(name, {"nvidia.com/gpu": 2}, annotations=hold)
+        )
+    # then a third is refused at once: the first two were charged when admitted, before any
+    # controller recounted the namespace (the API server's quota admission works so)
+    with pytest.raises(client.ApiException) as info:
+        core.create_namespaced_pod(
+            namespace, pod_manifest("third", {"nvidia.com/gpu": 1}, annotations=hold)
+        )
+    assert info.value.status == 403
+    assert "used: requests.nvidia.com/gpu=4, limited: requests.nvidia.com/gpu=4" in (
+        json.loads(info.value.body)["message"]
+    )
+
+
 def test_resource_quota_makes_job_record_failed_create(core, batch, namespace):
     # given the same quota
     core.create_namespaced_resource_quota(namespace, QUOTA)
