@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState
 from jobs.selectors import (
+    JOB_LIST_PAGE_SIZE,
     MAX_LOG_TAIL,
     job_events,
     job_get_for_user,
@@ -145,6 +146,17 @@ class PreviewOutput(serializers.Serializer):
     fit = FitOutput()
 
 
+MAX_PAGE_SIZE = 200
+
+
+class JobPagination(PageNumberPagination):
+    """The job list's pages: as many rows as the HTML list by default, ``?page_size=`` to 200."""
+
+    page_size = JOB_LIST_PAGE_SIZE
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE_SIZE
+
+
 class PaginatedJobOutput(serializers.Serializer):
     """One page of jobs (``?page=``), as DRF's ``PageNumberPagination`` returns it."""
 
@@ -162,6 +174,9 @@ class JobListCreateApi(APIView):
             OpenApiParameter("state", str, enum=[s.value for s in JobState]),
             OpenApiParameter("kind", str, enum=[k.value for k in Job.Kind]),
             OpenApiParameter("page", int),
+            OpenApiParameter(
+                "page_size", int, description=f"Jobs per page (default 50, at most {MAX_PAGE_SIZE})"
+            ),
         ],
         responses={200: PaginatedJobOutput, **error_responses(400, 401, 404)},
     )
@@ -174,7 +189,7 @@ class JobListCreateApi(APIView):
         ).values_list("pk", flat=True)
         # Paged over ids, then the page's rows by id (see job_list_page): a deep page does
         # not read every job before it. The manifests and quota demand are not returned.
-        paginator = PageNumberPagination()
+        paginator = JobPagination()
         page_ids = paginator.paginate_queryset(ids, request, view=self) or []
         jobs = jobs_in_order(ids=page_ids, defer=("manifests", "demand"))
         return paginator.get_paginated_response(JobOutput(jobs, many=True).data)

@@ -79,9 +79,11 @@ def test_list_is_paginated(alice_api: APIClient) -> None:
     for i in range(27):
         submit(alice_api, training_spec(name=f"sweep-{i}", gpu={"count": 0}))
 
-    first = alice_api.get("/api/v1/jobs/").json()
+    whole = alice_api.get("/api/v1/jobs/").json()
+    first = alice_api.get("/api/v1/jobs/", {"page_size": 25}).json()
     second = alice_api.get(first["next"]).json()
 
+    assert whole["count"] == 27 and len(whole["results"]) == 27 and whole["next"] is None
     assert first["count"] == 27
     assert len(first["results"]) == 25 and len(second["results"]) == 2
     assert second["next"] is None

@@ -35,8 +35,8 @@ def test_list_queries_do_not_grow_with_rows(alice: User, demo: dict[str, Any]) -
     alice_api = APIClient()
     alice_api.force_login(alice)
     few = queries_of(alice_api, "/api/v1/jobs/")
-    # When 25 more jobs of both teams fill more than a page
-    for i in range(25):
+    # When 50 more jobs of both teams fill more than a page
+    for i in range(50):
         JobFactory(team=nlp if i % 2 else vision, owner=UserFactory(), state=JobState.RUNNING)
     full_page = queries_of(alice_api, "/api/v1/jobs/")
     second_page = queries_of(alice_api, "/api/v1/jobs/?page=2")
@@ -47,8 +47,8 @@ def test_list_queries_do_not_grow_with_rows(alice: User, demo: dict[str, Any]) -
 def test_list_pages_newest_first_with_every_field(
     alice: User, alice_api: APIClient, demo: dict[str, Any]
 ) -> None:
-    # Given 30 jobs of vision, some submitted in the same instant (ties go to the higher id)
-    jobs = JobFactory.create_batch(30, team=demo["teams"]["vision"], owner=alice)
+    # Given 60 jobs of vision, some submitted in the same instant (ties go to the higher id)
+    jobs = JobFactory.create_batch(60, team=demo["teams"]["vision"], owner=alice)
     start = timezone.now() - timedelta(days=1)
     for i, job in enumerate(jobs):
         Job.objects.filter(pk=job.pk).update(created_at=start + timedelta(minutes=i // 4))
@@ -59,7 +59,7 @@ def test_list_pages_newest_first_with_every_field(
     # Then every job comes once, newest first, each with its team, owner and spec
     listed = [job["id"] for job in first["results"] + second["results"]]
     assert listed == newest_first
-    assert first["count"] == 30 and second["next"] is None
+    assert first["count"] == 60 and len(first["results"]) == 50 and second["next"] is None
     one = first["results"][0]
     assert (one["team"], one["owner"], one["spec"]["image"]) == (
         "vision",
@@ -67,3 +67,16 @@ def test_list_pages_newest_first_with_every_field(
         "nvcr.io/nvidia/pytorch:24.05-py3",
     )
     assert "manifests" not in one and one["image"] == one["spec"]["image"]
+
+
+def test_page_size_can_be_asked_for_up_to_200(
+    alice: User, alice_api: APIClient, demo: dict[str, Any]
+) -> None:
+    # Given 12 jobs of vision
+    JobFactory.create_batch(12, team=demo["teams"]["vision"], owner=alice)
+    # When alice asks for pages of 5, and for more than the cap
+    small = alice_api.get("/api/v1/jobs/", {"page_size": 5}).json()
+    capped = alice_api.get("/api/v1/jobs/", {"page_size": 10_000}).json()
+    # Then she gets 5 a page, and at most the cap (here every job)
+    assert len(small["results"]) == 5 and small["count"] == 12 and "page_size=5" in small["next"]
+    assert len(capped["results"]) == 12 and capped["next"] is None

@@ -65,8 +65,9 @@ def test_back_to_back_pods_are_charged_at_admission(core, namespace):
             namespace, pod_manifest("third", {"nvidia.com/gpu": 1}, annotations=hold)
         )
     assert info.value.status == 403
-    assert "used: requests.nvidia.com/gpu=4, limited: requests.nvidia.com/gpu=4" in (
-        json.loads(info.value.body)["message"]
+    assert (
+        "used: requests.nvidia.com/gpu=4, limited: requests.nvidia.com/gpu=4"
+        in (json.loads(info.value.body)["message"])
     )
 
 

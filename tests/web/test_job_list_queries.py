@@ -49,9 +49,9 @@ def test_job_list_queries_do_not_grow_with_rows_or_pages(
     jobs_of_many_owners(5, team=vision)
     client.force_login(alice)
     few = queries_of(client, "/jobs/")
-    # When 25 more jobs of both teams, each of another owner, fill more than a page
-    jobs_of_many_owners(15, team=vision)
-    jobs_of_many_owners(10, team=nlp, state=JobState.RUNNING)
+    # When 50 more jobs of both teams, each of another owner, fill more than a page
+    jobs_of_many_owners(30, team=vision)
+    jobs_of_many_owners(20, team=nlp, state=JobState.RUNNING)
     full_page = queries_of(client, "/jobs/")
     second_page = queries_of(client, "/jobs/?page=2")
     filtered = queries_of(client, "/jobs/?team=vision&state=queued")
@@ -62,8 +62,8 @@ def test_job_list_queries_do_not_grow_with_rows_or_pages(
 def test_job_list_pages_newest_first_without_gaps(
     client: Client, alice: User, demo: dict[str, Any]
 ) -> None:
-    # Given 60 jobs of vision, some submitted in the same instant (ties go to the higher id)
-    jobs = JobFactory.create_batch(60, team=demo["teams"]["vision"], owner=alice)
+    # Given 120 jobs of vision, some submitted in the same instant (ties go to the higher id)
+    jobs = JobFactory.create_batch(120, team=demo["teams"]["vision"], owner=alice)
     start = timezone.now() - timedelta(days=1)
     for i, job in enumerate(jobs):
         Job.objects.filter(pk=job.pk).update(created_at=start + timedelta(minutes=i // 3))
@@ -71,11 +71,11 @@ def test_job_list_pages_newest_first_without_gaps(
     client.force_login(alice)
     # When alice walks the three pages
     pages = [client.get("/jobs/", {"page": n}).content.decode() for n in (1, 2, 3)]
-    # Then they list every job once, newest first, 25 a page, with the pager as before
+    # Then they list every job once, newest first, 50 a page, with the pager as before
     assert [pk for page in pages for pk in listed_in_order(page)] == newest_first
     assert "Page 3 of 3" in pages[2]
     assert (
-        listed_in_order(client.get("/jobs/", {"page": 99}).content.decode()) == (newest_first[50:])
+        listed_in_order(client.get("/jobs/", {"page": 99}).content.decode()) == (newest_first[100:])
     )
 
 

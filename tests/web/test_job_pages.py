@@ -260,15 +260,15 @@ def test_job_list_filters_by_state_kind_and_team(
     assert listed_job_ids(combined) == {queued.pk}
 
 
-def test_job_list_pages_by_25(client: Client, alice: User, demo: dict[str, Any]) -> None:
-    # Given 30 jobs of vision
-    jobs = JobFactory.create_batch(30, team=demo["teams"]["vision"], owner=alice)
+def test_job_list_pages_by_50(client: Client, alice: User, demo: dict[str, Any]) -> None:
+    # Given 55 jobs of vision
+    jobs = JobFactory.create_batch(55, team=demo["teams"]["vision"], owner=alice)
     logged_in(client, alice)
     # When alice opens the first and second pages
     first = client.get("/jobs/").content.decode()
     second = client.get("/jobs/", {"page": 2}).content.decode()
-    # Then the first has the 25 newest, the second the other 5
-    assert len(listed_job_ids(first)) == 25
+    # Then the first has the 50 newest, the second the other 5
+    assert len(listed_job_ids(first)) == 50
     assert len(listed_job_ids(second)) == 5
     assert listed_job_ids(first) | listed_job_ids(second) == {j.pk for j in jobs}
     assert "Page 1 of 2" in first
