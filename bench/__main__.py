@@ -2,8 +2,7 @@
 
     python -m bench                  # all of them (make bench)
     python -m bench submit pages     # some (make bench NAME="submit pages")
-    python -m bench --summary        # only print the table of the saved results
-    python -m bench --readme         # also rewrite the README's Performance section
+    python -m bench --summary        # only print the tables of the saved results
 
 Each ``bench/bench_<name>.py`` runs in its own process (each sets up Django, databases and
 subprocesses of its own) and writes ``bench/results/<name>.json``.
@@ -23,8 +22,6 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 ORDER = ("manifests", "schedule", "pages", "submit", "reconcile", "dashboard")
-README_START = "<!-- bench:start -->"
-README_END = "<!-- bench:end -->"
 
 
 def available() -> list[str]:
@@ -101,18 +98,6 @@ def summary_markdown(names: list[str]) -> str:
     return "\n".join(out)
 
 
-def rewrite_readme(names: list[str]) -> None:
-    readme = REPO_ROOT / "README.md"
-    text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise SystemExit(f"README.md has no {README_START} … {README_END} block")
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    body = summary_markdown(names)
-    readme.write_text(f"{head}{README_START}\n{body}\n{README_END}{tail}")
-    print("README.md Performance section rewritten from bench/results/.")
-
-
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
@@ -127,7 +112,6 @@ def main() -> int:
         "names", nargs="*", help=f"which ones (default all: {', '.join(available())})"
     )
     parser.add_argument("--summary", action="store_true", help="print saved results only")
-    parser.add_argument("--readme", action="store_true", help="rewrite README's Performance block")
     args = parser.parse_args()
     names = args.names or available()
     unknown = [n for n in names if n not in available()]
@@ -145,8 +129,6 @@ def main() -> int:
             if code:
                 failed.append(name)
     print(summary_markdown(names))
-    if args.readme:
-        rewrite_readme(available())
     if failed:
         print(f"benchmarks that did not finish: {', '.join(failed)}")
         return 1

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -160,7 +160,7 @@ def celery_queue_length(*, purge: bool = False) -> int:
 
     conn = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
     try:
-        length = int(conn.llen(CELERY_QUEUE))
+        length = int(cast(int, conn.llen(CELERY_QUEUE)))  # redis-py types sync and async alike
         if purge:
             conn.delete(CELERY_QUEUE)
         return length
