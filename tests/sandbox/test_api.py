@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import uuid
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 from conftest import job_manifest, pod_manifest, wait_for
