@@ -414,10 +414,7 @@ def list_objects(cluster: Cluster, rt: ResourceType, ns: str | None, query: dict
     label_reqs = parse_label_selector(query.get("labelSelector", ""))
     field_reqs = parse_field_selector(query.get("fieldSelector", ""), rt.key)
     # etcd order: the API server lists (and continues) by the key string "<ns>/<name>".
-    keyed = sorted(
-        (f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}", obj)
-        for obj in cluster.store.list(rt.key, ns if rt.namespaced else None)
-    )
+    keyed = cluster.store.keyed(rt.key, ns if rt.namespaced else None)
     token = query.get("continue")
     first = 0
     if token:
@@ -432,7 +429,7 @@ def list_objects(cluster: Cluster, rt: ResourceType, ns: str | None, query: dict
                 "and now may show up in the list."
             )
         after = str(data["start"]).rstrip("\x00")
-        first = bisect.bisect_right([key for key, _ in keyed], after)
+        first = bisect.bisect_right(keyed, after, key=lambda pair: pair[0])
     limit = int(query.get("limit") or 0)
     selected: list[Obj] = []
     more = False
