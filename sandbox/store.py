@@ -18,6 +18,7 @@ Obj = dict[str, Any]
 # Aliases: inside ``Store`` the name ``list`` is the method, not the builtin.
 ObjList = list[Obj]
 StrList = list[str]
+KeyedList = list[tuple[str, Obj]]
 
 
 class Store:
@@ -45,7 +46,7 @@ class Store:
         self._owner_of: dict[str, dict[tuple[str, str], str]] = {}
         # Sorted listings per (resource, namespace), dropped when the resource changes: a
         # list page on a quiet cluster of 60,000 events need not sort them all again.
-        self._sorted: dict[tuple[str, str | None], list[tuple[str, Obj]]] = {}
+        self._sorted: dict[tuple[str, str | None], KeyedList] = {}
         self._meta: dict[str, Any] = {}
         for res, ns, name, body in self._db.execute("SELECT res, ns, name, body FROM objects"):
             obj = json.loads(body)
@@ -89,7 +90,7 @@ class Store:
     def count(self, res: str) -> int:
         return len(self._objects.get(res, {}))
 
-    def keyed(self, res: str, ns: str | None = None) -> list[tuple[str, Obj]]:
+    def keyed(self, res: str, ns: str | None = None) -> KeyedList:
         """``("<ns>/<name>", obj)`` pairs in the API server's (etcd) key order.
 
         Callers must not change the returned list; it is cached until ``res`` changes.
