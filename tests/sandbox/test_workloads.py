@@ -8,6 +8,12 @@ import pytest
 from conftest import events_for, job_manifest, pod_manifest, wait_for
 from kubernetes import client
 
+from sandbox.api import objects
+from sandbox.api.resources import BY_KEY
+from sandbox.cluster import Cluster, Options
+from sandbox.errors import ApiError
+from sandbox.store import Store
+
 QUOTA = {
     "metadata": {"name": "gpu-quota"},
     "spec": {"hard": {"requests.nvidia.com/gpu": "4", "pods": "10"}},
@@ -49,25 +55,25 @@ def test_resource_quota_refuses_direct_pod_with_403(core, namespace):
     assert quota.status.used["pods"] == "1"
 
 
-def test_back_to_back_pods_are_charged_at_admission(core, namespace):
-    # given a namespace limited to 4 GPUs
-    core.create_namespaced_resource_quota(namespace, QUOTA)
+def test_admitted_pods_are_charged_before_any_controller_recounts(tmp_path):
+    # given a cluster whose controllers do not run (no quota recount between requests) and a
+    # namespace limited to 4 GPUs
+    cluster = Cluster(Store(tmp_path / "state.sqlite3"), Options())
+    objects.create(cluster, BY_KEY["namespaces"], "", {"metadata": {"name": "quota"}})
+    objects.create(cluster, BY_KEY["resourcequotas"], "quota", dict(QUOTA))
     hold = {"sandbox.gpu-portal.dev/duration": "1h"}
-    # when two pods of 2 GPUs are admitted one after the other, at once
+    # when two pods of 2 GPUs are admitted
     for name in ("first", "second"):
-        core.create_namespaced_pod(
-            namespace, pod_manifest(name, {"nvidia.com/gpu": 2}, annotations=hold)
-        )
-    # then a third is refused at once: the first two were charged when admitted, before any
-    # controller recounted the namespace (the API server's quota admission works so)
-    with pytest.raises(client.ApiException) as info:
-        core.create_namespaced_pod(
-            namespace, pod_manifest("third", {"nvidia.com/gpu": 1}, annotations=hold)
-        )
-    assert info.value.status == 403
-    assert (
-        "used: requests.nvidia.com/gpu=4, limited: requests.nvidia.com/gpu=4"
-        in (json.loads(info.value.body)["message"])
+        pod = pod_manifest(name, {"nvidia.com/gpu": 2}, annotations=hold)
+        objects.create(cluster, BY_KEY["pods"], "quota", pod)
+    # then a third is refused: each admitted pod was charged into the quota's status.used
+    # at admission, as the API server's quota plugin does
+    with pytest.raises(ApiError) as info:
+        third = pod_manifest("third", {"nvidia.com/gpu": 1}, annotations=hold)
+        objects.create(cluster, BY_KEY["pods"], "quota", third)
+    assert info.value.code == 403
+    assert "used: requests.nvidia.com/gpu=4, limited: requests.nvidia.com/gpu=4" in (
+        info.value.message
     )
 
 
