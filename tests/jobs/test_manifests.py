@@ -42,12 +42,14 @@ from jobs.manifests import (
     schema_version_for,
     to_yaml,
     validate_manifests,
+    validation,
 )
 from jobs.spec import PRIORITIES, GpuRequest, JobSpec, VolumeMount
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 K8S_VERSION = "1.33"
 A100_80GB = "NVIDIA-A100-SXM4-80GB"
+CTX_FOR_VARIANTS = ManifestContext(job_id=7, namespace="team-vision")
 COMPLETION_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 GOLDEN_CASES: dict[str, tuple[JobSpec, ManifestContext]] = {
@@ -296,6 +298,66 @@ def test_validator_agrees_with_kubernetes_validate() -> None:
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
     assert validate_manifests([broken], K8S_VERSION) != []
+
+
+def _breakages(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Copies of a Job or Deployment, each broken (or not) in one way the schema decides."""
+    cases: list[Any] = [
+        ("spec", "backoffLimit", True),  # a bool is not an integer
+        ("spec", "backoffLimit", 1.0),  # a whole float is one
+        ("spec", "backoffLimit", 1.5),
+        ("spec", "backoffLimit", "1"),
+        ("spec", "backoffLimit", None),  # null is allowed: the schemas say [type, null]
+        ("spec", "bogus", 1),  # strict: no unknown fields
+        ("metadata", "labels", {"a": 1}),
+        ("metadata", "name", ["x"]),
+        ("container", "resources", {"limits": {"cpu": 2}}),  # int-or-string quantity
+        ("container", "resources", {"limits": {"cpu": False}}),
+        ("container", "ports", [{"name": "http"}]),  # containerPort is required
+        ("container", "imagePullPolicy", 3),
+        ("container", "securityContext", {"capabilities": {"drop": "ALL"}}),
+        ("container", "env", [{"name": "A", "valueFrom": {"fieldRef": {}}}]),  # fieldPath
+    ]
+    broken = []
+    for where, key, value in cases:
+        copy = yaml.safe_load(yaml.safe_dump(manifest))
+        target = {
+            "spec": copy["spec"],
+            "metadata": copy["metadata"],
+            "container": copy["spec"]["template"]["spec"]["containers"][0],
+        }[where]
+        target[key] = value
+        broken.append(copy)
+    return broken
+
+
+def test_the_fast_schema_check_agrees_with_jsonschema() -> None:
+    # given every manifest the builders produce, and broken copies of the workloads
+    manifests = [m for spec in spec_variants() for m in build_manifests(spec, CTX_FOR_VARIANTS)]
+    workloads = [m for m in manifests if m["kind"] in ("Job", "Deployment")]
+    samples = manifests + [b for m in workloads[::40] for b in _breakages(m)]
+    version = schema_version_for(K8S_VERSION)
+
+    for manifest in samples:
+        file_name = validation._schema_file_name(manifest["kind"], manifest["apiVersion"])
+        fast = validation._fast_validator(version, file_name)
+        slow = validation._validator(version, file_name)
+        if fast is None or slow is None:
+            assert fast is None and slow is None
+            continue
+        # then jsonschema_rs passes exactly what jsonschema passes
+        assert fast.is_valid(manifest) == slow.is_valid(manifest), manifest
+
+
+def test_what_is_not_plain_json_is_judged_by_jsonschema() -> None:
+    # given a Job with a tuple where the schema wants an array (jsonschema_rs would pass it)
+    manifests = build("single_gpu_training")
+    manifests[0]["spec"]["template"]["spec"]["containers"][0]["args"] = ("--epochs", "10")
+
+    errors = validate_manifests(manifests, K8S_VERSION)
+
+    assert len(errors) == 1
+    assert errors[0].startswith("Job/resnet50-101: spec.template.spec.containers[0].args: ")
 
 
 def test_a_wrongly_typed_field_is_reported_with_object_and_field() -> None:
