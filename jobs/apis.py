@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpResponse
@@ -70,11 +71,49 @@ class JobOutput(serializers.ModelSerializer):
         read_only_fields = fields
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
-        data = super().to_representation(instance)
+        data = self.job_fields(instance)
         # The spec fields also sit at the top level, as clients sent them.
         for key, value in instance.spec.items():
             data.setdefault(key, value)
         return data
+
+    def job_fields(self, job: Job) -> dict[str, Any]:
+        """``Meta.fields`` as the generic ModelSerializer renders them, written out.
+
+        Building a ModelSerializer's fields (deep copies, model introspection) costs more
+        than rendering them, on every job of every response; ``Meta.fields`` still describe
+        the output in the OpenAPI schema. tests/api/test_job_output.py checks the two agree.
+        """
+        return {
+            "id": job.pk,
+            "team": job.team.slug,
+            "name": job.name,
+            "kind": str(job.kind),
+            "owner": job.owner.username,
+            "state": str(job.state),
+            "reason": job.reason,
+            "message": job.message,
+            "priority": job.priority,
+            "gpu_count": job.gpu_count,
+            "namespace": job.namespace,
+            "object_name": job.object_name,
+            "spec": job.spec,
+            "advice": job.advice,
+            "placement": job.placement,
+            "exit_code": job.exit_code,
+            "created_at": _datetime(job.created_at),
+            "admitted_at": _datetime(job.admitted_at),
+            "started_at": _datetime(job.started_at),
+            "finished_at": _datetime(job.finished_at),
+        }
+
+
+# Unbound, it formats as every DateTimeField of the API does (ISO 8601, UTC as "Z").
+_DATETIME_FIELD = serializers.DateTimeField()
+
+
+def _datetime(value: datetime | None) -> str | None:
+    return None if value is None else _DATETIME_FIELD.to_representation(value)
 
 
 class FitOutput(serializers.Serializer):
@@ -110,6 +149,9 @@ class JobDetailOutput(JobOutput):
     def get_queue_position(self, job: Job) -> dict[str, Any] | None:
         position = job_queue_position(job=job)
         return None if position is None else QueuePositionOutput(position).data
+
+    def job_fields(self, job: Job) -> dict[str, Any]:
+        return {**super().job_fields(job), "queue_position": self.get_queue_position(job)}
 
 
 class JobEventOutput(serializers.ModelSerializer):
