@@ -28,8 +28,8 @@ from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
 from portal.errors import ApplicationError, Conflict, PermissionDenied
-from portal.models import GpuQuota, Membership, Team
-from portal.selectors import Catalog, catalog_get, membership_role, teams_for_user
+from portal.models import Membership, Team
+from portal.selectors import Catalog, catalog_get, membership_role, team_quotas_for_user
 from portal.services import audit_record
 from scheduling import cpu_millis, memory_bytes
 
@@ -119,11 +119,12 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     4. the team's quotas could ever admit it.
     """
     spec = spec_parse(data)
-    team = teams_for_user(user=user).filter(slug=spec.team).first()
-    if team is None:
+    found = team_quotas_for_user(user=user, slug=spec.team)
+    if found is None:
         raise _field_error(
             "team", f"You are not a member of a team '{spec.team}'; use one of your teams."
         )
+    team = found.team
     catalog = catalog_get()
     _check_catalog(spec, catalog)
     ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)
@@ -133,8 +134,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
         cpu_millis=cpu_millis(requests["cpu"]),
         memory_bytes=memory_bytes(requests["memory"]),
     )
-    limits = dict(GpuQuota.objects.filter(team=team).values_list("resource", "limit"))
-    problem = quota_never_fits(spec, demand, limits, team=team.slug)
+    problem = quota_never_fits(spec, demand, found.limits, team=team.slug)
     if problem is not None:
         field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
         raise _field_error(field, problem.message)

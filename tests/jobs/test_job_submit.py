@@ -16,9 +16,9 @@ from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
-# team (membership), the catalog (settings, GPU products, MIG profiles in one UNION ALL),
-# quotas, the job's id, then one INSERT each for the job, its event and its audit entry.
-SUBMIT_QUERIES = 7
+# team (membership) with its quotas, the catalog (settings, GPU products, MIG profiles in
+# one UNION ALL), the job's id, then one INSERT each for the job, its event and its audit entry.
+SUBMIT_QUERIES = 6
 
 
 def _submit_queries(user: User, **spec: Any) -> list[str]:
