@@ -17,8 +17,8 @@ from tests.factories import JobFactory
 pytestmark = pytest.mark.django_db
 
 # team (membership) with its quotas, the catalog (settings, GPU products, MIG profiles in
-# one UNION ALL), the job's id, then one INSERT each for the job, its event and its audit entry.
-SUBMIT_QUERIES = 6
+# one UNION ALL), the job's id, then the job, its event and its audit entry in one statement.
+SUBMIT_QUERIES = 4
 
 
 def _submit_queries(user: User, **spec: Any) -> list[str]:
