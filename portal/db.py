@@ -54,7 +54,7 @@ def _insert_sql(obj: Model) -> tuple[str, tuple[Any, ...]]:
     ]
     query = sql.InsertQuery(type(obj))
     query.insert_values(fields, [obj])
-    compiler = query.get_compiler(connection=connection)
+    compiler = query.get_compiler(using=connection.alias)
     compiler.returning_fields = [meta.pk]
     ((insert_sql, insert_params),) = compiler.as_sql()
     return insert_sql, insert_params
