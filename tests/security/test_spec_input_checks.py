@@ -8,6 +8,7 @@ values) keeps tabs and newlines and any printable unicode.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -146,3 +147,39 @@ def test_a_form_encoded_body_is_not_taken_for_a_spec() -> None:
     # When it is parsed, Then it is refused with the content type to use
     with pytest.raises(ApplicationError, match="application/json"):
         spec_parse(data)
+
+
+def _outcome(spec: dict[str, Any]) -> object:
+    try:
+        return spec_parse(spec)
+    except ApplicationError as exc:
+        return exc.field_errors
+
+
+def test_specs_parsed_at_once_in_many_threads_each_get_their_own_answer() -> None:
+    # given valid and refused specs of every shape (the serializers' fields are shared)
+    specs = [
+        training_spec(),
+        training_spec(name="two", workers=2, volumes=[{"claim": "data", "mount_path": "/d"}]),
+        inference_spec(),
+        training_spec(replicas=2),  # refused from the request's own initial_data
+        inference_spec(workers=2),
+        training_spec(name="Bad_Name"),
+        training_spec(gpu={"count": 1, "sharing": "mig"}),
+        training_spec(volumes=[{"claim": "a", "mount_path": "/x"}] * 2),
+        training_spec(gpu={"count": 0.5}),
+        training_spec(bogus=1),
+    ]
+    expected = [_outcome(spec) for spec in specs]
+    assert sum(isinstance(e, dict) for e in expected) == 7
+
+    # when eight threads parse them over and over, interleaved
+    def parse_all(offset: int) -> list[tuple[int, object]]:
+        order = [(offset + i) % len(specs) for i in range(len(specs) * 30)]
+        return [(i, _outcome(specs[i])) for i in order]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = [r for rs in pool.map(parse_all, range(8)) for r in rs]
+
+    # then every answer is the one that spec gets alone
+    assert all(outcome == expected[i] for i, outcome in results)
