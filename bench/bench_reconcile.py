@@ -24,7 +24,9 @@ from its watch cache faster, so the API share is an upper bound.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import io
+import pstats
 import shutil
 import sys
 import tempfile
@@ -103,6 +105,7 @@ class PassFigures:
     rows_written: int
     jobs_updated: int
     events_added: int
+    api_by_method: dict[str, list[float]]
 
 
 class Counters:
@@ -113,6 +116,8 @@ class Counters:
         self.rows_written = 0
         self.api_calls = 0
         self.api_seconds = 0.0
+        # Per list method (e.g. "list_pod_for_all_namespaces"): [requests, seconds].
+        self.by_method: dict[str, list[float]] = {}
 
     def sql(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         result = execute(sql, params, many, context)
@@ -138,7 +143,11 @@ def counting() -> Iterator[Counters]:
         try:
             return original(method, *args, **kwargs)
         finally:
-            counters.api_seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            counters.api_seconds += elapsed
+            tally = counters.by_method.setdefault(getattr(method, "__name__", "?"), [0, 0.0])
+            tally[0] += 1
+            tally[1] += elapsed
 
     kube._call = counted
     try:
@@ -148,13 +157,22 @@ def counting() -> Iterator[Counters]:
         kube._call = original
 
 
-def one_pass() -> PassFigures:
+def one_pass(profile: Path | None = None) -> PassFigures:
+    """One reconcile pass, counted; with ``profile``, also under cProfile (stats saved there)."""
     from jobs.reconcile import cluster_reconcile
 
+    profiler = cProfile.Profile() if profile else None
     with counting() as counters:
         started = time.perf_counter()
+        if profiler:
+            profiler.enable()
         report = cluster_reconcile()
+        if profiler:
+            profiler.disable()
         wall = time.perf_counter() - started
+    if profiler and profile:
+        profiler.dump_stats(profile)
+        pstats.Stats(str(profile)).sort_stats("cumulative").print_stats(30)
     if report.skipped:
         raise SystemExit("reconcile was skipped: another run holds the lock")
     return PassFigures(
@@ -165,6 +183,7 @@ def one_pass() -> PassFigures:
         counters.rows_written,
         len(report.updated),
         report.events_added,
+        counters.by_method,
     )
 
 
@@ -290,7 +309,9 @@ def seed_cluster(state: Path, *, clock_jump: float = 0.0, create: bool = True) -
     return figures
 
 
-def run_size(report: Report, size: int, changed: float, workdir: Path) -> dict[str, PassFigures]:
+def run_size(
+    report: Report, size: int, changed: float, workdir: Path, profile: bool = False
+) -> dict[str, PassFigures]:
     from django.conf import settings
 
     from portal import kube
@@ -326,7 +347,9 @@ def run_size(report: Report, size: int, changed: float, workdir: Path) -> dict[s
         print(f"     moved the clock: {after['succeeded']:,} pods succeeded", flush=True)
         proc.start(reset=False)
         kube.reset_client()
-        passes[f"{changed:.0%} changed"] = one_pass()
+        passes[f"{changed:.0%} changed"] = one_pass(
+            workdir.parent / f"reconcile-{size}.prof" if profile else None
+        )
         report.params[f"finishing_jobs_{size}"] = len(finishing)
         report.params[f"sandbox_events_{size}"] = after["events"]
         return passes
@@ -339,6 +362,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000])
     parser.add_argument("--changed", type=float, default=0.01)
     parser.add_argument("--quick", action="store_true", help="sizes 200 and 2,000")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the changed pass under cProfile: top functions printed, stats in the temp dir",
+    )
     args = parser.parse_args()
     sizes = [200, 2_000] if args.quick else sorted(args.sizes)
     django_setup(
@@ -361,8 +389,13 @@ def main() -> None:
     results: dict[int, dict[str, PassFigures]] = {}
     try:
         for size in sizes:
-            results[size] = run_size(report, size, args.changed, workdir)
+            results[size] = run_size(report, size, args.changed, workdir, args.profile)
             for name, figures in results[size].items():
+                waits = ", ".join(
+                    f"{method} {int(calls)}× {seconds:.2f} s"
+                    for method, (calls, seconds) in sorted(figures.api_by_method.items())
+                )
+                print(f"     {name}: {figures.wall_s:.2f} s; API waits: {waits}", flush=True)
                 case = f"{size:,} jobs, {name}"
                 smallest = f"{sizes[0]:,} jobs, {name}"
                 report.row(

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import urllib3
 from django.conf import settings
 from kubernetes import client, config
@@ -173,6 +174,10 @@ def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise TemporaryClusterError(f"Cluster unreachable: {exc}") from exc
     data = response.data if hasattr(response, "data") else response
     if isinstance(data, bytes | bytearray):
+        try:
+            return orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError:
+            pass  # not JSON (plain text) or beyond orjson (integers over 64 bits)
         text = data.decode("utf-8", errors="replace")
         try:
             return json.loads(text) if text else {}

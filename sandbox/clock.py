@@ -6,6 +6,7 @@ restarted sandbox resumes where it stopped: running pods keep their elapsed time
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from datetime import UTC, datetime
@@ -28,7 +29,13 @@ class SimClock:
 
 def rfc3339(ts: float) -> str:
     """Kubernetes ``metav1.Time``: seconds precision, ``Z`` suffix."""
-    return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339_seconds(int(ts))
+
+
+@functools.lru_cache(maxsize=256)
+def _rfc3339_seconds(seconds: int) -> str:
+    # Controllers stamp thousands of objects a pass with the same second.
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def rfc3339_micro(ts: float) -> str:

@@ -115,6 +115,8 @@ class ApiHandler(_Base):
         headers.append(("Audit-Id", cluster.new_uid()))
         if isinstance(resp.body, str):
             self._send(resp.status, resp.body.encode(), "text/plain", headers)
+        elif isinstance(resp.body, bytes):  # JSON encoded under the store lock (lists)
+            self._send(resp.status, resp.body, "application/json", headers)
         else:
             data = json.dumps(resp.body, separators=(",", ":")).encode()
             self._send(resp.status, data, "application/json", headers)

@@ -47,6 +47,12 @@ class Store:
         # Sorted listings per (resource, namespace), dropped when the resource changes: a
         # list page on a quiet cluster of 60,000 events need not sort them all again.
         self._sorted: dict[tuple[str, str | None], KeyedList] = {}
+        # Each object's JSON as a list item (no apiVersion/kind) at the resourceVersion it
+        # was encoded for; every change goes through ``put``, which moves the version on.
+        self._encoded: dict[str, dict[str, tuple[str, bytes]]] = {}
+        # Per resource, a counter moved by every put and delete: controllers with nothing
+        # to do on an unchanged cluster compare it instead of scanning 10,000 objects.
+        self._versions: dict[str, int] = {}
         self._meta: dict[str, Any] = {}
         for res, ns, name, body in self._db.execute("SELECT res, ns, name, body FROM objects"):
             obj = json.loads(body)
@@ -105,7 +111,24 @@ class Store:
             self._sorted[(res, ns)] = cached
         return cached
 
+    def encoded_item(self, res: str, key: str, obj: Obj) -> bytes:
+        """``obj`` (stored under etcd ``key``) as list-item JSON, re-encoded only when changed."""
+        cache = self._encoded.setdefault(res, {})
+        rv = obj["metadata"].get("resourceVersion", "")
+        hit = cache.get(key)
+        if hit is not None and hit[0] == rv:
+            return hit[1]
+        item = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        data = json.dumps(item, separators=(",", ":")).encode()
+        cache[key] = (rv, data)
+        return data
+
+    def version(self, res: str) -> int:
+        """How many times ``res`` has changed in this process (not persisted)."""
+        return self._versions.get(res, 0)
+
     def _changed(self, res: str) -> None:
+        self._versions[res] = self._versions.get(res, 0) + 1
         for key in [k for k in self._sorted if k[0] == res]:
             del self._sorted[key]
 
@@ -162,6 +185,7 @@ class Store:
         obj = self._objects.get(res, {}).pop((ns, name), None)
         if obj is not None:
             self._index_owner(res, (ns, name), None)
+            self._encoded.get(res, {}).pop(f"{ns}/{name}", None)
             self._changed(res)
             self._db.execute(
                 "DELETE FROM objects WHERE res = ? AND ns = ? AND name = ?", (res, ns, name)

@@ -128,7 +128,7 @@ def _resource(cluster: Cluster, req: Request, t: Target) -> Response:
         return _subresource(cluster, req, t)
     if t.name is None:
         if method == "GET":
-            return Response(200, objects.list_objects(cluster, rt, t.namespace, q))
+            return Response(200, objects.list_encoded(cluster, rt, t.namespace, q))
         if method == "POST":
             if rt.namespaced and t.namespace is None:
                 raise method_not_allowed()

@@ -28,6 +28,7 @@ from sandbox.controllers.common import (
     owned_by,
     owner_ref,
     set_condition,
+    sync_all,
 )
 from sandbox.errors import ApiError
 from sandbox.store import Obj
@@ -59,20 +60,8 @@ def _max_unavailable(d: Obj) -> int:
 
 
 def reconcile(cluster: Cluster) -> None:
-    for d in cluster.store.iter("deployments.apps"):
-        if d["metadata"].get("deletionTimestamp"):
-            continue
-        before = repr(d.get("status"))
-        _reconcile_deployment(cluster, d)
-        if repr(d.get("status")) != before:
-            cluster.store.put("deployments.apps", d)
-    for rs in cluster.store.iter("replicasets.apps"):
-        if rs["metadata"].get("deletionTimestamp"):
-            continue
-        before = repr(rs.get("status"))
-        _reconcile_replicaset(cluster, rs)
-        if repr(rs.get("status")) != before:
-            cluster.store.put("replicasets.apps", rs)
+    sync_all(cluster, "deployments.apps", "replicasets.apps", _reconcile_deployment)
+    sync_all(cluster, "replicasets.apps", "pods", _reconcile_replicaset)
 
 
 def _scale(cluster: Cluster, d: Obj, rs: Obj, replicas: int) -> None:
@@ -95,7 +84,8 @@ def _scale(cluster: Cluster, d: Obj, rs: Obj, replicas: int) -> None:
     )
 
 
-def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
+def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
+    """Sync one Deployment; True while its rollout is unfinished (progressDeadlineSeconds)."""
     now = cluster.now()
     ts = rfc3339(now)
     meta, spec = d["metadata"], d["spec"]
@@ -140,7 +130,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
                 cluster, BY_KEY["replicasets.apps"], ns, body, check_schema=False
             )
         except ApiError:
-            return
+            return True
         set_condition(
             d,
             condition(
@@ -199,7 +189,8 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
         )
     rs_name = new_rs["metadata"]["name"]
     progressing = get_condition(d, "Progressing")
-    if updated == replicas and available >= replicas and total == replicas:
+    complete = updated == replicas and available >= replicas and total == replicas
+    if complete:
         set_condition(
             d,
             condition(
@@ -246,9 +237,11 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> None:
         set_condition(d, dict(failure), probe=False)
     elif get_condition(d, "ReplicaFailure"):
         status["conditions"] = [c for c in status["conditions"] if c["type"] != "ReplicaFailure"]
+    return not complete
 
 
-def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> None:
+def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> bool:
+    """Sync one ReplicaSet; True while it lacks pods (creation may be backing off)."""
     now = cluster.now()
     ts = rfc3339(now)
     meta, spec = rs["metadata"], rs["spec"]
@@ -313,3 +306,4 @@ def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> None:
         status.pop("conditions", None)
     if status.get("fullyLabeledReplicas") == 0:
         status.pop("fullyLabeledReplicas")
+    return len(active) < wanted

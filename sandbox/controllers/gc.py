@@ -25,6 +25,18 @@ def _delete(cluster: Cluster, key: str, ns: str, name: str, policy: str = "Backg
 
 
 def reconcile(cluster: Cluster) -> None:
+    # Steps 1–4 read nothing but the objects: when none changed since a run of them that
+    # changed nothing, they would change nothing again. Events don't count (step 5).
+    store = cluster.store
+    versions = tuple(store.version(rt.key) for rt in RESOURCES if rt.key != "events")
+    if cluster.settled.get("gc", {}).get("versions") != versions:
+        _collect(cluster)
+        after = tuple(store.version(rt.key) for rt in RESOURCES if rt.key != "events")
+        cluster.settled["gc"] = {"versions": versions} if after == versions else {}
+    cluster.expire_events()
+
+
+def _collect(cluster: Cluster) -> None:
     store = cluster.store
     live_uids = {o["metadata"]["uid"] for key in OWNER_KINDS for o in store.iter(key)}
     for key in ("pods", "replicasets.apps"):
@@ -77,4 +89,3 @@ def reconcile(cluster: Cluster) -> None:
         if rq.get("status") != status:
             rq["status"] = status
             store.put("resourcequotas", rq)
-    cluster.expire_events()

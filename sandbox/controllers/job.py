@@ -24,6 +24,7 @@ from sandbox.controllers.common import (
     is_ready,
     owned_by,
     set_condition,
+    sync_all,
 )
 from sandbox.store import Obj
 
@@ -63,16 +64,11 @@ def _finished(job: Obj) -> bool:
 
 
 def reconcile(cluster: Cluster) -> None:
-    for job in cluster.store.iter("jobs.batch"):
-        if job["metadata"].get("deletionTimestamp"):
-            continue
-        before = repr(job.get("status"))
-        _reconcile_job(cluster, job)
-        if repr(job.get("status")) != before:
-            cluster.store.put("jobs.batch", job)
+    sync_all(cluster, "jobs.batch", "pods", _reconcile_job)
 
 
-def _reconcile_job(cluster: Cluster, job: Obj) -> None:
+def _reconcile_job(cluster: Cluster, job: Obj) -> bool:
+    """Sync one Job; True while the clock alone may change it (a deadline, a backoff)."""
     now = cluster.now()
     ts = rfc3339(now)
     meta, spec = job["metadata"], job["spec"]
@@ -143,7 +139,7 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
         finish_status()
         if changed_book:
             cluster.store.meta_set(book_key, book)
-        return
+        return False
 
     # Suspend / resume.
     suspended = get_condition(job, "Suspended")
@@ -157,7 +153,7 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
             status.pop("startTime", None)
         finish_status()
         cluster.store.meta_set(book_key, book)
-        return
+        return False
     if suspended and suspended["status"] == "True":
         set_condition(job, condition("Suspended", "False", "JobResumed", "Job resumed", ts))
         cluster.record_event(job, "Normal", "Resumed", "Job resumed", COMPONENT)
@@ -208,7 +204,7 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
                 cluster.record_event(job, "Normal", "Completed", "Job completed", COMPONENT)
         finish_status()
         cluster.store.meta_set(book_key, book)
-        return
+        return False
 
     # Create or delete pods towards the wanted parallelism.
     if indexed:
@@ -298,3 +294,4 @@ def _reconcile_job(cluster: Cluster, job: Obj) -> None:
     if changed_book:
         cluster.store.meta_set(book_key, book)
     finish_status()
+    return bool(want_new) or bool(spec.get("activeDeadlineSeconds"))
