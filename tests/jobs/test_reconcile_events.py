@@ -212,3 +212,25 @@ def test_a_run_where_nothing_changed_costs_the_same_for_5_or_30_jobs(
     # Then the quiet run's SQL does not grow with the jobs, and writes nothing
     assert small_queries == large_queries
     assert small_writes == large_writes == 0
+
+
+def test_cancelled_jobs_whose_objects_remain_get_their_cleanup_again(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a running job, a cancelled job whose Job object is still listed (its cleanup
+    # task was lost) and a cancelled job whose objects are gone
+    from jobs import tasks
+
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.job_cleanup_task, "delay", queued.append)
+    running, leftover, cleaned = applied_jobs(3)
+    for job in (running, leftover):
+        cluster.running_training_job(job)
+    Job.objects.filter(pk__in=[leftover.pk, cleaned.pk]).update(state=JobState.CANCELLED)
+
+    # When reconcile runs
+    report = cluster_reconcile()
+
+    # Then only the leftover's cleanup is queued again, and the running job is untouched
+    assert queued == report.cleanup == [leftover.pk]
+    assert Job.objects.get(pk=running.pk).state == JobState.RUNNING

@@ -95,6 +95,21 @@ def test_resource_quota_makes_job_record_failed_create(core, batch, namespace):
     assert not core.list_namespaced_pod(namespace).items
 
 
+def test_job_refused_by_quota_gets_its_pod_once_the_quota_is_raised(core, batch, namespace):
+    # given a Job whose pod the quota refused (nothing about the Job or its pods changes
+    # after that: only its creation backoff brings the controller back to it)
+    core.create_namespaced_resource_quota(namespace, QUOTA)
+    batch.create_namespaced_job(namespace, job_manifest("later", {"nvidia.com/gpu": 8}))
+    wait_for(lambda: next(iter(events_for(core, namespace, "later", "FailedCreate")), None))
+    # when an admin raises the quota
+    core.patch_namespaced_resource_quota(
+        "gpu-quota", namespace, {"spec": {"hard": {"requests.nvidia.com/gpu": "8"}}}
+    )
+    # then the controller retries after its backoff and the pod is created
+    pods = wait_for(lambda: core.list_namespaced_pod(namespace).items, timeout=30)
+    assert [p.metadata.labels["job-name"] for p in pods] == ["later"]
+
+
 def test_deployment_replica_failure_condition_on_quota(core, apps, namespace):
     core.create_namespaced_resource_quota(namespace, QUOTA)
     apps.create_namespaced_deployment(namespace, _deployment("too-big", 1, {"nvidia.com/gpu": 8}))
