@@ -141,7 +141,7 @@ def _fmt(value: float, integer: bool) -> str:
 
 def render(cluster: Cluster) -> str:
     """The whole exposition, one sample per device (per holder for shared GPUs)."""
-    with cluster.store.lock:
+    with cluster.store.serving():
         t = cluster.now()
         seed = cluster.options.seed
         boot = float(cluster.store.meta_get("cluster_created", t))

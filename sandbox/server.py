@@ -1,8 +1,8 @@
 """HTTP servers: the Kubernetes API (bearer token) and the dcgm-exporter ``/metrics``.
 
 ``ThreadingHTTPServer`` serves clients concurrently; every API request holds the store lock
-while it runs, so concurrent clients see the same serialised history a real API server's
-etcd would give them.
+while it runs (controllers step aside between objects when one waits), so concurrent
+clients see the same serialised history a real API server's etcd would give them.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class ApiHandler(_Base):
                 self.headers.get("Content-Type", "application/json"),
                 self.server.url,
             )
-            with cluster.store.lock:
+            with cluster.store.serving():
                 resp = handle(cluster, req)
         except ApiError as err:
             resp = Response(err.code, err.status())
@@ -137,7 +137,7 @@ class ApiHandler(_Base):
         since_rv = int(query.get("resourceVersion") or 0)
 
         def snapshot() -> dict[tuple[str, str], dict[str, Any]]:
-            with cluster.store.lock:
+            with cluster.store.serving():
                 items = cluster.store.list(target.rt.key, target.namespace)
                 return {
                     (o["metadata"].get("namespace", ""), o["metadata"]["name"]): json.loads(

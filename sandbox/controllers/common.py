@@ -41,8 +41,14 @@ def sync_all(
     """
     settled = cluster.settled.get(res, {})
     still: dict[str, tuple[Any, ...]] = {}
-    for obj in cluster.store.iter(res):
+    store = cluster.store
+    for obj in store.iter(res):
         meta = obj["metadata"]
+        if (
+            store.yield_to_requests()
+            and store.get(res, meta.get("namespace", ""), meta["name"]) is not obj
+        ):
+            continue  # deleted or replaced by a request meanwhile
         if meta.get("deletionTimestamp"):
             continue
         signature = sync_signature(cluster, obj, owned_res)
@@ -52,7 +58,7 @@ def sync_all(
         before = repr(obj.get("status"))
         waits = sync(cluster, obj)
         if repr(obj.get("status")) != before:
-            cluster.store.put(res, obj)
+            store.put(res, obj)
         elif not waits and sync_signature(cluster, obj, owned_res) == signature:
             still[meta["uid"]] = signature
     cluster.settled[res] = still

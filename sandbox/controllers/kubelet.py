@@ -396,7 +396,14 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
 
 def reconcile(cluster: Cluster) -> None:
     now = cluster.now()
-    for pod in cluster.store.iter("pods"):
+    store = cluster.store
+    for pod in store.iter("pods"):
+        meta = pod["metadata"]
+        if (
+            store.yield_to_requests()
+            and store.get("pods", meta["namespace"], meta["name"]) is not pod
+        ):
+            continue  # deleted or replaced by a request meanwhile
         if pod["spec"].get("nodeName"):
             _tick_pod(cluster, pod, now)
         elif pod["metadata"].get("deletionTimestamp"):
