@@ -11,7 +11,8 @@ nodes) as a real subprocess, reached only through the official client. For each 
    take minutes) and run by the sandbox's own controllers until every pod runs;
 3. pass 1 catches the rows up (everything changed), pass 2 finds nothing changed;
 4. the sandbox is stopped, its clock moved on so 1 % of the jobs finish (its controllers
-   write the Job conditions and events), and restarted;
+   write the Job conditions and events), and restarted and warmed up (``warm_up``: a
+   restart is this benchmark's artefact, a real API server's caches are warm);
 5. pass 3 — the figure that matters — sees 1 % changed.
 
 Per pass: wall time, split into time waiting on the API server (requests, including the
@@ -94,6 +95,7 @@ LONG = "90d"  # jobs that outlive the benchmark
 SHORT = "6h"  # the 1 % that finish between pass 2 and pass 3
 SEED_SPEED = 20.0  # simulated seconds per real second while seeding in-process
 EVENT_TTL = str(30 * 86400)  # keep every event: the clock jumps hours in step 4
+WARM_UP_REST_SECONDS = 3.0
 
 
 @dataclass
@@ -185,6 +187,28 @@ def one_pass(profile: Path | None = None) -> PassFigures:
         report.events_added,
         counters.by_method,
     )
+
+
+def warm_up() -> None:
+    """After a sandbox restart: one untimed LIST of each kind, then a few seconds' rest.
+
+    The restart is this benchmark's artefact (the clock can only be moved while the
+    sandbox is stopped); a real API server has been up all along, its watch cache warm and
+    its controllers settled. Listing fills the sandbox's per-object JSON cache and the rest
+    lets its controllers' first full pass after loading finish. The portal's rows are not
+    touched: the timed pass still finds every change since the previous one.
+    """
+    from jobs.manifests import MANAGED_BY_SELECTOR
+    from jobs.models import Job
+    from portal import kube
+
+    for kind in ("Job", "Deployment", "Pod"):
+        for _ in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
+            pass
+    for namespace in Job.objects.values_list("namespace", flat=True).distinct():
+        for _ in kube.list_all("Event", namespace=namespace):
+            pass
+    time.sleep(WARM_UP_REST_SECONDS)
 
 
 def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
@@ -341,12 +365,14 @@ def run_size(
         )
         proc.start(reset=False)
         kube.reset_client()
+        warm_up()
         passes = {"catch-up": one_pass(), "nothing changed": one_pass()}
         proc.stop()
         after = seed_cluster(proc.state, clock_jump=7 * 3600, create=False)
         print(f"     moved the clock: {after['succeeded']:,} pods succeeded", flush=True)
         proc.start(reset=False)
         kube.reset_client()
+        warm_up()
         passes[f"{changed:.0%} changed"] = one_pass(
             workdir.parent / f"reconcile-{size}.prof" if profile else None
         )

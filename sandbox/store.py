@@ -50,6 +50,10 @@ class Store:
         # object per pass, and a scan per question made a pass cost jobs × pods.
         self._owned: dict[str, dict[str, set[tuple[str, str]]]] = {}
         self._owner_of: dict[str, dict[tuple[str, str], str]] = {}
+        # Per resource and owner uid, a stamp that moves whenever one of its owned objects is
+        # put or deleted: what a controller compares to know nothing it owns changed.
+        self._owned_stamps: dict[str, dict[str, int]] = {}
+        self._stamp = 0
         # Sorted listings per (resource, namespace), dropped when the resource changes: a
         # list page on a quiet cluster of 60,000 events need not sort them all again.
         self._sorted: dict[tuple[str, str | None], KeyedList] = {}
@@ -179,11 +183,20 @@ class Store:
         items = self._objects.get(res, {})
         return [items[k] for k in sorted(keys) if k[0] == ns]
 
+    def owned_stamp(self, res: str, owner_uid: str) -> int:
+        """Moves whenever an object of ``res`` controlled by ``owner_uid`` is put or deleted."""
+        return self._owned_stamps.get(res, {}).get(owner_uid, 0)
+
     def _index_owner(self, res: str, key: tuple[str, str], obj: Obj | None) -> None:
         owner_of = self._owner_of.setdefault(res, {})
         owned = self._owned.setdefault(res, {})
+        stamps = self._owned_stamps.setdefault(res, {})
+        # Stamps come from one counter and are never reused, so an owner that loses all it
+        # owns never looks like it did before it had any.
+        self._stamp += 1
         before = owner_of.pop(key, None)
         if before is not None:
+            stamps[before] = self._stamp
             owned[before].discard(key)
             if not owned[before]:
                 del owned[before]
@@ -193,6 +206,7 @@ class Store:
             if ref.get("controller") and ref.get("uid"):
                 owner_of[key] = ref["uid"]
                 owned.setdefault(ref["uid"], set()).add(key)
+                stamps[ref["uid"]] = self._stamp
                 break
 
     def put(self, res: str, obj: Obj) -> Obj:

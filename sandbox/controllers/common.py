@@ -20,11 +20,10 @@ def owned_by(cluster: Cluster, res: str, ns: str, uid: str) -> list[Obj]:
     return cluster.store.owned(res, ns, uid)
 
 
-def sync_signature(cluster: Cluster, owner: Obj, owned_res: str) -> tuple[str, ...]:
-    """The owner's resourceVersion and those of the objects it controls, in name order."""
+def sync_signature(cluster: Cluster, owner: Obj, owned_res: str) -> tuple[str, int]:
+    """The owner's resourceVersion and the stamp of the objects it controls."""
     meta = owner["metadata"]
-    owned = cluster.store.owned(owned_res, meta.get("namespace", ""), meta["uid"])
-    return (meta.get("resourceVersion", ""), *(o["metadata"]["resourceVersion"] for o in owned))
+    return (meta.get("resourceVersion", ""), cluster.store.owned_stamp(owned_res, meta["uid"]))
 
 
 def sync_all(
