@@ -205,7 +205,7 @@ def warm_up() -> None:
     for kind in ("Job", "Deployment", "Pod"):
         for _ in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             pass
-    for namespace in Job.objects.values_list("namespace", flat=True).distinct():
+    for namespace in sorted(set(Job.objects.values_list("namespace", flat=True))):
         for _ in kube.list_all("Event", namespace=namespace):
             pass
     time.sleep(WARM_UP_REST_SECONDS)
