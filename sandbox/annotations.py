@@ -11,6 +11,9 @@ WORKLOAD = PREFIX + "workload"  # "training" | "inference" (default from restart
 IDLE = PREFIX + "idle"  # "true": holds its GPUs at ~0 % utilisation
 HOT = PREFIX + "hot"  # "true": its GPUs run above 85 °C
 FB_FULL = PREFIX + "fb-full"  # "true": framebuffer nearly full (< 1 GiB free)
+# "30s": how long its containers take to exit after SIGTERM (a checkpoint on preemption,
+# say), capped by the pod's termination grace period; default 1 s
+STOP = PREFIX + "stop"
 
 
 def env_name(key: str) -> str:

@@ -191,7 +191,8 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
                         host=node_name,
                     )
             grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
-            life["kill_at"] = now + min(grace, STOP_SECONDS)
+            stop = ann.get(pod, ann.STOP)
+            life["kill_at"] = now + min(grace, parse_duration(stop) if stop else STOP_SECONDS)
             cluster.store.meta_set(life_key, life)
         if now >= life["kill_at"]:
             cluster.store.delete("pods", ns, name)

@@ -237,7 +237,11 @@ def test_victim_gets_disruption_target_condition(core, sched, namespace):
             priorityClassName="gpu-low",
             nodeSelector=pin,
             terminationGracePeriodSeconds=600,
-            annotations={"sandbox.gpu-portal.dev/duration": "2h"},
+            # it checkpoints for 5 simulated minutes once told to stop: the test's window
+            annotations={
+                "sandbox.gpu-portal.dev/duration": "2h",
+                "sandbox.gpu-portal.dev/stop": "5m",
+            },
         ),
     )
     wait_for(lambda: core.read_namespaced_pod("victim", namespace).status.phase == "Running")
