@@ -234,3 +234,25 @@ def test_cancelled_jobs_whose_objects_remain_get_their_cleanup_again(
     # Then only the leftover's cleanup is queued again, and the running job is untouched
     assert queued == report.cleanup == [leftover.pk]
     assert Job.objects.get(pk=running.pk).state == JobState.RUNNING
+
+
+def test_a_pass_that_fails_leaves_the_garbage_collector_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a tracked job and a cluster that stops answering mid-pass
+    import gc
+
+    applied_jobs(1)
+
+    def unreachable(*_: Any, **__: Any) -> list[Obj]:
+        assert not gc.isenabled()  # the pass holds the cycle collector off while it lists
+        raise kube.TemporaryClusterError("Cluster unreachable: connection refused")
+
+    monkeypatch.setattr(kube, "list_all", unreachable)
+
+    # When reconcile runs, it reports the outage
+    with pytest.raises(kube.TemporaryClusterError):
+        cluster_reconcile()
+
+    # Then the worker process gets its garbage collector back
+    assert gc.isenabled()
