@@ -8,10 +8,14 @@ again by the periodic reconcile.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 from typing import Any
 
+import redis
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 
 from jobs.admission import admission_run
@@ -27,11 +31,27 @@ RETRY = {
     "max_retries": 8,
 }
 ROBUST = {"acks_late": True, "reject_on_worker_lost": True}
+# Set while an admission run for the team is queued and has not started: a burst of
+# submits for one team shares that run instead of queuing one each. The expiry bounds how
+# long a run lost with its broker can hold later ones back (reconcile re-queues it anyway).
+ADMISSION_QUEUED_KEY = "gpu-portal:admission-queued:{team_id}"
+ADMISSION_QUEUED_SECONDS = 60
+
+
+@functools.lru_cache(maxsize=4)
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
 
 @shared_task(**ROBUST, soft_time_limit=30, time_limit=60)
 def admission_task(team_id: int) -> list[int]:
     """Admit what the team's quota allows, then queue each admitted job's apply."""
+    # Cleared before the queue is read: every submit that found the mark committed before
+    # this point, so this run sees its job; any later submit queues a run of its own.
+    try:
+        _redis(settings.REDIS_URL).delete(ADMISSION_QUEUED_KEY.format(team_id=team_id))
+    except redis.RedisError as exc:
+        logger.warning("admission mark not cleared (expires on its own): %s", exc)
     admitted = admission_run(team_id=team_id).admitted
     for job_id in admitted:
         job_apply_task.delay(job_id)
@@ -98,8 +118,26 @@ def teams_sync_task() -> dict[int, str]:
 
 
 def admission_enqueue(*, team_id: int) -> None:
-    """Queue admission for a team once the current transaction commits."""
-    transaction.on_commit(lambda: admission_task.delay(team_id))
+    """Queue admission for a team once the current transaction commits, unless a queued
+    run that has not started yet will see this transaction's changes anyway."""
+    transaction.on_commit(lambda: _admission_publish(team_id))
+
+
+def _admission_publish(team_id: int) -> None:
+    key = ADMISSION_QUEUED_KEY.format(team_id=team_id)
+    client = _redis(settings.REDIS_URL)
+    try:
+        if not client.set(key, "1", nx=True, ex=ADMISSION_QUEUED_SECONDS):
+            return  # a queued run has yet to start: it will read what just committed
+    except redis.RedisError as exc:
+        logger.warning("admission mark not set, queuing a run anyway: %s", exc)
+    try:
+        admission_task.delay(team_id)
+    except Exception:
+        # Not queued: the next submit must not count on it.
+        with contextlib.suppress(redis.RedisError):
+            client.delete(key)
+        raise
 
 
 def cleanup_enqueue(*, job_id: int) -> None:
