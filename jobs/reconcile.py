@@ -29,6 +29,7 @@ from jobs.manifests import JOB_ID_LABEL, MANAGED_BY_SELECTOR
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.observe import Observation, observe_inference, observe_training
 from portal import kube
+from portal.redis_client import redis_client
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
 logger = logging.getLogger(__name__)
@@ -54,8 +55,7 @@ class ReconcileReport:
 
 
 def _lock() -> Any:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    return client.lock(LOCK_NAME, timeout=LOCK_TIMEOUT_SECONDS, blocking=False)
+    return redis_client().lock(LOCK_NAME, timeout=LOCK_TIMEOUT_SECONDS, blocking=False)
 
 
 def _job_id(obj: Obj) -> int | None:

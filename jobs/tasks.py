@@ -9,17 +9,16 @@ again by the periodic reconcile.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from typing import Any
 
 import redis
 from celery import shared_task
-from django.conf import settings
 from django.db import transaction
 
 from jobs.admission import admission_run
 from portal.kube import TemporaryClusterError
+from portal.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +37,13 @@ ADMISSION_QUEUED_KEY = "gpu-portal:admission-queued:{team_id}"
 ADMISSION_QUEUED_SECONDS = 60
 
 
-@functools.lru_cache(maxsize=4)
-def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-
-
 @shared_task(**ROBUST, soft_time_limit=30, time_limit=60)
 def admission_task(team_id: int) -> list[int]:
     """Admit what the team's quota allows, then queue each admitted job's apply."""
     # Cleared before the queue is read: every submit that found the mark committed before
     # this point, so this run sees its job; any later submit queues a run of its own.
     try:
-        _redis(settings.REDIS_URL).delete(ADMISSION_QUEUED_KEY.format(team_id=team_id))
+        redis_client().delete(ADMISSION_QUEUED_KEY.format(team_id=team_id))
     except redis.RedisError as exc:
         logger.warning("admission mark not cleared (expires on its own): %s", exc)
     admitted = admission_run(team_id=team_id).admitted
@@ -125,7 +119,7 @@ def admission_enqueue(*, team_id: int) -> None:
 
 def _admission_publish(team_id: int) -> None:
     key = ADMISSION_QUEUED_KEY.format(team_id=team_id)
-    client = _redis(settings.REDIS_URL)
+    client = redis_client()
     try:
         if not client.set(key, "1", nx=True, ex=ADMISSION_QUEUED_SECONDS):
             return  # a queued run has yet to start: it will read what just committed

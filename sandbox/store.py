@@ -113,6 +113,14 @@ class Store:
             self.lock._acquire_restore(state)  # type: ignore[attr-defined]
         return True
 
+    def still_stored_after_yield(self, res: str, obj: Obj) -> bool:
+        """Let waiting requests in; then whether ``obj`` is still the stored object of ``res``
+        (a request may have deleted or replaced it meanwhile)."""
+        if not self.yield_to_requests():
+            return True
+        meta = obj["metadata"]
+        return self.get(res, meta.get("namespace", ""), meta["name"]) is obj
+
     @property
     def fresh(self) -> bool:
         return not self._objects

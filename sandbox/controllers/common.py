@@ -43,11 +43,8 @@ def sync_all(
     store = cluster.store
     for obj in store.iter(res):
         meta = obj["metadata"]
-        if (
-            store.yield_to_requests()
-            and store.get(res, meta.get("namespace", ""), meta["name"]) is not obj
-        ):
-            continue  # deleted or replaced by a request meanwhile
+        if not store.still_stored_after_yield(res, obj):
+            continue
         if meta.get("deletionTimestamp"):
             continue
         signature = sync_signature(cluster, obj, owned_res)

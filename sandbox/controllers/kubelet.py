@@ -424,11 +424,8 @@ def reconcile(cluster: Cluster) -> None:
     still: dict[str, tuple[Any, ...]] = {}
     for pod in store.iter("pods"):
         meta = pod["metadata"]
-        if (
-            store.yield_to_requests()
-            and store.get("pods", meta["namespace"], meta["name"]) is not pod
-        ):
-            continue  # deleted or replaced by a request meanwhile
+        if not store.still_stored_after_yield("pods", pod):
+            continue
         uid, rv = meta["uid"], meta["resourceVersion"]
         hit = waiting.get(uid)
         if hit is not None and hit[0] == rv and now < hit[1]:

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from jobs import tasks
+from portal.redis_client import redis_client
 from tests.factories import TeamFactory
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ def queued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Team ids of the admission runs put on the broker; the marks start clear."""
     runs: list[int] = []
     monkeypatch.setattr(tasks.admission_task, "delay", runs.append)
-    client = tasks._redis(settings.REDIS_URL)
+    client = redis_client()
     marks = tasks.ADMISSION_QUEUED_KEY.format(team_id="*")
     for key in client.scan_iter(marks):
         client.delete(key)
