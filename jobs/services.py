@@ -29,7 +29,7 @@ from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
 from portal.db import rows_insert
 from portal.errors import ApplicationError, Conflict, PermissionDenied
-from portal.models import Membership, Team
+from portal.models import AuditLog, Membership, Team
 from portal.selectors import Catalog, catalog_get, membership_role, team_quotas_for_user
 from portal.services import audit_entry, audit_record
 from scheduling import cpu_millis, memory_bytes
@@ -221,15 +221,16 @@ def _job_id_reserve() -> int | None:
     return int(row[0])
 
 
-@transaction.atomic
 def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     """Store a checked spec as a ``queued`` job with its manifests.
 
-    The job's id comes first (it names the Kubernetes objects), then the
-    manifests are built and validated and the row is written with them; any
-    failure rolls the whole thing back, so a rejected request stores nothing.
-    Admission is triggered only after commit, so a worker never sees a job that
-    does not exist yet.
+    The job's id comes first (it names the Kubernetes objects), then the manifests are
+    built and validated, and only then is anything written: a rejected request stores
+    nothing. On PostgreSQL the job, its event and its audit entry are one INSERT
+    statement, atomic on its own, so no transaction has to be opened and committed
+    around it (two round trips fewer on the busiest write path). Admission is triggered
+    on commit (at once outside a transaction, at the caller's commit inside one), so a
+    worker never sees a job that does not exist yet.
     """
     checked = job_spec_check(user=user, data=data)
     spec, team = checked.spec, checked.team
@@ -251,23 +252,36 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
         namespace=team.namespace,
         cloned_from=cloned_from,
     )
-    if reserved_id is None:  # no sequence to reserve from (the SQLite demo): insert first
-        job.save(force_insert=True)
-    ctx = _context(spec=spec, team=team, catalog=checked.catalog, job_id=job.pk)
-    job.manifests = _manifests_for(checked, job.pk)
-    job.object_name = object_name(spec, ctx)
-    event = JobEvent(job=job, reason="Submitted", message=f"Submitted by {user.get_username()}.")
-    entry = audit_entry(
-        actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": spec.name}
-    )
-    if reserved_id is None:
-        job.save(update_fields=["manifests", "object_name"])
-        rows_insert(event, entry)
-    else:
-        # The job, its event and its audit entry in one statement: one round trip.
-        rows_insert(job, event, entry)
+    if reserved_id is not None:
+        _job_complete(job, checked)
+        rows_insert(job, *_job_records(job, user))
+    else:  # no sequence to reserve the id from (the SQLite demo): insert, then complete
+        with transaction.atomic():
+            job.save(force_insert=True)
+            _job_complete(job, checked)
+            job.save(update_fields=["manifests", "object_name"])
+            rows_insert(*_job_records(job, user))
     admission_enqueue(team_id=team.pk)
     return job
+
+
+def _job_complete(job: Job, checked: CheckedSpec) -> None:
+    """Give a job whose id is known its manifests and the name of its Kubernetes object."""
+    ctx = _context(spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job.pk)
+    job.manifests = _manifests_for(checked, job.pk)
+    job.object_name = object_name(checked.spec, ctx)
+
+
+def _job_records(job: Job, user: User) -> tuple[JobEvent, AuditLog]:
+    """The event and the audit entry that go with a newly submitted job (not yet saved)."""
+    event = JobEvent(job=job, reason="Submitted", message=f"Submitted by {user.get_username()}.")
+    entry = audit_entry(
+        actor=user,
+        action="job.submit",
+        target=job,
+        changes={"team": job.team.slug, "name": job.name},
+    )
+    return event, entry
 
 
 def job_can_cancel(*, user: User | AnonymousUser, job: Job) -> bool:
