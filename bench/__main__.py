@@ -55,6 +55,11 @@ def headline(result: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"{k.replace('_', ' ')} {_fmt(metrics[k])}" for k in keys if k in metrics
         )
         ratio = f"{row['ratio']:.2f}× {row['baseline']}" if row.get("ratio") is not None else ""
+        if ratio and "round_ratio_median" in metrics:
+            ratio += (
+                f" (per round: median {metrics['round_ratio_median']:.2f}×, "
+                f"{metrics['round_ratio_min']:.2f}–{metrics['round_ratio_max']:.2f}×)"
+            )
         lines.append((row["case"], figures, ratio))
     return lines
 

@@ -9,7 +9,8 @@ admission task enqueued to Redis on commit) through gunicorn with production set
 PostgreSQL and Redis, with 1, 8 and 32 concurrent clients: requests/s, p50 and p99 latency.
 In the same run and server, in alternating time slices (``--seconds`` each, ``--rounds``
 times), the floor: ``GET /api/v1/me/``, an authenticated DRF endpoint doing one indexed
-query beyond the token look-up. The ratio submit/floor is on requests/s.
+query beyond the token look-up. The ratio submit/floor is on requests/s over all rounds;
+its spread is each round's submit slice against the floor slice before it (median, min, max).
 
 Growth: clients 1 → 8 → 32 (latency and throughput), and the database holding 1,000 then
 10,000 jobs (submit at 8 clients).
@@ -29,6 +30,7 @@ import os
 import secrets
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -296,6 +298,7 @@ class Run:
     statuses: Counter[int] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    rounds_req_per_s: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> int:
@@ -377,8 +380,24 @@ def measure(
     runs = {"floor": Run(), "submit": Run()}
     for _ in range(rounds):
         for case, total in runs.items():
-            total.add(load(port=port, tokens=tokens[:clients], case=case, seconds=seconds))
+            run = load(port=port, tokens=tokens[:clients], case=case, seconds=seconds)
+            total.add(run)
+            total.rounds_req_per_s.append(figures(run)["req_per_s"])
     return runs
+
+
+def round_ratios(runs: dict[str, Run]) -> dict[str, float]:
+    """The spread of submit/floor over the rounds: each round's submit slice against the
+    floor slice just before it (the pair closest in time on a noisy host)."""
+    pairs = zip(runs["floor"].rounds_req_per_s, runs["submit"].rounds_req_per_s, strict=True)
+    ratios = sorted(submit / floor for floor, submit in pairs if floor)
+    if not ratios:
+        return {}
+    return {
+        "round_ratio_median": round(statistics.median(ratios), 3),
+        "round_ratio_min": round(ratios[0], 3),
+        "round_ratio_max": round(ratios[-1], 3),
+    }
 
 
 def report_rows(
@@ -394,6 +413,7 @@ def report_rows(
         ratio_of="req_per_s",
         **figures(runs["submit"]),
         queries=queries["submit"],
+        **round_ratios(runs),
     )
     for case, run in runs.items():
         for error in sorted(set(run.errors))[:3]:
