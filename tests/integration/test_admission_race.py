@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -33,13 +34,23 @@ def test_concurrent_submissions_never_admit_more_than_the_quota() -> None:
     user = User.objects.create_user("racer", password="pw-for-tests-1")
     Membership.objects.create(user=user, team=team)
     start = threading.Event()
+    lock = threading.Lock()
+    stored_by: dict[int, float] = {}  # job id → when job_submit returned (committed by then)
+    runs: list[tuple[float, list[int]]] = []  # (when an admission run began, what it admitted)
 
     def submit_and_admit(i: int) -> None:
         start.wait()
         try:
-            job_submit(user=user, data=training_spec(team="race", name=f"r{i}", gpu={"count": 1}))
+            job = job_submit(
+                user=user, data=training_spec(team="race", name=f"r{i}", gpu={"count": 1})
+            )
+            with lock:
+                stored_by[job.pk] = time.monotonic()
             for _ in range(ADMISSION_ROUNDS):
-                admission_run(team_id=team.pk)
+                began = time.monotonic()
+                result = admission_run(team_id=team.pk)
+                with lock:
+                    runs.append((began, result.admitted))
         finally:
             connection.close()
 
@@ -57,9 +68,20 @@ def test_concurrent_submissions_never_admit_more_than_the_quota() -> None:
     waiting = Job.objects.filter(team=team, admitted_at__isnull=True)
     assert waiting.count() == SUBMISSIONS - 8
     assert all(j.reason == "QuotaExceeded" for j in waiting)
-    # Admission order is FIFO within one priority: the first 8 submitted are the ones admitted.
-    first_eight = list(Job.objects.filter(team=team).order_by("created_at", "id")[:8])
-    assert {j.pk for j in first_eight} == {j.pk for j in admitted}
+    # And admission is FIFO within one priority: no run admitted a job ahead of an earlier
+    # one that was already stored when the run began. (Two submits racing to commit have
+    # no order a run can see: the one stored first may be the one created second.)
+    order = {j.pk: (j.created_at, j.pk) for j in Job.objects.filter(team=team)}
+    admitted_ids = {j.pk for j in admitted}
+    assert sum(len(ids) for _, ids in runs) == 8
+    for began, ids in runs:
+        for job_id in ids:
+            passed_over = [
+                earlier
+                for earlier, stored in stored_by.items()
+                if stored < began and order[earlier] < order[job_id] and earlier not in admitted_ids
+            ]
+            assert passed_over == [], f"job {job_id} admitted ahead of {passed_over}"
     redis.Redis.from_url(settings.REDIS_URL).flushdb()  # the admission tasks nobody consumed
 
 
