@@ -3,7 +3,7 @@ real Celery worker (the sandbox at 30× speed, Prometheus scraping every second)
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -146,6 +146,49 @@ def test_every_panel_query_is_valid_promql_for_a_real_prometheus(
     # And the per-GPU panels see every GPU of the sandbox with its node
     cells = query(queries.cluster_utilisation_by_gpu())
     assert cells and all(c.labels.get("node") and c.labels.get("gpu") for c in cells)
+
+
+def test_aggregates_that_hide_the_node_count_the_same_gpus_as_the_node_panels(
+    metrics: PrometheusProcess, users: dict[str, User]
+) -> None:
+    # The cluster line, the team figures and the idle seconds group by the exporter's host
+    # labels instead of copying them into `node` first (half the cost of a 24 h query);
+    # they must see exactly the devices the node-labelled panels see.
+    # Given a job holding 2 GPUs, beside the sandbox's other (whole and MIG) GPUs, and the
+    # idle seconds as defined on node-labelled devices (every held sample counts: < 101 %)
+    job = submit_running(users["alice"], name="same-gpus", env={}, gpus=2)
+    held = queries.matchers(held=True)
+    per_device = f"max by (namespace, pod, node, gpu, GPU_I_ID) ({queries.utilisation(held)})"
+    reference = f"sum by (namespace, pod) (sum_over_time(({per_device} < bool 101)[60s:1s]))"
+
+    def by_pod(promql: str, at: datetime) -> dict[tuple[str, str], float | None]:
+        return {(s.labels["namespace"], s.labels["pod"]): s.value for s in query(promql, at=at)}
+
+    def job_scraped() -> tuple[datetime, dict[tuple[str, str], float | None]] | None:
+        at = timezone.now()
+        expected = by_pod(reference, at)
+        return (at, expected) if any(ns == job.namespace for ns, _ in expected) else None
+
+    at, expected = wait_for(job_scraped, timeout=20)
+
+    # When the cluster line is read beside the per-GPU heatmap cells at one instant
+    cells = query(queries.cluster_utilisation_by_gpu(), at=at)
+    (line,) = query(queries.cluster_utilisation(), at=at)
+    # Then the line is the mean of the cells: every GPU once, MIG instances merged
+    assert len(query(queries.gpu_utilisation_by_host(), at=at)) == len(cells)
+    values = [c.value for c in cells if c.value is not None]
+    assert line.value == pytest.approx(sum(values) / len(values))
+
+    # And the team's busy GPUs sum the same devices as the node-labelled definition
+    team = queries.matchers(equal={"namespace": job.namespace})
+    devices = query(f"max by (node, gpu, GPU_I_ID) ({queries.utilisation(team)})", at=at)
+    assert len(devices) == 2
+    (busy,) = query(queries.team_busy_gpus(job.namespace), at=at)
+    assert busy.value == pytest.approx(sum(d.value or 0.0 for d in devices) / 100)
+
+    # And the idle seconds count the same held samples as the node-labelled definition
+    built = queries.idle_gpu_seconds(threshold_percent=101, lookback_seconds=60, step=1)
+    assert by_pod(built, at) == expected
 
 
 def test_team_usage_series_matches_the_jobs_allocation(

@@ -48,8 +48,11 @@ def test_cluster_panels_aggregate_in_promql_by_node_and_gpu() -> None:
     assert queries.cluster_utilisation_by_gpu().startswith("avg by (node, gpu) (label_replace(")
     assert queries.cluster_temperature_by_gpu().startswith("max by (node, gpu) (label_replace(")
     assert "DCGM_FI_DEV_GPU_TEMP" in queries.cluster_temperature_by_gpu()
-    # Cluster utilisation: the mean over GPUs, each GPU once (MIG instances averaged first)
-    assert queries.cluster_utilisation() == f"avg({queries.cluster_utilisation_by_gpu()})"
+    # Cluster utilisation: the mean over GPUs, each GPU once (MIG instances averaged first),
+    # grouped by the host labels as scraped: no label_replace over every raw series
+    line = queries.cluster_utilisation()
+    assert line.startswith("avg(avg by (node, Hostname, hostname, gpu) ((DCGM_FI_DEV_GPU_UTIL")
+    assert "label_replace" not in line
     assert queries.firing_alerts() == 'ALERTS{alertstate="firing"}'
 
 
@@ -58,8 +61,9 @@ def test_team_queries_count_a_time_sliced_gpu_once() -> None:
     util = queries.team_utilisation("team-vision")
     busy = queries.team_busy_gpus("team-vision")
     # Then each device is reduced to one series (max by device) before the team aggregate
-    assert util.startswith("avg(max by (node, gpu, GPU_I_ID) (")
-    assert busy.startswith("sum(max by (node, gpu, GPU_I_ID) (") and busy.endswith(") / 100")
+    device = "max by (node, Hostname, hostname, gpu, GPU_I_ID) ("
+    assert util.startswith(f"avg({device}")
+    assert busy.startswith(f"sum({device}") and busy.endswith(") / 100")
     assert 'namespace="team-vision"' in util and 'namespace="team-vision"' in busy
 
 
@@ -74,7 +78,10 @@ def test_idle_query_needs_the_whole_window_under_the_threshold_and_held_that_lon
 
 def test_idle_gpu_seconds_counts_below_threshold_samples_times_the_step() -> None:
     expr = queries.idle_gpu_seconds(threshold_percent=5, lookback_seconds=3600, step=5)
-    assert expr.startswith("sum by (namespace, pod) (sum_over_time((max by (namespace, pod,")
+    assert expr.startswith(
+        "sum by (namespace, pod) (sum_over_time((max by (namespace, pod, node, Hostname, "
+        "hostname, gpu, GPU_I_ID) ("
+    )
     assert "< bool 5)[3600s:5s]" in expr
     assert expr.endswith(") * 5")
 
