@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 import requests
 from django.conf import settings
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
@@ -98,11 +99,33 @@ def _number(raw: Any) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
 
 
+def _api(path: str, params: dict[str, str] | None = None) -> Any:
+    """GET an HTTP API path through the client's session (its URL, headers, auth, retry
+    and timeout), decoded by orjson: a 24 h range over many GPUs is megabytes of JSON,
+    which ``requests``' own decoder reads at a third of the speed. Raises what the client
+    raises (``PrometheusApiClientException`` for a refusal)."""
+    client = _client()
+    response = client._session.get(
+        f"{client.url}{path}",
+        params=params,
+        headers=client.headers,
+        auth=client.auth,
+        timeout=settings.PROMETHEUS_TIMEOUT,
+    )
+    if response.status_code != 200:
+        raise PrometheusApiClientException(
+            f"HTTP Status Code {response.status_code} ({response.content!r})"
+        )
+    return orjson.loads(response.content)["data"]
+
+
 def query(promql: str, *, at: datetime | None = None) -> list[Sample]:
     """An instant query."""
-    params = {"time": f"{at.timestamp():.3f}"} if at else None
+    params = {"query": promql}
+    if at is not None:
+        params["time"] = f"{at.timestamp():.3f}"
     try:
-        result = _client().custom_query(promql, params=params)
+        result = _api("/api/v1/query", params)["result"]
         return [Sample(dict(r["metric"]), _number(r["value"][1])) for r in result]
     except (requests.RequestException, PrometheusApiClientException) as exc:
         raise MetricsUnavailable(_reason(exc)) from exc
@@ -112,8 +135,14 @@ def query(promql: str, *, at: datetime | None = None) -> list[Sample]:
 
 def query_range(promql: str, *, start: datetime, end: datetime, step: int) -> list[Series]:
     """A range query; ``step`` in seconds (see ``queries.step_for``)."""
+    params = {
+        "query": promql,
+        "start": str(round(start.timestamp())),
+        "end": str(round(end.timestamp())),
+        "step": f"{step}s",
+    }
     try:
-        result = _client().custom_query_range(promql, start, end, step=f"{step}s")
+        result = _api("/api/v1/query_range", params)["result"]
         return [
             Series(
                 dict(r["metric"]),
@@ -131,17 +160,11 @@ def query_range(promql: str, *, start: datetime, end: datetime, step: int) -> li
 def alerts() -> list[Alert]:
     """Active alerts with their value and annotations (``/api/v1/alerts``).
 
-    prometheus-api-client has no call for this endpoint, so it goes through the
-    same client's session, URL and timeout.
+    prometheus-api-client has no call for this endpoint; ``_api`` sends it like the
+    queries.
     """
-    client = _client()
     try:
-        response = client._session.get(
-            f"{client.url}/api/v1/alerts", timeout=settings.PROMETHEUS_TIMEOUT
-        )
-        if response.status_code != 200:
-            raise PrometheusApiClientException(f"HTTP Status Code {response.status_code}")
-        items = response.json()["data"]["alerts"]
+        items = _api("/api/v1/alerts")["alerts"]
         return [
             Alert(
                 labels=dict(a.get("labels") or {}),

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -28,7 +29,11 @@ HTMX_STOP_POLLING = 286
 
 
 def _figure_list(figures: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"id": f"fig-{key}", "figure": fig} for key, fig in figures.items()]
+    """Each figure's element id and its JSON, escaped for a ``<script>`` data block."""
+    return [
+        {"id": f"fig-{key}", "json": mark_safe(charts.figure_json(fig))}  # noqa: S308 - escaped
+        for key, fig in figures.items()
+    ]
 
 
 def _refreshing(request: HttpRequest, target: str) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import plotly.graph_objects as go
+from django.utils import timezone
 
 from monitoring import charts
 from monitoring.prometheus import Series
@@ -60,3 +63,36 @@ def test_single_line_chart_has_no_legend_and_an_empty_chart_still_renders() -> N
     assert charts.timeseries([], title="t", y_title="%") == _plotly_timeseries(
         [], title="t", y_title="%"
     )
+
+
+def test_chart_times_are_wall_clock_in_the_portal_time_zone() -> None:
+    # Given Prometheus timestamps (Unix seconds, fractional) either side of a DST change
+    stamps = [1792889999.75, 1792890000.0, 1792893600.5]  # 2026-10-25 00:59:59.75 UTC …
+    # When they are shown in Berlin, then in UTC
+    with timezone.override(ZoneInfo("Europe/Berlin")):
+        berlin = charts._times(stamps)
+    with timezone.override(UTC):
+        utc = charts._times(stamps)
+    # Then each is the local wall-clock time to the second, without an offset
+    assert berlin == ["2026-10-25 02:59:59", "2026-10-25 02:00:00", "2026-10-25 03:00:00"]
+    assert utc == ["2026-10-25 00:59:59", "2026-10-25 01:00:00", "2026-10-25 02:00:00"]
+    expected = [
+        datetime.fromtimestamp(t, UTC)
+        .astimezone(ZoneInfo("Europe/Berlin"))
+        .strftime("%Y-%m-%d %H:%M:%S")
+        for t in stamps
+    ]
+    assert berlin == expected
+
+
+def test_figure_json_cannot_close_its_script_block_and_reads_back_unchanged() -> None:
+    # Given a figure whose texts hold markup (a job or node name is user data)
+    figure = {
+        "data": [{"name": "</script><script>alert(1)</script>", "y": [1.5, None, 3]}],
+        "layout": {"title": {"text": "a & b > c °C"}},
+    }
+    # When it is encoded for a <script type="application/json"> block
+    encoded = charts.figure_json(figure)
+    # Then no <, > or & is left raw, and JSON.parse gives the figure back
+    assert not {"<", ">", "&"} & set(encoded)
+    assert json.loads(encoded) == figure
