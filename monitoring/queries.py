@@ -192,14 +192,12 @@ def _team_devices(namespace: str) -> str:
 
 def team_utilisation(namespace: str) -> str:
     """Mean utilisation (%) of the GPUs the team's pods hold (a shared GPU counts once)."""
-    device = _team_devices(namespace)
-    return f"avg({device})"
+    return f"avg({_team_devices(namespace)})"
 
 
 def team_busy_gpus(namespace: str) -> str:
     """GPU-equivalents actually busy: Σ utilisation / 100 over the team's devices."""
-    device = _team_devices(namespace)
-    return f"sum({device}) / 100"
+    return f"sum({_team_devices(namespace)}) / 100"
 
 
 # --- One job's GPUs --------------------------------------------------------------------
