@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The GPU Portal image. One image runs every role in docker-compose.yml:
-# gunicorn (the default command), `manage.py migrate`, `celery -A portal worker` and `beat`.
+# gunicorn (the default command; gunicorn.conf.py sets it up), `manage.py migrate`,
+# `celery -A portal worker` and `beat`.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -42,4 +43,4 @@ RUN SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(64))')"
 USER portal:portal
 EXPOSE 8000
 
-CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--timeout", "60", "--access-logfile", "-"]
+CMD ["gunicorn", "portal.wsgi:application"]

@@ -27,6 +27,7 @@ import http.client
 import io
 import json
 import os
+import runpy
 import secrets
 import signal
 import socket
@@ -223,9 +224,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def gunicorn_config(overrides: list[str]) -> dict[str, Any]:
+    """The project's gunicorn.conf.py settings, as the server started with ``overrides``
+    (``--workers N``, ``--worker-class K``, ``--threads N``) runs them."""
+    config = runpy.run_path(str(REPO_ROOT / "gunicorn.conf.py"))
+    settings = {key: config[key] for key in ("workers", "worker_class")}
+    settings["threads"] = 1
+    for flag, value in zip(overrides[::2], overrides[1::2], strict=True):
+        key = flag.removeprefix("--").replace("-", "_")
+        settings[key] = int(value) if value.isdigit() else value
+    return settings
+
+
 @contextmanager
-def gunicorn(*, port: int, workers: int, threads: int, static_root: str) -> Iterator[None]:
-    """gunicorn with PORTAL_ENV=production on 127.0.0.1:``port``, stopped on the way out."""
+def gunicorn(*, port: int, static_root: str, overrides: list[str]) -> Iterator[None]:
+    """gunicorn as deployed (the project's gunicorn.conf.py, PORTAL_ENV=production) on
+    127.0.0.1:``port`` with ``overrides`` on its command line, stopped on the way out.
+    Its access log is written, as in production, to a discarded stdout."""
     env = {
         **os.environ,
         "PORTAL_ENV": "production",
@@ -242,23 +257,21 @@ def gunicorn(*, port: int, workers: int, threads: int, static_root: str) -> Iter
         "LOG_LEVEL": "WARNING",
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.pop("GUNICORN_CMD_ARGS", None)
     command = [
         str(Path(sys.executable).parent / "gunicorn"),
         "portal.wsgi:application",
+        "--config",
+        str(REPO_ROOT / "gunicorn.conf.py"),
         "--bind",
         f"127.0.0.1:{port}",
-        "--workers",
-        str(workers),
-        "--worker-class",
-        "gthread",
-        "--threads",
-        str(threads),
-        "--timeout",
-        "60",
         "--log-level",
         "warning",
+        *overrides,
     ]
-    proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -426,15 +439,28 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,32", help="concurrency levels (default 1,8,32)")
     parser.add_argument("--seconds", type=float, default=2.5, help="per case, level and round")
     parser.add_argument("--rounds", type=int, default=5, help="alternating floor/submit rounds")
-    cores = len(os.sched_getaffinity(0))
-    parser.add_argument("--workers", type=int, default=2 * cores + 1)
-    parser.add_argument("--threads", type=int, default=2, help="gthread threads per worker")
+    # Left out, gunicorn.conf.py decides, as it does in production.
+    parser.add_argument("--workers", type=int, help="gunicorn workers")
+    parser.add_argument("--worker-class", choices=["sync", "gthread"], help="gunicorn's")
+    parser.add_argument("--threads", type=int, help="threads per gthread worker")
     parser.add_argument("--quick", action="store_true", help="1 s slices, 2 rounds")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.rounds = 1.0, 2
     levels = [int(n) for n in args.clients.split(",")]
     small, large = 1_000, 10_000
+    overrides = [
+        item
+        for flag, value in (
+            ("--workers", args.workers),
+            ("--worker-class", args.worker_class),
+            ("--threads", args.threads),
+        )
+        if value is not None
+        for item in (flag, str(value))
+    ]
+    server = gunicorn_config(overrides)
+    slots = server["workers"] * server["threads"]
 
     django_setup(DATABASE, redis_db=REDIS_DB, API_WRITE_RATE=WRITE_RATE)
     report = start(
@@ -443,7 +469,7 @@ def main() -> None:
         clients=levels,
         seconds_per_case_level_round=args.seconds,
         rounds=args.rounds,
-        gunicorn=f"{args.workers} gthread workers × {args.threads} threads",
+        gunicorn=f"{server['workers']} {server['worker_class']} workers × {server['threads']}",
         jobs_in_database=[small, large],
     )
     tokens = setup_data(max(levels))
@@ -451,10 +477,11 @@ def main() -> None:
     fill_jobs(small)
     celery_queue_length(purge=True)
     report.note(
-        f"gunicorn: {args.workers} workers (2 × {cores} cores + 1, gunicorn's rule of thumb), "
-        f"gthread × {args.threads}: the only built-in worker that keeps HTTP connections "
-        "alive (sync closes each one) and it overlaps a request's database and Redis waits; "
-        "PORTAL_ENV=production, DEBUG off, no access log."
+        f"gunicorn as deployed: gunicorn.conf.py ({server['workers']} {server['worker_class']} "
+        f"workers{' × ' + str(server['threads']) + ' threads' if server['threads'] > 1 else ''}"
+        f"{', overridden: ' + ' '.join(overrides) if overrides else ''}), access log written "
+        "(to a discarded stdout), PORTAL_ENV=production, DEBUG off. Sync workers close each "
+        "connection, so each request is a new connection, to the floor as to submit."
     )
     report.note(
         "Plain HTTP on 127.0.0.1 with SECURE_SSL_REDIRECT=false (as docker-compose.yml); "
@@ -473,13 +500,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as static_root:
         port = free_port()
         with (
-            gunicorn(
-                port=port, workers=args.workers, threads=args.threads, static_root=static_root
-            ),
+            gunicorn(port=port, static_root=static_root, overrides=overrides),
             admission_starter() as taken,
         ):
             # Warm every worker (imports, connections, schema validators) before measuring.
-            warm = tokens[: args.workers * args.threads]
+            warm = tokens[:slots]
             load(port=port, tokens=warm, case="floor", seconds=1.0)
             submitted += load(port=port, tokens=warm, case="submit", seconds=1.5).ok
             before = job_count()

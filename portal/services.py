@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.models import ApiToken, AuditLog, GpuQuota, Team
+from portal.selectors import api_token_by_digest
 
 TOKEN_PREFIX_LEN = 8
 
@@ -129,11 +130,7 @@ def api_token_create(
 def api_token_authenticate(*, secret: str) -> ApiToken | None:
     """The live token with this secret, or None (unknown, expired or revoked)."""
     now = timezone.now()
-    token = (
-        ApiToken.objects.select_related("user")
-        .filter(digest=_digest(secret), revoked_at__isnull=True)
-        .first()
-    )
+    token = api_token_by_digest(_digest(secret))
     if token is None or (token.expires_at is not None and token.expires_at <= now):
         return None
     if not token.user.is_active:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -125,6 +126,40 @@ def test_expired_and_revoked_tokens_are_refused(alice: User) -> None:
     assert client.get("/api/v1/teams/").status_code == 401
     ApiToken.objects.filter(pk=token.pk).update(expires_at=None, revoked_at="2000-01-01T00:00:00Z")
     assert client.get("/api/v1/teams/").status_code == 401
+
+
+def test_a_deactivated_users_token_is_refused(alice: User) -> None:
+    client = api_client_for(alice)
+    assert client.get("/api/v1/teams/").status_code == 200
+
+    User.objects.filter(pk=alice.pk).update(is_active=False)
+
+    assert client.get("/api/v1/teams/").status_code == 401
+
+
+def test_a_token_records_its_last_use_at_most_once_a_minute(alice: User) -> None:
+    client = api_client_for(alice)
+    token = ApiToken.objects.get(user=alice)
+    assert token.last_used_at is None
+
+    assert client.get("/api/v1/me/").status_code == 200
+    first = ApiToken.objects.get(pk=token.pk).last_used_at
+    assert first is not None
+    assert client.get("/api/v1/me/").status_code == 200
+    assert ApiToken.objects.get(pk=token.pk).last_used_at == first
+
+    a_while_ago = first - timedelta(minutes=2)
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=a_while_ago)
+    assert client.get("/api/v1/me/").status_code == 200
+    assert ApiToken.objects.get(pk=token.pk).last_used_at > first
+
+
+def test_a_token_authenticates_its_own_user(alice: User, carol: User) -> None:
+    # Each token answers as its owner, whichever token was created first.
+    carol_client, alice_client = api_client_for(carol), api_client_for(alice)
+
+    assert alice_client.get("/api/v1/me/").json()["username"] == "alice"
+    assert carol_client.get("/api/v1/me/").json()["username"] == "carol"
 
 
 def test_manifest_as_yaml_and_json(alice_api: APIClient) -> None:

@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import re
+import runpy
 import shlex
 import subprocess
 import sys
@@ -150,9 +151,13 @@ def test_gunicorn_serves_an_importable_wsgi_app() -> None:
     for target in targets:
         module, attr = target.split(":")
         assert callable(getattr(importlib.import_module(module), attr)), target
-    # And the web service publishes the port gunicorn binds
+    # And the web service publishes the port gunicorn binds (gunicorn.conf.py, which the
+    # command does not override)
     assert any(p.endswith(":8000") for p in map(expand, SERVICES["web"]["ports"]))
-    assert "0.0.0.0:8000" in command_of(SERVICES["web"])
+    assert runpy.run_path(str(ROOT / "gunicorn.conf.py"))["bind"] == "0.0.0.0:8000"
+    assert not any(
+        w.startswith(("--bind", "-b", "--config", "-c")) for w in command_of(SERVICES["web"])
+    )
 
 
 def test_depends_on_names_services_that_can_satisfy_the_condition() -> None:
@@ -300,6 +305,7 @@ def test_dockerignore_keeps_what_the_build_needs() -> None:
         "manage.py",
         "portal/settings.py",
         "portal/wsgi.py",
+        "gunicorn.conf.py",
         "jobs/models.py",
         "templates/base.html",
         "static/css/portal.css",

@@ -12,10 +12,14 @@ def test_every_setting_from_the_environment_is_documented() -> None:
     settings_source = (ROOT / "portal" / "settings.py").read_text()
     readme = (ROOT / "README.md").read_text()
     names = set(re.findall(r'env_(?:str|int|float|bool|list)\(\s*"([A-Z_]+)"', settings_source))
+    gunicorn_source = (ROOT / "gunicorn.conf.py").read_text()
+    gunicorn_names = set(re.findall(r'os\.environ\.get\("([A-Z_]+)"', gunicorn_source))
+    names |= gunicorn_names
 
     missing = sorted(name for name in names if f"`{name}`" not in readme)
 
     assert names, "no settings found: the pattern no longer matches portal/settings.py"
+    assert gunicorn_names, "no settings found: the pattern no longer matches gunicorn.conf.py"
     assert missing == []
 
 
