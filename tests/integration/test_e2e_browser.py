@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connections
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from jobs.models import Job, JobState
@@ -43,6 +44,9 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
         )
         yield browser
         browser.close()
+        # While that loop runs, the ORM keeps its connections apart from the thread's usual
+        # ones; close them here, or the test database cannot be dropped at the end.
+        connections.close_all()
 
 
 @pytest.fixture
