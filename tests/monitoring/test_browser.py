@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import Client
 
 from tests.monitoring.conftest import submit_running
@@ -39,8 +40,8 @@ def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[st
     from playwright.sync_api import sync_playwright
 
     assert shutil.which(CHROMIUM) or Path(CHROMIUM).exists(), f"{CHROMIUM} is missing"
-    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
-    # happen outside it, and the live server answers from its own thread.
+    # Playwright's sync API runs an event loop in this thread, around the test's own ORM
+    # calls; the live server answers from its own thread.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     errors: list[str] = []
     with sync_playwright() as pw:
@@ -53,6 +54,9 @@ def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[st
         )
         yield page, errors
         browser.close()
+        # ORM calls made while that loop runs get connections of their own; close them, or
+        # the test database cannot be dropped at the end.
+        connections.close_all()
 
 
 def login(page: Any, live_server: Any, user: User) -> None:
