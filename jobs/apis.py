@@ -6,13 +6,11 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
-    inline_serializer,
 )
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
@@ -300,6 +298,9 @@ class JobPreviewApi(APIView):
         )
 
 
+MANIFESTS_SCHEMA = {"type": "array", "items": {"type": "object"}}
+
+
 class JobManifestApi(APIView):
     @extend_schema(
         operation_id="jobs_manifest",
@@ -309,9 +310,14 @@ class JobManifestApi(APIView):
             )
         ],
         responses={
-            (200, "text/yaml"): OpenApiResponse(OpenApiTypes.STR),
+            # YAML: a stream, one document per object, as kubectl apply -f reads it (the
+            # schema describes its documents in order); JSON: the same objects in a list.
+            (200, "text/yaml"): OpenApiResponse(
+                MANIFESTS_SCHEMA,
+                description="The manifests as a YAML stream, one document per object.",
+            ),
             (200, "application/json"): OpenApiResponse(
-                inline_serializer("ManifestList", {"items": serializers.ListField()})
+                MANIFESTS_SCHEMA, description="The manifests as a JSON list."
             ),
             **error_responses(401, 404),
         },

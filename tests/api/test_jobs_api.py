@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from django.contrib.auth.models import User
@@ -176,6 +177,20 @@ def test_manifest_as_yaml_and_json(alice_api: APIClient) -> None:
     assert as_json.json() == documents
     container = documents[0]["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
+
+
+def test_manifest_answers_match_the_schema_the_api_documents(alice_api: APIClient) -> None:
+    # The fuzz test checks this only when it happens to hit an existing job.
+    schema = yaml.safe_load(alice_api.get("/api/schema/").content)
+    documented = schema["paths"]["/api/v1/jobs/{job_id}/manifest/"]["get"]["responses"]["200"]
+    job = submit(alice_api, inference_spec())
+    path = f"/api/v1/jobs/{job['id']}/manifest/"
+
+    as_yaml = list(yaml.safe_load_all(alice_api.get(path).content))
+    as_json = alice_api.get(path, {"format": "json"}).json()
+
+    jsonschema.validate(as_yaml, documented["content"]["text/yaml"]["schema"])
+    jsonschema.validate(as_json, documented["content"]["application/json"]["schema"])
 
 
 def test_preview_returns_manifests_and_stores_nothing(alice_api: APIClient) -> None:

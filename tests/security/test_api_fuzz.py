@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+import yaml
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.signals import request_finished, request_started
@@ -39,6 +40,13 @@ from tests.conftest import inference_spec, training_spec
 from tests.sandbox_process import SandboxProcess, start_sandbox
 
 EXAMPLES_PER_OPERATION = 20
+
+
+@schemathesis.deserializer("text/yaml")
+def yaml_stream(ctx: Any, response: Any) -> list[Any]:
+    """A YAML answer is a stream of documents (the manifests, one per object); the schema
+    documents them as a list, in order. Schemathesis would read one document only."""
+    return list(yaml.safe_load_all(response.content.decode(response.encoding or "utf-8")))
 
 
 def no_undocumented_server_error(ctx: Any, response: Any, case: Any) -> bool | None:
