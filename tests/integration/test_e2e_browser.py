@@ -13,40 +13,22 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from jobs.models import Job, JobState
+from tests.browser import chromium
 from tests.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 
 
 @pytest.fixture
 def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Browser]:
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the test makes
-    # are synchronous and safe. Only for this test: never in a deployment.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-        )
+    with chromium(monkeypatch) as browser:
         yield browser
-        browser.close()
-        # While that loop runs, the ORM keeps its connections apart from the thread's usual
-        # ones; close them here, or the test database cannot be dropped at the end.
-        connections.close_all()
 
 
 @pytest.fixture

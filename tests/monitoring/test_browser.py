@@ -3,17 +3,15 @@ charts against a live server, with no JavaScript errors. Screenshots land in art
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connections
 from django.test import Client
 
+from tests.browser import chromium
 from tests.monitoring.conftest import submit_running
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.worker_process import WorkerProcess
@@ -22,30 +20,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture
 def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[str]]]:
     """A page, and the JavaScript errors it reports (uncaught exceptions, console errors)."""
-    # Missing tools fail the test (make test installs them): a skipped browser check proves
-    # nothing.
-    from playwright.sync_api import sync_playwright
-
-    assert shutil.which(CHROMIUM) or Path(CHROMIUM).exists(), f"{CHROMIUM} is missing"
-    # Playwright's sync API runs an event loop in this thread, around the test's own ORM
-    # calls; the live server answers from its own thread.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium(monkeypatch) as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
         page.on(
@@ -53,10 +34,6 @@ def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[st
             lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None,
         )
         yield page, errors
-        browser.close()
-        # ORM calls made while that loop runs get connections of their own; close them, or
-        # the test database cannot be dropped at the end.
-        connections.close_all()
 
 
 def login(page: Any, live_server: Any, user: User) -> None:
