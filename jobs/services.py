@@ -27,10 +27,10 @@ from jobs.quota import job_demand, quota_never_fits
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
-from portal.db import rows_insert
+from portal.db import Read, reads_fetch, rows_insert
 from portal.errors import ApplicationError, Conflict, PermissionDenied
 from portal.models import AuditLog, Membership, Team
-from portal.selectors import Catalog, catalog_get, membership_role, team_quotas_for_user
+from portal.selectors import Catalog, catalog_read, membership_role, team_quotas_read
 from portal.services import audit_entry, audit_record
 from scheduling import cpu_millis, memory_bytes
 
@@ -51,6 +51,7 @@ class CheckedSpec:
     team: Team
     catalog: Catalog
     demand: dict[str, int]
+    job_id: int | None = None  # reserved for the job about to be stored (``reserve_id``)
 
 
 def _field_error(field: str, message: str) -> ApplicationError:
@@ -111,22 +112,40 @@ def _context(*, spec: JobSpec, team: Team, catalog: Catalog, job_id: int) -> Man
     )
 
 
-def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
+# The id of the job about to be stored, taken from its sequence (PostgreSQL). The id names
+# the Kubernetes objects, so the manifests need it; reserving it first writes the row once,
+# complete, instead of inserting it and then rewriting it with its manifests.
+_JOB_ID_READ: Read[int] = Read(
+    "SELECT nextval(pg_get_serial_sequence(%s, 'id'))",
+    (Job._meta.db_table,),
+    lambda rows: int(rows[0][0]),
+)
+
+
+def job_spec_check(
+    *, user: User | AnonymousUser, data: Any, reserve_id: bool = False
+) -> CheckedSpec:
     """Everything that decides whether a spec may be submitted, in order:
 
     1. shape, types, sizes and characters (``spec_parse``);
     2. the team is one of the user's;
     3. the GPU catalog offers what is asked, on one node;
     4. the team's quotas could ever admit it.
+
+    The team with its quotas, the catalog and (``reserve_id``, on PostgreSQL) the id of the
+    job about to be stored are read in one round trip. A spec refused after that leaves a
+    gap in the ids, as a rolled-back insert would.
     """
     spec = spec_parse(data)
-    found = team_quotas_for_user(user=user, slug=spec.team)
+    reads: list[Read[Any]] = [team_quotas_read(user=user, slug=spec.team), catalog_read()]
+    if reserve_id and connection.vendor == "postgresql":
+        reads.append(_JOB_ID_READ)
+    found, catalog, *reserved = reads_fetch(*reads)
     if found is None:
         raise _field_error(
             "team", f"You are not a member of a team '{spec.team}'; use one of your teams."
         )
     team = found.team
-    catalog = catalog_get()
     _check_catalog(spec, catalog)
     ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)
     requests = container_resources(spec, ctx)["requests"]
@@ -139,7 +158,8 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     if problem is not None:
         field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
         raise _field_error(field, problem.message)
-    return CheckedSpec(spec=spec, team=team, catalog=catalog, demand=demand)
+    job_id = reserved[0] if reserved else None
+    return CheckedSpec(spec=spec, team=team, catalog=catalog, demand=demand, job_id=job_id)
 
 
 def _manifests_for(checked: CheckedSpec, job_id: int) -> list[dict[str, Any]]:
@@ -206,21 +226,6 @@ def job_event_add(
     )
 
 
-def _job_id_reserve() -> int | None:
-    """The id of the job about to be stored, taken from its sequence (PostgreSQL).
-
-    The id names the Kubernetes objects, so the manifests need it; reserving it first
-    writes the row once, complete, instead of inserting it and then rewriting it with its
-    manifests. None where there is no sequence to ask (SQLite).
-    """
-    if connection.vendor != "postgresql":
-        return None
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [Job._meta.db_table])
-        row = cursor.fetchone()
-    return int(row[0])
-
-
 def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     """Store a checked spec as a ``queued`` job with its manifests.
 
@@ -232,9 +237,9 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     on commit (at once outside a transaction, at the caller's commit inside one), so a
     worker never sees a job that does not exist yet.
     """
-    checked = job_spec_check(user=user, data=data)
+    checked = job_spec_check(user=user, data=data, reserve_id=True)
     spec, team = checked.spec, checked.team
-    reserved_id = _job_id_reserve()
+    reserved_id = checked.job_id
     job = Job(
         id=reserved_id,
         team=team,

@@ -7,7 +7,7 @@ depend on them). This module is pure: no Django, no I/O.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import yaml
@@ -60,11 +60,16 @@ class JobSpec:
     health_path: str = "/healthz"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form stored on the Job row and returned by the API."""
-        data = asdict(self)
+        """The JSON form stored on the Job row and returned by the API (``asdict``'s, built
+        without its recursive deep copy: every submit stores one)."""
+        data = {name: getattr(self, name) for name in _SPEC_FIELDS}
         data["command"] = list(self.command)
         data["args"] = list(self.args)
-        data["volumes"] = [asdict(v) for v in self.volumes]
+        data["env"] = dict(self.env)
+        data["gpu"] = {name: getattr(self.gpu, name) for name in _GPU_FIELDS}
+        data["volumes"] = [
+            {name: getattr(v, name) for name in _VOLUME_FIELDS} for v in self.volumes
+        ]
         return data
 
     @classmethod
@@ -88,13 +93,14 @@ class JobSpec:
         return self.workers if self.kind == "training" else self.replicas
 
 
-_FIELD_ORDER = [f.name for f in fields(JobSpec)]
-_GPU_ORDER = [f.name for f in fields(GpuRequest)]
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+_GPU_FIELDS = tuple(f.name for f in fields(GpuRequest))
+_VOLUME_FIELDS = tuple(f.name for f in fields(VolumeMount))
 
 
 def spec_yaml(data: dict[str, Any]) -> str:
     """A stored spec as YAML, fields in the contract's order (the database keeps no order)."""
-    ordered = {key: data[key] for key in _FIELD_ORDER if key in data}
+    ordered = {key: data[key] for key in _SPEC_FIELDS if key in data}
     if isinstance(ordered.get("gpu"), dict):
-        ordered["gpu"] = {k: ordered["gpu"][k] for k in _GPU_ORDER if k in ordered["gpu"]}
+        ordered["gpu"] = {k: ordered["gpu"][k] for k in _GPU_FIELDS if k in ordered["gpu"]}
     return yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=1_000_000)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.db.models import QuerySet
 
+from portal.db import Read, reads_fetch
 from portal.models import (
     ApiToken,
     CatalogSettings,
@@ -117,25 +119,33 @@ def _team_quotas_sql(*, members_only: bool) -> str:
     return sql.format(**columns)
 
 
-def team_quotas_for_user(*, user: User | AnonymousUser, slug: str) -> TeamQuotas | None:
+def team_quotas_read(*, user: User | AnonymousUser, slug: str) -> Read[TeamQuotas | None]:
     """The team ``slug`` if ``teams_for_user`` holds it, with its quota limits; else None.
 
-    Submitting a job reads both on every request: one fixed statement instead of two ORM
-    queries, whose compilation cost more CPU than their round trips.
+    One fixed statement instead of two ORM queries, whose compilation cost more CPU than
+    their round trips; a read, so that submitting a job sends it with the others it needs
+    (``reads_fetch``). An anonymous user is a member of no team: no row matches.
     """
-    if not user.is_authenticated:
-        return None
     members_only = not getattr(user, "is_superuser", False)
-    params: list[str | int] = [slug, user.pk] if members_only else [slug]
-    with connection.cursor() as cursor:
-        cursor.execute(_team_quotas_sql(members_only=members_only), params)
-        rows = cursor.fetchall()
+    params: list[str | int | None] = [slug, user.pk] if members_only else [slug]
+    return Read(_team_quotas_sql(members_only=members_only), params, _team_quotas_decode)
+
+
+def _team_quotas_decode(rows: list[tuple[Any, ...]]) -> TeamQuotas | None:
     if not rows:
         return None
     fields = Team._meta.concrete_fields
     team = Team.from_db(connection.alias, [f.attname for f in fields], rows[0][: len(fields)])
     limits = {row[-2]: row[-1] for row in rows if row[-2] is not None}
     return TeamQuotas(team=team, limits=limits)
+
+
+def team_quotas_for_user(*, user: User | AnonymousUser, slug: str) -> TeamQuotas | None:
+    """``team_quotas_read`` on its own."""
+    if not user.is_authenticated:
+        return None
+    found: TeamQuotas | None = reads_fetch(team_quotas_read(user=user, slug=slug))[0]
+    return found
 
 
 @dataclass(frozen=True)
@@ -199,6 +209,7 @@ _CATALOG_SQL = (
 )
 
 
+@functools.cache
 def _catalog_sql() -> str:
     # Only the models' own table names are formatted in; nothing comes from a request.
     quote = connection.ops.quote_name
@@ -209,16 +220,17 @@ def _catalog_sql() -> str:
     )
 
 
-def catalog_get() -> Catalog:
-    """What the cluster offers, read afresh on every call (an admin's change applies to the
+def catalog_read() -> Read[Catalog]:
+    """What the cluster offers, read afresh every time (an admin's change applies to the
     next request).
 
     Submitting a job reads it on every request: one fixed statement, sent as it is,
     instead of three ORM queries whose compilation cost more CPU than their round trips.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(_catalog_sql())
-        rows = cursor.fetchall()
+    return Read(_catalog_sql(), (), _catalog_decode)
+
+
+def _catalog_decode(rows: list[tuple[Any, ...]]) -> Catalog:
     product_rows, mig_profiles, found = [], {}, []
     for kind, name, number, other, text in rows:
         if kind == "product":
@@ -238,3 +250,9 @@ def catalog_get() -> Catalog:
         max_shared_per_node=settings_row.max_shared_per_node,
         allowed_registries=tuple(settings_row.registries),
     )
+
+
+def catalog_get() -> Catalog:
+    """``catalog_read`` on its own."""
+    catalog: Catalog = reads_fetch(catalog_read())[0]
+    return catalog

@@ -10,15 +10,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs.models import Job
-from jobs.services import job_submit
+from jobs.services import job_preview, job_submit
 from tests.conftest import training_spec
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
-# team (membership) with its quotas, the catalog (settings, GPU products, MIG profiles in
-# one UNION ALL), the job's id, then the job, its event and its audit entry in one statement.
-SUBMIT_QUERIES = 4
+# The reads in one round trip (team by membership with its quotas; the catalog's settings,
+# GPU products and MIG profiles; the job's id), then the job, its event and its audit entry
+# in one statement.
+SUBMIT_QUERIES = 2
 
 
 def _submit_queries(user: User, **spec: Any) -> list[str]:
@@ -55,3 +56,17 @@ def test_the_query_count_does_not_grow_with_the_jobs_stored(alice: User) -> None
     many = len(_submit_queries(alice, name="after-forty"))
 
     assert many == few
+
+
+def test_a_preview_takes_no_job_id(alice: User) -> None:
+    # given a submitted job
+    first = job_submit(user=alice, data=training_spec(name="before"))
+
+    # when the user previews specs, and then submits the next job
+    for _ in range(3):
+        job_preview(user=alice, data=training_spec(name="look"), with_fit=False)
+    after = job_submit(user=alice, data=training_spec(name="after"))
+
+    # then only submissions took ids: the jobs' numbers have no gap
+    assert after.pk == first.pk + 1
+    assert after.object_name == f"after-{after.pk}"

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
-from django.db.models import Model
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Model, Value
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 
 from jobs.models import Job, JobEvent
-from portal.db import rows_insert
+from portal.db import Read, reads_fetch, rows_insert
 from portal.models import AuditLog
 from tests.factories import JobFactory
 
@@ -81,3 +81,66 @@ def test_a_relation_to_an_unsaved_row_is_refused_as_save_refuses_it(alice: User)
 
     with pytest.raises(ValueError, match="unsaved related object"):
         rows_insert(entry, event)
+
+
+def test_rows_inserted_again_are_stored_as_save_stores_them(alice: User) -> None:
+    # given rows of the same models inserted before (their INSERT text is known by now)
+    template = JobFactory(owner=alice)
+    rows_insert(*new_rows(template, alice, "first"))
+    saved = new_rows(template, alice, "saved")
+    for obj in saved:
+        obj.save(force_insert=True)
+
+    # when more rows of those models are inserted
+    again = new_rows(template, alice, "again")
+    rows_insert(*again)
+
+    # then each is stored as save() stores it, with its own values and timestamps
+    for mine, theirs in zip(again, saved, strict=True):
+        expected = stored(theirs)
+        if isinstance(mine, AuditLog):
+            expected.update(target="again", changes={"name": "again"})
+        if isinstance(mine, Job):
+            expected.update(name="again")
+        assert stored(mine) == expected
+    assert again[0].created_at > saved[0].created_at
+
+
+def test_a_row_with_an_expression_value_is_compiled_for_itself(alice: User) -> None:
+    # given the job INSERT compiled before for rows of plain values
+    template = JobFactory(owner=alice)
+    rows_insert(*new_rows(template, alice, "plain"))
+    # when a row holds an expression where a plain value was
+    job, event, entry = new_rows(template, alice, "expression")
+    job.gpu_count = Value(3) + Value(4)  # type: ignore[assignment]
+    rows_insert(job, event, entry)
+
+    # then the database computed it, as save() would have
+    assert Job.objects.get(name="expression").gpu_count == 7
+
+
+def test_reads_are_sent_together_and_each_decoded(alice: User) -> None:
+    # given three reads
+    reads = [
+        Read("SELECT username FROM auth_user WHERE id = %s", [alice.pk], lambda r: r[0][0]),
+        Read("SELECT count(*) FROM auth_user WHERE username = %s", ["nobody"], lambda r: r),
+        Read("SELECT %s::int + 1", [41], lambda r: r[0][0]),
+    ]
+
+    # when they are fetched
+    with CaptureQueriesContext(connection) as captured:
+        values = reads_fetch(*reads)
+
+    # then each value comes from its own statement, in order, in one round trip
+    assert values == ["alice", [(0,)], 42]
+    assert len(captured.captured_queries) == (1 if connection.vendor == "postgresql" else 3)
+
+
+def test_a_read_that_fails_fails_them_all() -> None:
+    reads = [
+        Read("SELECT 1", [], lambda r: r),
+        Read("SELECT 1 FROM no_such_table", [], lambda r: r),
+    ]
+
+    with pytest.raises(DatabaseError, match="no_such_table"), transaction.atomic():
+        reads_fetch(*reads)
