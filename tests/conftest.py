@@ -109,3 +109,22 @@ def inference_spec(**overrides: Any) -> dict[str, Any]:
     }
     spec.update(overrides)
     return spec
+
+
+# A valid spec with every typed field present (inference, so health_path is there too).
+FULL_SPEC: dict[str, Any] = {
+    "team": "vision",
+    "name": "embedder",
+    "kind": "inference",
+    "image": "ghcr.io/acme/embedder:1.2",
+    "command": ["python", "serve.py"],
+    "args": ["--port", "8080"],
+    "env": {"MODEL": "bert"},
+    "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb", "product": "A100"},
+    "cpu": "2",
+    "memory": "8Gi",
+    "volumes": [{"claim": "models", "mount_path": "/models", "read_only": True}],
+    "replicas": 2,
+    "port": 8080,
+    "health_path": "/healthz",
+}

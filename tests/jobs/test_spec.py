@@ -7,21 +7,7 @@ from dataclasses import fields
 
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
-
-SPEC = {
-    "team": "vision",
-    "name": "embedder",
-    "kind": "inference",
-    "image": "ghcr.io/acme/embedder:1.2",
-    "command": ["python", "serve.py"],
-    "args": ["--port", "8080"],
-    "env": {"MODEL": "bert"},
-    "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb", "product": "A100"},
-    "cpu": "2",
-    "memory": "8Gi",
-    "volumes": [{"claim": "models", "mount_path": "/models", "read_only": True}],
-    "replicas": 2,
-}
+from tests.conftest import FULL_SPEC as SPEC
 
 
 def test_the_stored_form_is_plain_json_in_the_contracts_order_and_rebuilds_the_spec() -> None:

@@ -36,6 +36,18 @@ def new_rows(template: Job, user: User, name: str) -> tuple[Job, JobEvent, Audit
     return job, event, entry
 
 
+def assert_stored_as_saved(rows: tuple[Model, ...], saved: tuple[Model, ...], name: str) -> None:
+    """Each row is stored as its ``save()``d twin, but for the name the rows were made with."""
+    for mine, theirs in zip(rows, saved, strict=True):
+        assert not mine._state.adding
+        expected = stored(theirs)
+        if isinstance(mine, AuditLog):
+            expected.update(target=name, changes={"name": name})
+        if isinstance(mine, Job):
+            expected.update(name=name)
+        assert stored(mine) == expected
+
+
 def test_rows_are_stored_as_save_stores_them_in_one_statement(alice: User) -> None:
     # given the same new rows twice: one set saved, one for rows_insert
     template = JobFactory(owner=alice)
@@ -53,14 +65,7 @@ def test_rows_are_stored_as_save_stores_them_in_one_statement(alice: User) -> No
     job, event, entry = inserted
     assert event.pk is not None and entry.pk is not None and event.job_id == job.pk
     assert job.created_at is not None and event.created_at is not None
-    for mine, theirs in zip(inserted, saved, strict=True):
-        assert not mine._state.adding
-        expected = stored(theirs)
-        if isinstance(mine, AuditLog):
-            expected.update(target="inserted", changes={"name": "inserted"})
-        if isinstance(mine, Job):
-            expected.update(name="inserted")
-        assert stored(mine) == expected
+    assert_stored_as_saved(inserted, saved, "inserted")
 
 
 def test_a_row_inserted_together_is_then_updated_by_save(alice: User) -> None:
@@ -96,13 +101,7 @@ def test_rows_inserted_again_are_stored_as_save_stores_them(alice: User) -> None
     rows_insert(*again)
 
     # then each is stored as save() stores it, with its own values and timestamps
-    for mine, theirs in zip(again, saved, strict=True):
-        expected = stored(theirs)
-        if isinstance(mine, AuditLog):
-            expected.update(target="again", changes={"name": "again"})
-        if isinstance(mine, Job):
-            expected.update(name="again")
-        assert stored(mine) == expected
+    assert_stored_as_saved(again, saved, "again")
     assert again[0].created_at > saved[0].created_at
 
 

@@ -32,6 +32,7 @@ from jobs.policy import check_manifests
 from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec, VolumeMount
 from jobs.spec_input import JobSpecInput, spec_parse
 from portal.errors import ApplicationError
+from tests.conftest import FULL_SPEC
 
 CTX = ManifestContext(job_id=987654321, namespace="team-vision")
 K8S_VERSION = "1.33"
@@ -384,23 +385,6 @@ def check_spec_property(raw: dict[str, Any]) -> None:
     assert unsafe_strings(manifests) == []
 
 
-# A valid spec with every typed field present (inference, so health_path is there too).
-FULL_SPEC: dict[str, Any] = {
-    "team": "vision",
-    "name": "embedder",
-    "kind": "inference",
-    "image": "ghcr.io/acme/embedder:1.2",
-    "command": ["python", "serve.py"],
-    "args": ["--port", "8080"],
-    "env": {"MODEL": "bert"},
-    "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb", "product": "A100"},
-    "cpu": "2",
-    "memory": "8Gi",
-    "volumes": [{"claim": "models", "mount_path": "/models", "read_only": True}],
-    "replicas": 2,
-    "port": 8080,
-    "health_path": "/healthz",
-}
 PLACES: dict[str, Any] = {
     "team": lambda spec, v: spec.update(team=v),
     "name": lambda spec, v: spec.update(name=v),
