@@ -138,9 +138,13 @@ def gpu_utilisation_by_host() -> str:
     return f"avg {by(*GPU_KEY)} ({raw_utilisation()})"
 
 
-def cluster_utilisation() -> str:
+def cluster_utilisation(*, recorded: bool = False) -> str:
     """Cluster utilisation over time: the mean of the GPUs' utilisation (each GPU once, its
-    MIG instances averaged first): the mean of ``cluster_utilisation_by_gpu``'s cells."""
+    MIG instances averaged first): the mean of ``cluster_utilisation_by_gpu``'s cells.
+
+    ``recorded``: the same line as the recording rule keeps it (``recording_rules``)."""
+    if recorded:
+        return _recorded(CLUSTER_UTILISATION_RECORD)
     return f"avg({gpu_utilisation_by_host()})"
 
 
@@ -190,14 +194,47 @@ def _team_devices(namespace: str) -> str:
     return f"max {by(*DEVICE_KEY)} ({raw_utilisation(matchers(equal={'namespace': namespace}))})"
 
 
-def team_utilisation(namespace: str) -> str:
+def team_utilisation(namespace: str, *, recorded: bool = False) -> str:
     """Mean utilisation (%) of the GPUs the team's pods hold (a shared GPU counts once)."""
+    if recorded:
+        return _recorded(NAMESPACE_UTILISATION_RECORD, namespace)
     return f"avg({_team_devices(namespace)})"
 
 
-def team_busy_gpus(namespace: str) -> str:
+def team_busy_gpus(namespace: str, *, recorded: bool = False) -> str:
     """GPU-equivalents actually busy: Σ utilisation / 100 over the team's devices."""
+    if recorded:
+        return _recorded(NAMESPACE_BUSY_RECORD, namespace)
     return f"sum({_team_devices(namespace)}) / 100"
+
+
+# --- Recording rules -------------------------------------------------------------------
+#
+# A 24 h line over every GPU makes Prometheus read each device's samples at every step
+# (seconds at 1,024 GPUs). These rules keep the lines themselves, one sample per
+# evaluation, so the panels read one series; the rules file ships them and
+# ``PROMETHEUS_RECORDING_RULES`` tells the portal the Prometheus it reads evaluates them.
+
+CLUSTER_UTILISATION_RECORD = "gpu_portal:cluster_gpu_utilisation:avg"
+NAMESPACE_UTILISATION_RECORD = "gpu_portal:namespace_gpu_utilisation:avg"
+NAMESPACE_BUSY_RECORD = "gpu_portal:namespace_busy_gpus:sum"
+
+
+def recording_rules() -> dict[str, str]:
+    """Record name → expression: exactly the raw panel queries, kept for every namespace."""
+    held = f"max {by('namespace', *DEVICE_KEY)} ({raw_utilisation(matchers(held=True))})"
+    return {
+        CLUSTER_UTILISATION_RECORD: cluster_utilisation(),
+        NAMESPACE_UTILISATION_RECORD: f"avg {by('namespace')} ({held})",
+        NAMESPACE_BUSY_RECORD: f"sum {by('namespace')} ({held}) / 100",
+    }
+
+
+def _recorded(record: str, namespace: str | None = None) -> str:
+    # max() of the one recorded series: its values without its name and labels, the shape
+    # the raw expression returns (and one line even if a second copy of the rules ran).
+    selector = matchers(equal={"namespace": namespace}) if namespace is not None else ""
+    return f"max({record}{selector})"
 
 
 # --- One job's GPUs --------------------------------------------------------------------

@@ -346,7 +346,10 @@ def cluster_overview_get(
         )
         w = overview.window
         overview.utilisation = prometheus.query_range(
-            queries.cluster_utilisation(), start=w.start, end=w.end, step=w.step
+            queries.cluster_utilisation(recorded=settings.PROMETHEUS_RECORDING_RULES),
+            start=w.start,
+            end=w.end,
+            step=w.step,
         )
         overview.alerts = gpu_alerts_get(user=user, now=now)
         overview.idle = idle_report_get(user=user, now=now)
@@ -476,13 +479,13 @@ def team_usage_get(
     )
     try:
         usage.utilisation = prometheus.query_range(
-            queries.team_utilisation(team.namespace),
+            queries.team_utilisation(team.namespace, recorded=settings.PROMETHEUS_RECORDING_RULES),
             start=window.start,
             end=window.end,
             step=window.step,
         )
         usage.busy_gpus = prometheus.query_range(
-            queries.team_busy_gpus(team.namespace),
+            queries.team_busy_gpus(team.namespace, recorded=settings.PROMETHEUS_RECORDING_RULES),
             start=window.start,
             end=window.end,
             step=window.step,

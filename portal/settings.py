@@ -179,6 +179,9 @@ FIT_SNAPSHOT_TTL_SECONDS = env_float("FIT_SNAPSHOT_TTL_SECONDS", 5.0)
 # --- Prometheus ------------------------------------------------------------------------
 PROMETHEUS_URL = env_str("PROMETHEUS_URL", "http://127.0.0.1:9090") or ""
 PROMETHEUS_TIMEOUT = env_float("PROMETHEUS_TIMEOUT", 5.0)
+# True when that Prometheus evaluates the shipped recording rules (deploy/prometheus/
+# gpu-alerts.yml): the cluster and team lines then read the recorded series.
+PROMETHEUS_RECORDING_RULES = env_bool("PROMETHEUS_RECORDING_RULES", False)
 # A running job is "idle" when all its GPUs stayed under the threshold for the window.
 IDLE_GPU_THRESHOLD_PERCENT = env_float("IDLE_GPU_THRESHOLD_PERCENT", 5.0)
 IDLE_GPU_WINDOW_MINUTES = env_float("IDLE_GPU_WINDOW_MINUTES", 30.0)

@@ -64,6 +64,8 @@ if [ -z "${PROMETHEUS_URL:-}" ]; then
     >var/log/prometheus.log 2>&1 &
   pids+=($!)
   export PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT"
+  # It evaluates the shipped recording rules: the cluster and team lines read them.
+  export PROMETHEUS_RECORDING_RULES="${PROMETHEUS_RECORDING_RULES:-true}"
   for _ in $(seq 1 100); do
     $BIN/python -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + '/-/ready', timeout=1)" \
       "$PROMETHEUS_URL" 2>/dev/null && break

@@ -3,7 +3,7 @@ real Celery worker (the sandbox at 30× speed, Prometheus scraping every second)
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +16,7 @@ from monitoring import queries
 from monitoring.prometheus import query
 from tests.conftest import api_client_for
 from tests.factories import JobFactory
-from tests.monitoring.conftest import submit_running
+from tests.monitoring.conftest import instant, submit_running
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.worker_process import wait_for
 
@@ -241,3 +241,41 @@ def test_team_usage_series_matches_the_jobs_allocation(
     ranked = [(r["job_id"], round(r["gpu_hours"], 2)) for r in body["jobs_by_gpu_hours"]]
     assert ranked == [(done.pk, 6.0), (running.pk, 1.0)]
     assert body["quotas"] and body["window"]["step"] == 30
+
+
+def test_recording_rules_keep_the_team_and_cluster_lines_as_the_raw_queries_draw_them(
+    metrics: PrometheusProcess, users: dict[str, User]
+) -> None:
+    # Given a Prometheus evaluating the shipped recording rules (every second here) and a
+    # job holding 2 GPUs
+    job = submit_running(users["alice"], name="recorded", env={}, gpus=2)
+    busy = f'{queries.NAMESPACE_BUSY_RECORD}{{namespace="{job.namespace}"}}'
+    pods = [str(p["name"]) for p in job.placement["pods"]]
+    mine = queries.job_pods_selector(job.namespace, pods, job.object_name)
+
+    def recorded_with_the_job() -> list[tuple[float, str]] | None:
+        # The rule's own samples (timestamps and values) since this job's GPUs were scraped
+        if len(instant(metrics, f"{queries.UTIL}{mine}")) != 2:
+            return None
+        rows = instant(metrics, f"{busy}[3s]")
+        return rows[0]["values"] if rows and len(rows[0]["values"]) >= 2 else None
+
+    samples = wait_for(recorded_with_the_job, timeout=30)
+    (cluster,) = instant(metrics, f"{queries.CLUSTER_UTILISATION_RECORD}[3s]")
+
+    # When the raw panel queries are evaluated at the instants the rules were
+    # Then each recorded value is the raw one (a scrape landing between a rule's evaluation
+    # and this query may move it by a second's worth of change)
+    for at, value in samples:
+        (raw,) = query(queries.team_busy_gpus(job.namespace), at=_at(at))
+        assert float(value) == pytest.approx(raw.value, rel=0.05, abs=0.02)
+    for at, value in cluster["values"]:
+        (raw,) = query(queries.cluster_utilisation(), at=_at(at))
+        assert float(value) == pytest.approx(raw.value, rel=0.05, abs=0.5)
+    # And the portal's form of the recorded line reads the same values
+    (line,) = query(queries.team_busy_gpus(job.namespace, recorded=True), at=_at(samples[-1][0]))
+    assert line.value == pytest.approx(float(samples[-1][1]))
+
+
+def _at(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, tz=UTC)

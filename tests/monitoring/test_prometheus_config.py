@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 from django.core.management import call_command
 
+from monitoring import queries
 from monitoring.prometheus_config import (
     COMPOSE_CONFIG,
     COMPOSE_CONFIG_PATH,
@@ -29,14 +30,14 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 def rules_by_name(text: str) -> dict[str, dict[str, object]]:
     doc = yaml.safe_load(text)
-    return {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+    return {r.get("alert") or r["record"]: r for g in doc["groups"] for r in g["rules"]}
 
 
 def test_shipped_rules_pass_promtool_check_rules() -> None:
     # Given the rule file Prometheus loads; When promtool checks it; Then it passes
     result = promtool("check", "rules", str(RULES_PATH))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 3 rules found" in result.stdout
+    assert "SUCCESS: 6 rules found" in result.stdout
 
 
 def test_shipped_files_are_the_generated_ones() -> None:
@@ -73,6 +74,9 @@ def test_duration_override_changes_only_for(tmp_path: Path) -> None:
     shipped = rules_by_name(render_rules())
     # Then only `for:` differs, and promtool accepts the result too
     for name, rule in short.items():
+        if "record" in rule:
+            assert rule == shipped[name]
+            continue
         assert rule["for"] == "2s"
         assert {**rule, "for": shipped[name]["for"]} == shipped[name]
     path = tmp_path / "rules.yml"
@@ -117,3 +121,66 @@ def test_compose_prometheus_mounts_the_same_config_and_rules() -> None:
     assert COMPOSE_CONFIG["rule_files"] == ["/etc/prometheus/gpu-alerts.yml"]
     web_env = compose["services"]["web"]["environment"]
     assert "prometheus:9090" in web_env["PROMETHEUS_URL"]
+
+
+# Four GPUs: a whole GPU held by team-a, a free one, a time-sliced GPU whose one series is
+# repeated for two pods of team-b, and a MIG instance (engine activity 0.5) held by team-a.
+RECORDING_INPUT = [
+    ('DCGM_FI_DEV_GPU_UTIL{Hostname="n1",gpu="0",namespace="team-a",pod="a-0"}', "80x5"),
+    ('DCGM_FI_DEV_GPU_UTIL{Hostname="n1",gpu="1"}', "0x5"),
+    ('DCGM_FI_DEV_GPU_UTIL{hostname="n2",gpu="0",namespace="team-b",pod="b-0"}', "60x5"),
+    ('DCGM_FI_DEV_GPU_UTIL{hostname="n2",gpu="0",namespace="team-b",pod="b-1"}', "60x5"),
+    (
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{Hostname="n3",gpu="0",GPU_I_ID="1",'
+        'namespace="team-a",pod="a-1"}',
+        "0.5x5",
+    ),
+]
+
+
+def test_recorded_lines_equal_the_raw_panel_queries(tmp_path: Path) -> None:
+    # Given the shipped rules and known DCGM series
+    expected = {
+        # the four GPUs' mean: (80 + 0 + 60 + 50) / 4
+        "cluster": [
+            (queries.cluster_utilisation(recorded=recorded), 47.5) for recorded in (False, True)
+        ],
+        # team-a holds 80 % and 50 %; team-b one shared GPU, counted once
+        "team-a": [(queries.team_utilisation("team-a", recorded=r), 65) for r in (False, True)]
+        + [(queries.team_busy_gpus("team-a", recorded=r), 1.3) for r in (False, True)],
+        "team-b": [(queries.team_utilisation("team-b", recorded=r), 60) for r in (False, True)]
+        + [(queries.team_busy_gpus("team-b", recorded=r), 0.6) for r in (False, True)],
+    }
+    case = {
+        "interval": "1m",
+        "input_series": [
+            {"series": series, "values": values} for series, values in RECORDING_INPUT
+        ],
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": "3m", "exp_samples": [{"labels": "{}", "value": value}]}
+            for cases in expected.values()
+            for expr, value in cases
+        ],
+    }
+    (tmp_path / "tests.yml").write_text(
+        yaml.safe_dump(
+            {"rule_files": [str(RULES_PATH)], "evaluation_interval": "1m", "tests": [case]}
+        )
+    )
+
+    # When promtool evaluates the raw queries and the recorded series at the same instant
+    result = promtool("test", "rules", str(tmp_path / "tests.yml"))
+
+    # Then each recorded line has the raw query's value, with the raw query's (empty) labels
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_recorded_lines_are_the_panels_queries_kept_per_namespace() -> None:
+    rules = rules_by_name(RULES_PATH.read_text())
+    assert rules[queries.CLUSTER_UTILISATION_RECORD]["expr"] == queries.cluster_utilisation()
+    for record in (queries.NAMESPACE_UTILISATION_RECORD, queries.NAMESPACE_BUSY_RECORD):
+        assert "by (namespace)" in str(rules[record]["expr"])
+    assert queries.team_busy_gpus("team-b", recorded=True) == (
+        'max(gpu_portal:namespace_busy_gpus:sum{namespace="team-b"})'
+    )
