@@ -16,8 +16,14 @@ For each cluster size (the ``dashboard`` profile, 128 nodes × 8 GPUs, and an ei
    (one after another, reading the body, no JSON parsing), interleaved with the endpoint
    itself through Django's test client as a platform admin.
 
-Reported: portal ms / Prometheus ms per endpoint (goal ≤ 1.5 at 1,024 GPUs) and how both
-grow from 128 to 1,024 GPUs.
+4. ``promtool tsdb create-blocks-from rules`` then backfills the shipped recording rules
+   from that history (what an operator does when turning the rules on), Prometheus is
+   restarted with those blocks too, and the cluster and team lines are measured again with
+   ``PROMETHEUS_RECORDING_RULES`` on: against their own (recorded-series) queries, and
+   against the same endpoints reading the raw series.
+
+Reported: portal ms / Prometheus ms per endpoint (goal ≤ 1.5 at 1,024 GPUs), recorded /
+raw per endpoint the rules serve, and how both grow from 128 to 1,024 GPUs.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ SMALL_DIVISOR = 8  # the small cluster: every pool's node count divided by this
 # benchmark measures for a few minutes after writing the history.
 TAIL_SECONDS = 1200
 RANGE = "24h"
+# The endpoints whose lines the recording rules keep (the job charts read raw series).
+RECORDED = ("cluster heatmap (page panels)", "cluster utilisation (API)", "team usage (API)")
 FAST_FACTOR = 6  # samples for an endpoint answered within 1 s: --repeat × this
 
 
@@ -131,30 +139,66 @@ def backfill(workdir: Path, profile_path: Path, hours: float, step: int, end: fl
     }
 
 
+def backfill_rules(prom: Prometheus, workdir: Path, start: float, end: float, step: int) -> dict:
+    """Blocks of the shipped recording rules over the history, evaluated by promtool through
+    ``prom``'s API every half history step (so the 5-minute lookback never finds a gap)."""
+    from monitoring.prometheus_config import render_rules
+
+    rules = workdir / "recording-rules.yml"
+    rules.write_text(render_rules())
+    blocks = workdir / "rule-blocks"
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--url={prom.url}",
+            f"--start={start:.0f}",
+            f"--end={end:.0f}",
+            f"--eval-interval={max(1, step // 2)}s",
+            f"--output-dir={blocks}",
+            "--quiet",
+            str(rules),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return {"blocks": blocks, "backfill_s": round(time.perf_counter() - started, 1)}
+
+
 class Prometheus:
-    """A Prometheus serving backfilled blocks, with the shipped alert rules and no targets."""
+    """A Prometheus serving backfilled blocks, with the shipped rules and no targets."""
 
     def __init__(self, workdir: Path, blocks: Path) -> None:
         from monitoring.prometheus_config import render_config, render_rules
-        from tests.monitoring.prometheus_process import free_port, prometheus_binary
-        from tests.processes import http_ok, spawn, wait_ready
+        from tests.monitoring.prometheus_process import free_port
 
-        data = workdir / "data"
-        shutil.copytree(blocks, data)
+        self.workdir = workdir
+        self.data = workdir / "data"
+        shutil.copytree(blocks, self.data)
         rules = workdir / "gpu-alerts.yml"
         rules.write_text(render_rules())
-        config = workdir / "prometheus.yml"
-        config.write_text(
+        self.config = workdir / "prometheus.yml"
+        self.config.write_text(
             render_config(dcgm_targets=[], portal_targets=[], rule_files=[str(rules)])
         )
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        log = workdir / "prometheus.log"
+        self._start()
+
+    def _start(self) -> None:
+        from tests.monitoring.prometheus_process import prometheus_binary
+        from tests.processes import http_ok, spawn, wait_ready
+
+        log = self.workdir / "prometheus.log"
         self.process = spawn(
             [
                 prometheus_binary(),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.data}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--storage.tsdb.retention.time=30d",
                 "--log.level=warn",
@@ -168,6 +212,13 @@ class Prometheus:
             log_file=log,
             timeout=120,
         )
+
+    def add_blocks(self, blocks: Path) -> None:
+        """Stop, add more blocks (other series over the same hours), start again."""
+        self.stop()
+        for block in blocks.iterdir():
+            shutil.copytree(block, self.data / block.name)
+        self._start()
 
     def stop(self) -> None:
         from tests.processes import terminate
@@ -368,7 +419,8 @@ def measure_size(
                 reverse("monitoring:job-gpus", args=[ids["job"]]), **hx
             ),
         }
-        for case, call in endpoints.items():
+
+        def measure(case: str, call: Callable[[], Any]) -> dict[str, float]:
             calls: list[tuple[str, dict[str, str]]] = []
             started = time.perf_counter()
             with recording(calls):
@@ -388,11 +440,30 @@ def measure_size(
                 baseline=base,
                 response_bytes=len(body),
             )
-            results[case] = {
-                "portal": stats["portal"].median,
-                "prometheus": stats["prometheus"].median,
-            }
+            return {"portal": stats["portal"].median, "prometheus": stats["prometheus"].median}
+
+        settings.PROMETHEUS_RECORDING_RULES = False
+        for case, call in endpoints.items():
+            results[case] = measure(case, call)
+
+        # The recording rules, backfilled from the same history, then the lines they serve.
+        rules = backfill_rules(prom, workdir, window_start, end, step)
+        prom.add_blocks(rules["blocks"])
+        report.note(
+            f"{gpus} GPUs: the shipped recording rules backfilled by promtool from the history "
+            f"in {rules['backfill_s']} s (evaluated every {max(1, step // 2)} s)"
+        )
+        settings.PROMETHEUS_RECORDING_RULES = True
+        for case in RECORDED:
+            recorded = f"{case} with recording rules"
+            results[recorded] = measure(recorded, endpoints[case])
+            raw, fast = results[case]["portal"], results[recorded]["portal"]
+            report.note(
+                f"{case}, {gpus} GPUs: {raw:,.0f} ms reading the raw series, {fast:,.0f} ms "
+                f"with recording rules ({raw / fast:,.0f}× faster; measured one after the other)"
+            )
     finally:
+        settings.PROMETHEUS_RECORDING_RULES = False
         sandbox.stop()
         prom.stop()
     return results

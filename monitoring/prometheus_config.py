@@ -9,8 +9,8 @@ The alerts are seed 003's ``gpu.rules`` with two additions: a ``node`` label cop
 ``Hostname``/``hostname`` (whichever the exporter sends), and — because dcgm-exporter
 labels a held device with the pod's ``namespace``/``pod`` and the scrape keeps them
 (``honor_labels``) — every alert names the holding pod, which the portal maps to its job.
-A second group records the cluster and per-namespace utilisation lines
-(``monitoring.queries.recording_rules``).
+A second group records the cluster and per-namespace utilisation lines and each held
+device's utilisation per pod (``monitoring.queries.recording_rules``).
 """
 
 from __future__ import annotations
@@ -70,8 +70,10 @@ ALERT_RULES: tuple[AlertRule, ...] = (
 def rules_document(*, duration_override: str | None = None) -> dict[str, object]:
     """The rule file as data; ``duration_override`` replaces every ``for:`` (tests).
 
-    Two groups: the alerts, and the recording rules the cluster and team panels read when
-    ``PROMETHEUS_RECORDING_RULES`` is on (evaluated at the global evaluation interval).
+    Two groups: the alerts, and the recording rules the cluster and team panels and the
+    idle GPU-seconds read when ``PROMETHEUS_RECORDING_RULES`` is on (evaluated at the global
+    evaluation interval). No recording rule reads another: ``promtool tsdb
+    create-blocks-from rules`` backfills each from raw series alone.
     """
     return {
         "groups": [

@@ -174,16 +174,24 @@ def idle_pods(*, threshold_percent: float, window_seconds: float) -> str:
     )
 
 
-def idle_gpu_seconds(*, threshold_percent: float, lookback_seconds: float, step: int) -> str:
+def idle_gpu_seconds(
+    *, threshold_percent: float, lookback_seconds: float, step: int, recorded: bool = False
+) -> str:
     """Seconds each pod's GPUs spent under the threshold while held (summed over its GPUs).
 
     A device's series carries ``pod`` only while a pod holds it, so counting the
-    below-threshold samples of the subquery counts held-and-idle time only.
+    below-threshold samples of the subquery counts held-and-idle time only. ``recorded``:
+    the held devices' utilisation as the recording rule keeps it (``recording_rules``).
     """
-    device = f"max {by('namespace', 'pod', *DEVICE_KEY)} ({raw_utilisation(matchers(held=True))})"
+    device = POD_DEVICE_UTILISATION_RECORD if recorded else _held_devices_by_pod()
     below = f"({device} < bool {threshold_percent:g})"
     counted = f"sum_over_time({below}[{duration(lookback_seconds)}:{duration(step)}])"
     return f"sum {by('namespace', 'pod')} ({counted}) * {step}"
+
+
+def _held_devices_by_pod() -> str:
+    """Each held device's utilisation, once per holding pod (a pod's copy of a shared GPU)."""
+    return f"max {by('namespace', 'pod', *DEVICE_KEY)} ({raw_utilisation(matchers(held=True))})"
 
 
 # --- Team usage ------------------------------------------------------------------------
@@ -212,10 +220,13 @@ def team_busy_gpus(namespace: str, *, recorded: bool = False) -> str:
 #
 # A 24 h line over every GPU makes Prometheus read each device's samples at every step
 # (seconds at 1,024 GPUs). These rules keep the lines themselves, one sample per
-# evaluation, so the panels read one series; the rules file ships them and
-# ``PROMETHEUS_RECORDING_RULES`` tells the portal the Prometheus it reads evaluates them.
+# evaluation, so the panels read one series, and the held devices' utilisation per pod,
+# which the idle GPU-seconds count without recomputing it at every subquery step; the
+# rules file ships them and ``PROMETHEUS_RECORDING_RULES`` tells the portal the Prometheus
+# it reads evaluates them.
 
 CLUSTER_UTILISATION_RECORD = "gpu_portal:cluster_gpu_utilisation:avg"
+POD_DEVICE_UTILISATION_RECORD = "gpu_portal:pod_gpu_utilisation:max"
 NAMESPACE_UTILISATION_RECORD = "gpu_portal:namespace_gpu_utilisation:avg"
 NAMESPACE_BUSY_RECORD = "gpu_portal:namespace_busy_gpus:sum"
 
@@ -225,6 +236,7 @@ def recording_rules() -> dict[str, str]:
     held = f"max {by('namespace', *DEVICE_KEY)} ({raw_utilisation(matchers(held=True))})"
     return {
         CLUSTER_UTILISATION_RECORD: cluster_utilisation(),
+        POD_DEVICE_UTILISATION_RECORD: _held_devices_by_pod(),
         NAMESPACE_UTILISATION_RECORD: f"avg {by('namespace')} ({held})",
         NAMESPACE_BUSY_RECORD: f"sum {by('namespace')} ({held}) / 100",
     }

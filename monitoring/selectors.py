@@ -182,7 +182,10 @@ def idle_report_get(
         step = queries.step_for(lookback)
         for s in prometheus.query(
             queries.idle_gpu_seconds(
-                threshold_percent=threshold, lookback_seconds=lookback, step=step
+                threshold_percent=threshold,
+                lookback_seconds=lookback,
+                step=step,
+                recorded=settings.PROMETHEUS_RECORDING_RULES,
             ),
             at=now,
         ):

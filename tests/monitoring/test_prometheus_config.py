@@ -37,7 +37,7 @@ def test_shipped_rules_pass_promtool_check_rules() -> None:
     # Given the rule file Prometheus loads; When promtool checks it; Then it passes
     result = promtool("check", "rules", str(RULES_PATH))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_shipped_files_are_the_generated_ones() -> None:
@@ -151,6 +151,9 @@ def test_recorded_lines_equal_the_raw_panel_queries(tmp_path: Path) -> None:
         "team-b": [(queries.team_utilisation("team-b", recorded=r), 60) for r in (False, True)]
         + [(queries.team_busy_gpus("team-b", recorded=r), 0.6) for r in (False, True)],
     }
+    # and the idle GPU-seconds under 70 % over the last 3 minutes (samples a minute apart):
+    # every pod but a-0 (80 %) spent them all under it
+    idle = {"a-1": 240, "b-0": 240, "b-1": 240}
     case = {
         "interval": "1m",
         "input_series": [
@@ -160,6 +163,20 @@ def test_recorded_lines_equal_the_raw_panel_queries(tmp_path: Path) -> None:
             {"expr": expr, "eval_time": "3m", "exp_samples": [{"labels": "{}", "value": value}]}
             for cases in expected.values()
             for expr, value in cases
+        ]
+        + [
+            {
+                "expr": queries.idle_gpu_seconds(
+                    threshold_percent=70, lookback_seconds=180, step=60, recorded=recorded
+                ),
+                "eval_time": "4m",
+                "exp_samples": [
+                    {"labels": f'{{namespace="team-{pod[0]}",pod="{pod}"}}', "value": seconds}
+                    for pod, seconds in idle.items()
+                ]
+                + [{"labels": '{namespace="team-a",pod="a-0"}', "value": 0}],
+            }
+            for recorded in (False, True)
         ],
     }
     (tmp_path / "tests.yml").write_text(
@@ -184,3 +201,13 @@ def test_recorded_lines_are_the_panels_queries_kept_per_namespace() -> None:
     assert queries.team_busy_gpus("team-b", recorded=True) == (
         'max(gpu_portal:namespace_busy_gpus:sum{namespace="team-b"})'
     )
+
+
+def test_no_recording_rule_reads_another() -> None:
+    # promtool's backfill evaluates each rule over the raw history alone: a rule reading
+    # another's series would backfill empty
+    records = {
+        name: rule for name, rule in rules_by_name(render_rules()).items() if "record" in rule
+    }
+    assert len(records) == 4
+    assert not [name for name, rule in records.items() if "gpu_portal:" in str(rule["expr"])]
