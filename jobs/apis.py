@@ -174,6 +174,15 @@ class JobLogsOutput(serializers.Serializer):
     detail = serializers.CharField(allow_null=True)
 
 
+class JobListFilterInput(serializers.Serializer):
+    """The job list's filters: a value no job can have (an unknown state, a NUL character
+    PostgreSQL cannot compare) is a 400 naming the parameter, not an empty page or a 500."""
+
+    team = serializers.CharField(required=False, allow_blank=True, max_length=50)
+    state = serializers.ChoiceField(choices=JobState.choices, required=False, allow_blank=True)
+    kind = serializers.ChoiceField(choices=Job.Kind.choices, required=False, allow_blank=True)
+
+
 class LogTailInput(serializers.Serializer):
     tail = serializers.IntegerField(min_value=1, max_value=MAX_LOG_TAIL, default=200)
 
@@ -221,11 +230,13 @@ class JobListCreateApi(APIView):
         responses={200: PaginatedJobOutput, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
+        filters = JobListFilterInput(data=request.query_params)
+        filters.is_valid(raise_exception=True)
         ids = jobs_for_user(
             user=request.user,
-            team=request.query_params.get("team") or None,
-            state=request.query_params.get("state") or None,
-            kind=request.query_params.get("kind") or None,
+            team=filters.validated_data.get("team") or None,
+            state=filters.validated_data.get("state") or None,
+            kind=filters.validated_data.get("kind") or None,
         ).values_list("pk", flat=True)
         # Paged over ids, then the page's rows by id (see job_list_page): a deep page does
         # not read every job before it. The manifests and quota demand are not returned.

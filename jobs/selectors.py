@@ -31,6 +31,9 @@ def jobs_for_user(
     kind: str | None = None,
 ) -> QuerySet[Job]:
     """Jobs of the user's teams, newest first, optionally filtered."""
+    if any("\x00" in value for value in (team, state, kind) if value):
+        # No job has a NUL in its team, state or kind, and PostgreSQL refuses to compare one.
+        return Job.objects.none()
     jobs = Job.objects.filter(team__in=teams_for_user(user=user)).select_related("team", "owner")
     if team:
         jobs = jobs.filter(team__slug=team)

@@ -77,6 +77,23 @@ def test_list_shows_only_the_users_teams_and_filters(
     assert alice_api.get("/api/v1/jobs/", {"state": "running"}).json()["count"] == 0
 
 
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [({"team": "vis\x00ion"}, "team"), ({"state": "sleeping"}, "state"), ({"kind": "x"}, "kind")],
+)
+def test_a_filter_no_job_can_match_is_refused_naming_it(
+    alice_api: APIClient, params: dict[str, str], field: str
+) -> None:
+    # Given a job, When Alice filters the list by a value no job can have
+    submit(alice_api, training_spec(name="a1"))
+    response = alice_api.get("/api/v1/jobs/", params)
+
+    # Then the answer is a 400 that names the parameter (a NUL used to be a 500)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert field in body["errors"] and body["detail"].startswith(f"{field}: ")
+
+
 def test_list_is_paginated(alice_api: APIClient) -> None:
     for i in range(27):
         submit(alice_api, training_spec(name=f"sweep-{i}", gpu={"count": 0}))

@@ -258,6 +258,10 @@ def test_job_list_filters_by_state_kind_and_team(
     assert listed_job_ids(by_kind) == {inference.pk}
     assert listed_job_ids(by_team) == {speech_job.pk}
     assert listed_job_ids(combined) == {queued.pk}
+    # And a filter no job can match (a NUL, which PostgreSQL cannot compare) lists nothing
+    nul = client.get("/jobs/", {"team": "vi\x00sion"})
+    assert nul.status_code == 200
+    assert listed_job_ids(nul.content.decode()) == set()
 
 
 def test_job_list_pages_by_50(client: Client, alice: User, demo: dict[str, Any]) -> None:
