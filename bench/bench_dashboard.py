@@ -140,12 +140,8 @@ def backfill(workdir: Path, profile_path: Path, hours: float, step: int, end: fl
 
 
 def backfill_rules(prom: Prometheus, workdir: Path, start: float, end: float, step: int) -> dict:
-    """Blocks of the shipped recording rules over the history, evaluated by promtool through
-    ``prom``'s API every half history step (so the 5-minute lookback never finds a gap)."""
-    from monitoring.prometheus_config import render_rules
-
-    rules = workdir / "recording-rules.yml"
-    rules.write_text(render_rules())
+    """Blocks of the recording rules ``prom`` loads over the history, evaluated by promtool
+    through its API every half history step (so the 5-minute lookback never finds a gap)."""
     blocks = workdir / "rule-blocks"
     started = time.perf_counter()
     subprocess.run(
@@ -160,7 +156,7 @@ def backfill_rules(prom: Prometheus, workdir: Path, start: float, end: float, st
             f"--eval-interval={max(1, step // 2)}s",
             f"--output-dir={blocks}",
             "--quiet",
-            str(rules),
+            str(prom.rules),
         ],
         check=True,
         capture_output=True,
@@ -179,11 +175,11 @@ class Prometheus:
         self.workdir = workdir
         self.data = workdir / "data"
         shutil.copytree(blocks, self.data)
-        rules = workdir / "gpu-alerts.yml"
-        rules.write_text(render_rules())
+        self.rules = workdir / "gpu-alerts.yml"
+        self.rules.write_text(render_rules())
         self.config = workdir / "prometheus.yml"
         self.config.write_text(
-            render_config(dcgm_targets=[], portal_targets=[], rule_files=[str(rules)])
+            render_config(dcgm_targets=[], portal_targets=[], rule_files=[str(self.rules)])
         )
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

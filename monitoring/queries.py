@@ -189,9 +189,15 @@ def idle_gpu_seconds(
     return f"sum {by('namespace', 'pod')} ({counted}) * {step}"
 
 
+def _devices(selector: str, *group: str) -> str:
+    """Each device's utilisation once per ``group`` (a time-sliced GPU's per-pod copies
+    merged, unless ``pod`` is in the group)."""
+    return f"max {by(*group, *DEVICE_KEY)} ({raw_utilisation(selector)})"
+
+
 def _held_devices_by_pod() -> str:
     """Each held device's utilisation, once per holding pod (a pod's copy of a shared GPU)."""
-    return f"max {by('namespace', 'pod', *DEVICE_KEY)} ({raw_utilisation(matchers(held=True))})"
+    return _devices(matchers(held=True), "namespace", "pod")
 
 
 # --- Team usage ------------------------------------------------------------------------
@@ -199,7 +205,7 @@ def _held_devices_by_pod() -> str:
 
 def _team_devices(namespace: str) -> str:
     """Each device the team's pods hold, once (a time-sliced GPU's per-pod copies merged)."""
-    return f"max {by(*DEVICE_KEY)} ({raw_utilisation(matchers(equal={'namespace': namespace}))})"
+    return _devices(matchers(equal={"namespace": namespace}))
 
 
 def team_utilisation(namespace: str, *, recorded: bool = False) -> str:
@@ -233,7 +239,7 @@ NAMESPACE_BUSY_RECORD = "gpu_portal:namespace_busy_gpus:sum"
 
 def recording_rules() -> dict[str, str]:
     """Record name → expression: exactly the raw panel queries, kept for every namespace."""
-    held = f"max {by('namespace', *DEVICE_KEY)} ({raw_utilisation(matchers(held=True))})"
+    held = _devices(matchers(held=True), "namespace")
     return {
         CLUSTER_UTILISATION_RECORD: cluster_utilisation(),
         POD_DEVICE_UTILISATION_RECORD: _held_devices_by_pod(),
