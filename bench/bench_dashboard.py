@@ -230,7 +230,7 @@ def seed_database(jobs: list[Any], now: float) -> tuple[Any, dict[str, Any]]:
     from django.contrib.auth.models import User
 
     from jobs.models import Job, JobState
-    from portal.models import GpuQuota, Team
+    from teams.models import GpuQuota, Team
 
     Job.objects.all().delete()
     GpuQuota.objects.all().delete()
@@ -362,8 +362,8 @@ def measure_size(
     from django.test import Client
     from django.urls import reverse
 
+    from cluster import kube
     from monitoring import prometheus
-    from portal import kube
     from sandbox.history import simulate_workload
     from tests.sandbox_process import start_sandbox
 

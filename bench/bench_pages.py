@@ -160,7 +160,7 @@ class Data:
 
         from jobs import services
         from jobs.models import Job
-        from portal.models import GpuQuota, Membership, Team
+        from teams.models import GpuQuota, Membership, Team
 
         call_command("seed_demo", stdout=io.StringIO())
         for slug in TEAMS:
@@ -233,7 +233,8 @@ class Data:
         self.count += count
 
     def _job(self, template: Any, slug: str, state: str, when: datetime, name: str) -> Any:
-        from jobs.models import PRIORITY_VALUES, Job
+        from cluster.priority_classes import PRIORITY_CLASS_VALUES
+        from jobs.models import Job
 
         rng = self.rng
         team = self.teams[slug]
@@ -277,7 +278,7 @@ class Data:
             name=name,
             kind=template.kind,
             priority=template.priority,
-            priority_value=PRIORITY_VALUES[template.priority],
+            priority_value=PRIORITY_CLASS_VALUES[template.priority],
             state=state,
             reason=reason,
             message=message,

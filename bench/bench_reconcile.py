@@ -144,7 +144,7 @@ class Counters:
 def counting() -> Iterator[Counters]:
     from django.db import connection
 
-    from portal import kube
+    from cluster import kube
 
     counters = Counters()
     original = kube._call
@@ -211,9 +211,9 @@ def warm_up() -> None:
     lets its controllers' first full pass after loading finish. The portal's rows are not
     touched: the timed pass still finds every change since the previous one.
     """
-    from jobs.manifests import MANAGED_BY_SELECTOR
+    from cluster import kube
+    from cluster.labels import MANAGED_BY_SELECTOR
     from jobs.models import Job
-    from portal import kube
 
     for kind in ("Job", "Deployment", "Pod"):
         for _ in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
@@ -233,8 +233,8 @@ def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
     from jobs.manifests import build_manifests, object_name
     from jobs.models import Job, JobEvent, JobState
     from jobs.services import _context, job_spec_check
-    from portal.models import Team
-    from portal.services import quota_set
+    from teams.models import Team
+    from teams.services import quota_set
 
     Job.objects.all().delete()
     call_command("seed_demo", verbosity=0, stdout=io.StringIO())
@@ -351,9 +351,9 @@ def run_size(
 ) -> dict[str, PassFigures]:
     from django.conf import settings
 
-    from portal import kube
-    from portal.cluster_sync import team_cluster_sync
-    from portal.models import Team
+    from cluster import kube
+    from teams.cluster_sync import team_cluster_sync
+    from teams.models import Team
     from tests.sandbox_process import SandboxProcess
 
     print(f"  -- {size:,} jobs: seeding", flush=True)

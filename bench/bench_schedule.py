@@ -413,7 +413,7 @@ def running_deployment(name: str, replicas: int, gpus: int) -> dict[str, Any]:
 
 def fill_cluster(num_nodes: int) -> int:
     """One running pod per node (1–4 GPUs each); returns how many are bound."""
-    from portal import kube
+    from cluster import kube
 
     kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
     per_deployment = 50
@@ -439,7 +439,7 @@ def preview_call() -> Callable[[], Any]:
     from jobs.manifests import ManifestContext, build_manifests
     from jobs.quota import job_demand
     from jobs.spec import GpuRequest, JobSpec
-    from portal.models import Team
+    from teams.models import Team
 
     team, _ = Team.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
     spec = JobSpec(
@@ -460,7 +460,7 @@ def bench_fit_preview(report: Report, sizes: Sequence[int], repeat: int) -> None
     """Cold (LIST + build) and warm (cached snapshot) fit previews against a sandbox."""
     from django.conf import settings
 
-    from portal import kube
+    from cluster import kube
     from tests.sandbox_process import start_sandbox
 
     preview = preview_call()

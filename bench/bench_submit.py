@@ -77,8 +77,9 @@ def setup_data(clients: int) -> list[str]:
     from django.contrib.auth.models import User
     from django.core.management import call_command
 
-    from portal.models import Membership, Team
-    from portal.services import api_token_create, quota_set
+    from portal.services import api_token_create
+    from teams.models import Membership, Team
+    from teams.services import quota_set
 
     call_command("seed_demo", stdout=io.StringIO())  # the catalog (and demo teams)
     team = Team.objects.create(slug=TEAM, name="Bench", namespace=f"team-{TEAM}")
@@ -190,7 +191,7 @@ def admission_starter() -> Iterator[list[int]]:
     import redis
 
     from jobs.tasks import ADMISSION_QUEUED_KEY
-    from portal.models import Team
+    from teams.models import Team
 
     mark = ADMISSION_QUEUED_KEY.format(team_id=Team.objects.get(slug=TEAM).pk)
     taken = [0]

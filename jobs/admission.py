@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
-from portal.models import GpuQuota, Team
+from teams.models import GpuQuota, Team
 
 
 @dataclass

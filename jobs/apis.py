@@ -1,4 +1,7 @@
-"""REST API for jobs: thin views that parse input, call one service or selector, render."""
+"""REST API for jobs, and for teams with what their jobs hold of each quota.
+
+Thin views that parse input, call one service or selector, render.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_errors import error_responses
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState
 from jobs.selectors import (
@@ -29,10 +33,12 @@ from jobs.selectors import (
     job_queue_position,
     jobs_for_user,
     jobs_in_order,
+    queued_count,
+    quota_usage,
 )
 from jobs.services import job_cancel, job_preview, job_submit
 from jobs.spec_input import JobSpecInput
-from portal.api_errors import error_responses
+from teams.selectors import membership_role, teams_for_user
 
 
 class JobOutput(serializers.ModelSerializer):
@@ -350,3 +356,38 @@ class JobCancelApi(APIView):
         job = job_get_for_user(user=request.user, job_id=job_id)
         job = job_cancel(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
         return Response(JobOutput(job).data)
+
+
+class QuotaOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    limit = serializers.IntegerField()
+    used = serializers.IntegerField()
+    percent = serializers.IntegerField()
+
+
+class TeamOutput(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    role = serializers.CharField(allow_null=True)
+    queued_jobs = serializers.IntegerField()
+    quotas = QuotaOutput(many=True)
+
+
+class TeamListApi(APIView):
+    @extend_schema(
+        operation_id="teams_list", responses={200: TeamOutput(many=True), **error_responses(401)}
+    )
+    def get(self, request: Request) -> Response:
+        teams = [
+            {
+                "slug": team.slug,
+                "name": team.name,
+                "namespace": team.namespace,
+                "role": membership_role(user=request.user, team=team),
+                "queued_jobs": queued_count(team=team),
+                "quotas": quota_usage(team=team),
+            }
+            for team in teams_for_user(user=request.user)
+        ]
+        return Response(TeamOutput(teams, many=True).data)

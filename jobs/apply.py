@@ -13,12 +13,12 @@ from enum import StrEnum
 from django.db import transaction
 from django.utils import timezone
 
-from jobs.manifests import JOB_ID_LABEL
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL
+from cluster.selectors import catalog_get
 from jobs.models import Job, JobEvent, JobState
 from jobs.policy import check_manifests
-from portal import kube
-from portal.cluster_sync import team_cluster_sync
-from portal.selectors import catalog_get
+from teams.cluster_sync import team_cluster_sync
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from typing import Any
 
 from django.conf import settings
 
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL
+from cluster.priority_classes import PRIORITY_CLASSES
 from jobs.admission import blocking_resource
-from jobs.manifests import JOB_ID_LABEL, PRIORITY_CLASS_VALUES
 from jobs.models import Job
 from jobs.quota import format_amount, quota_capacity
 from jobs.selectors import team_usage
-from portal import kube
-from portal.models import GpuQuota, Team
 from scheduling import (
     ClusterSnapshot,
     Pod,
@@ -31,12 +31,7 @@ from scheduling import (
     pod_is_terminal,
     schedule,
 )
-
-# PriorityClass name → (value, preemptionPolicy), as the portal creates them.
-PRIORITY_CLASSES = {
-    f"gpu-{name}": (value, "Never" if name == "low" else "PreemptLowerPriority")
-    for name, value in PRIORITY_CLASS_VALUES.items()
-}
+from teams.models import GpuQuota, Team
 
 
 def cluster_snapshot() -> ClusterSnapshot:

@@ -11,9 +11,10 @@ from typing import Any, cast
 
 from django import forms
 
-from jobs.spec import KINDS, PRIORITIES
-from portal.models import Team
-from portal.selectors import Catalog
+from cluster.priority_classes import PRIORITIES
+from cluster.selectors import Catalog
+from jobs.spec import KINDS
+from teams.models import Team
 
 # Spec field path (first segment) → form field showing its error.
 FIELD_FOR_PATH = {

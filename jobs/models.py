@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from portal.models import Team
+from cluster.priority_classes import PRIORITY_CLASS_VALUES
+from teams.models import Team
 
 
 class JobState(models.TextChoices):
@@ -20,9 +21,6 @@ class JobState(models.TextChoices):
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.RUNNING})
 
-# PriorityClass values (seed 004); admission orders the queue by them.
-PRIORITY_VALUES = {"critical": 1_000_000, "high": 100_000, "normal": 10_000, "low": 1_000}
-
 
 class Job(models.Model):
     class Kind(models.TextChoices):
@@ -36,7 +34,7 @@ class Job(models.Model):
     name = models.CharField(max_length=40)
     kind = models.CharField(max_length=10, choices=Kind.choices)
     priority = models.CharField(max_length=10, default="normal")
-    priority_value = models.IntegerField(default=PRIORITY_VALUES["normal"])
+    priority_value = models.IntegerField(default=PRIORITY_CLASS_VALUES["normal"])
     state = models.CharField(
         max_length=10, choices=JobState.choices, default=JobState.QUEUED, db_index=True
     )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from jobs.spec import JobSpec
-from portal.models import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
+from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
 
 GIB = 1024**3
 

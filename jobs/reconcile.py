@@ -7,13 +7,11 @@ runs from overlapping. Also recovers work whose Celery task was lost.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -24,12 +22,13 @@ from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from jobs.fit import PRIORITY_CLASSES, cluster_snapshot
-from jobs.manifests import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from cluster.priority_classes import PRIORITY_CLASSES
+from core.redis_client import redis_client
+from jobs.fit import cluster_snapshot
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.observe import Observation, observe_inference, observe_training
-from portal import kube
-from portal.redis_client import redis_client
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
 logger = logging.getLogger(__name__)
@@ -51,6 +50,7 @@ class ReconcileReport:
     requeued_apply: list[int] = field(default_factory=list)
     requeued_admission: list[int] = field(default_factory=list)
     cleanup: list[int] = field(default_factory=list)
+    cluster_error: str = ""  # the cluster could not be read: nothing was tracked this run
     duration_seconds: float = 0.0
 
 
@@ -313,25 +313,19 @@ def _id_list(ids: list[int]) -> Any:
 
 
 def _cleanup_leftovers(owners: dict[int, list[Obj]], report: ReconcileReport) -> None:
-    """Cancelled jobs whose objects are still in the cluster get their cleanup again."""
-    from jobs import tasks  # tasks import this module
-
+    """Cancelled jobs whose objects are still in the cluster: their cleanup is due again."""
     leftovers = Job.objects.filter(pk__in=_id_list(list(owners)), state=JobState.CANCELLED)
     for job_id in leftovers.values_list("pk", flat=True):
-        tasks.job_cleanup_task.delay(job_id)
         report.cleanup.append(job_id)
 
 
 def _recover_queue(report: ReconcileReport) -> None:
-    """Re-queue work whose task never ran (broker restart, worker killed) and clean up."""
-    from jobs import tasks  # tasks import this module
-
+    """Find work whose task never ran (broker restart, worker killed): the task queues it."""
     cutoff = timezone.now() - timedelta(seconds=settings.STALE_QUEUE_SECONDS)
     stale_apply = Job.objects.filter(
         state=JobState.QUEUED, admitted_at__lt=cutoff, applied_at__isnull=True
     ).values_list("pk", flat=True)
     for job_id in stale_apply:
-        tasks.job_apply_task.delay(job_id)
         report.requeued_apply.append(job_id)
     teams = set(
         Job.objects.filter(
@@ -339,26 +333,7 @@ def _recover_queue(report: ReconcileReport) -> None:
         ).values_list("team_id", flat=True)
     )
     for team_id in sorted(teams):
-        tasks.admission_task.delay(team_id)
         report.requeued_admission.append(team_id)
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Hold off Python's cycle collector while a pass decodes the cluster's lists.
-
-    A pass at 10,000 jobs decodes about a million dicts and lists, which set off full
-    collections that walk everything still alive, again and again: 2 of its 5 seconds
-    (``bench/bench_reconcile.py``). The pass's data has no reference cycles and is freed by
-    reference counting when it ends; the collector resumes then.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def cluster_reconcile() -> ReconcileReport:
@@ -366,9 +341,10 @@ def cluster_reconcile() -> ReconcileReport:
     2. LIST the portal's Jobs, Deployments and Pods (by label) and recent Events.
     3. For each applied, unfinished job: map objects to state, record new events,
        explain unschedulable pods, mark vanished jobs ``Lost``.
-    4. Re-queue admission/apply work whose task was lost.
-    A cluster that cannot be reached raises ``kube.TemporaryClusterError`` after
-    step 1: no job is marked failed because the API server was down.
+    4. Find admission/apply work whose task was lost (``reconcile_task`` queues it again).
+    A cluster that cannot be reached is reported in ``cluster_error`` and leaves every job
+    as it is: no job is marked failed because the API server was down; the lost work of
+    step 4 is still found, since it needs only the database.
     """
     started = time.monotonic()
     report = ReconcileReport()
@@ -379,8 +355,12 @@ def cluster_reconcile() -> ReconcileReport:
     try:
         # Queue recovery needs only the database: it runs even when the cluster is down.
         _recover_queue(report)
-        with _cyclic_gc_paused():
+        try:
             _track(report)
+        except kube.TemporaryClusterError as exc:
+            # Not an error of the jobs: tracking resumes at the next run.
+            logger.warning("reconcile: cluster unreachable, jobs left as they are: %s", exc)
+            report.cluster_error = exc.message
     finally:
         try:
             lock.release()

@@ -13,14 +13,14 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from cluster import kube
+from cluster.nodes import cluster_error_text
+from core.errors import NotFound
 from jobs.manifests import job_id_selector
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
-from portal import kube
-from portal.cluster_selectors import cluster_error_text
-from portal.errors import NotFound
-from portal.models import GpuQuota, Team
-from portal.selectors import teams_for_user
+from teams.models import GpuQuota, Team
+from teams.selectors import teams_for_user
 
 
 def jobs_for_user(

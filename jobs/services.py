@@ -11,6 +11,10 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
 from django.utils import timezone
 
+from cluster.priority_classes import PRIORITY_CLASS_VALUES
+from cluster.selectors import Catalog, catalog_read
+from core.db import Read, reads_fetch, rows_insert
+from core.errors import ApplicationError, Conflict, PermissionDenied
 from jobs.fit import FitPreview, job_fit_preview
 from jobs.manifests import (
     ManifestContext,
@@ -21,18 +25,16 @@ from jobs.manifests import (
     to_yaml,
     validate_manifests,
 )
-from jobs.models import FINAL_STATES, PRIORITY_VALUES, Job, JobEvent, JobState
+from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.policy import check_manifests
 from jobs.quota import job_demand, quota_never_fits
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
-from portal.db import Read, reads_fetch, rows_insert
-from portal.errors import ApplicationError, Conflict, PermissionDenied
-from portal.models import AuditLog, Membership, Team
-from portal.selectors import Catalog, catalog_read, membership_role, team_quotas_read
-from portal.services import audit_entry, audit_record
 from scheduling import cpu_millis, memory_bytes
+from teams.models import AuditLog, Membership, Team
+from teams.selectors import membership_role, team_quotas_read
+from teams.services import audit_entry, audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -247,7 +249,7 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
         name=spec.name,
         kind=spec.kind,
         priority=spec.priority,
-        priority_value=PRIORITY_VALUES[spec.priority],
+        priority_value=PRIORITY_CLASS_VALUES[spec.priority],
         state=JobState.QUEUED,
         reason="Submitted",
         message="Waiting for admission against the team's quota.",

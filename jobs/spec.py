@@ -12,13 +12,13 @@ from typing import Any, Literal
 
 import yaml
 
+from cluster.priority_classes import Priority
+
 Kind = Literal["training", "inference"]
 Sharing = Literal["exclusive", "mig", "shared"]
-Priority = Literal["critical", "high", "normal", "low"]
 
 KINDS: tuple[Kind, ...] = ("training", "inference")
 SHARINGS: tuple[Sharing, ...] = ("exclusive", "mig", "shared")
-PRIORITIES: tuple[Priority, ...] = ("critical", "high", "normal", "low")
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.utils.serializer_helpers import BindingDict
 
-from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec
-from portal.errors import ApplicationError
+from cluster.priority_classes import PRIORITIES
+from core.api_errors import flatten_errors
+from core.errors import ApplicationError
+from jobs.spec import KINDS, SHARINGS, JobSpec
 from scheduling import parse_quantity
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -505,31 +507,6 @@ def _quantity(value: str, what: str, example: str) -> Decimal:
         raise serializers.ValidationError(
             f"'{value[:40]}' is not a Kubernetes {what} quantity; use e.g. {example}."
         ) from None
-
-
-def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
-    """DRF's nested error structure → ``{"gpu.count": [...], "volumes[0].claim": [...]}``."""
-    flat: dict[str, list[str]] = {}
-    if isinstance(detail, dict):
-        for key, value in detail.items():
-            if key == "non_field_errors":
-                name = prefix
-            elif isinstance(key, int) or str(key).isdigit():  # a list item (many=True)
-                name = f"{prefix}[{key}]"
-            else:
-                name = f"{prefix}.{key}" if prefix else str(key)
-            for path, messages in flatten_errors(value, name).items():
-                flat.setdefault(path, []).extend(messages)
-    elif isinstance(detail, list):
-        if all(isinstance(item, str) for item in detail):
-            flat[prefix or "spec"] = [str(item) for item in detail]
-        else:
-            for index, item in enumerate(detail):
-                for path, messages in flatten_errors(item, f"{prefix}[{index}]").items():
-                    flat.setdefault(path, []).extend(messages)
-    else:
-        flat[prefix or "spec"] = [str(detail)]
-    return {path: messages for path, messages in flat.items() if messages}
 
 
 def spec_parse(data: Any) -> JobSpec:

@@ -16,20 +16,15 @@ import redis
 from celery import shared_task
 from django.db import transaction
 
+from cluster.tasks import RETRY_TEMPORARY, ROBUST
+from core.redis_client import redis_client
 from jobs.admission import admission_run
-from portal.kube import TemporaryClusterError
-from portal.redis_client import redis_client
+from jobs.apply import job_apply, job_cleanup
+from jobs.metrics import reconcile_timer
+from jobs.reconcile import ReconcileReport, cluster_reconcile
 
 logger = logging.getLogger(__name__)
 
-RETRY = {
-    "autoretry_for": (TemporaryClusterError,),
-    "retry_backoff": 2,
-    "retry_backoff_max": 60,
-    "retry_jitter": True,
-    "max_retries": 8,
-}
-ROBUST = {"acks_late": True, "reject_on_worker_lost": True}
 # Set while an admission run for the team is queued and has not started: a burst of
 # submits for one team shares that run instead of queuing one each. The expiry bounds how
 # long a run lost with its broker can hold later ones back (reconcile re-queues it anyway).
@@ -52,63 +47,34 @@ def admission_task(team_id: int) -> list[int]:
     return admitted
 
 
-@shared_task(**ROBUST, **RETRY, soft_time_limit=60, time_limit=90)
+@shared_task(**ROBUST, **RETRY_TEMPORARY, soft_time_limit=60, time_limit=90)
 def job_apply_task(job_id: int) -> str:
-    from jobs.apply import job_apply
-
     return job_apply(job_id=job_id).value
 
 
-@shared_task(**ROBUST, **RETRY, soft_time_limit=60, time_limit=90)
+@shared_task(**ROBUST, **RETRY_TEMPORARY, soft_time_limit=60, time_limit=90)
 def job_cleanup_task(job_id: int) -> int:
-    from jobs.apply import job_cleanup
-
     return job_cleanup(job_id=job_id)
 
 
 @shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
 def reconcile_task() -> dict[str, Any]:
-    """Periodic (beat): bring job rows in line with the cluster."""
-    from jobs.reconcile import cluster_reconcile
-    from monitoring.metrics import reconcile_timer
-
-    try:
-        with reconcile_timer():
-            report = cluster_reconcile()
-    except TemporaryClusterError as exc:
-        # Not an error of the jobs: tracking resumes at the next run.
-        logger.warning("reconcile: cluster unreachable, jobs left as they are: %s", exc)
-        return {"error": str(exc)}
+    """Periodic (beat): bring job rows in line with the cluster, then queue again the work
+    whose task was lost (the pass finds it; queuing it is this task's part)."""
+    with reconcile_timer():
+        report = cluster_reconcile()
+    reconcile_requeue(report)
     return report.__dict__
 
 
-@shared_task(**ROBUST, **RETRY, soft_time_limit=60, time_limit=90)
-def team_sync_task(team_id: int) -> dict[str, str]:
-    """Mirror a team (namespace, ResourceQuota, LimitRange, PriorityClasses) into the cluster."""
-    from portal.cluster_sync import team_cluster_sync
-
-    return team_cluster_sync(team_id=team_id)
-
-
-@shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
-def teams_sync_task() -> dict[int, str]:
-    """Periodic (beat): every team's cluster objects, level-triggered."""
-    from portal.cluster_sync import catalog_refresh, team_cluster_sync
-    from portal.models import Team
-
-    try:
-        catalog_refresh()
-    except Exception as exc:  # noqa: BLE001 - the teams still get synced
-        logger.warning("catalog refresh failed: %s", exc)
-    results = {}
-    for team_id in Team.objects.values_list("pk", flat=True):
-        try:
-            team_cluster_sync(team_id=team_id)
-            results[team_id] = "ok"
-        except Exception as exc:  # noqa: BLE001 - one broken team must not stop the others
-            logger.warning("team %s sync failed: %s", team_id, exc)
-            results[team_id] = f"error: {exc}"
-    return results
+def reconcile_requeue(report: ReconcileReport) -> None:
+    """Queue the apply, admission and cleanup work a reconcile pass found lost."""
+    for job_id in report.requeued_apply:
+        job_apply_task.delay(job_id)
+    for team_id in report.requeued_admission:
+        admission_task.delay(team_id)
+    for job_id in report.cleanup:
+        job_cleanup_task.delay(job_id)
 
 
 def admission_enqueue(*, team_id: int) -> None:
@@ -136,7 +102,3 @@ def _admission_publish(team_id: int) -> None:
 
 def cleanup_enqueue(*, job_id: int) -> None:
     transaction.on_commit(lambda: job_cleanup_task.delay(job_id))
-
-
-def team_sync_enqueue(*, team_id: int) -> None:
-    transaction.on_commit(lambda: team_sync_task.delay(team_id))

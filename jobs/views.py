@@ -1,4 +1,5 @@
-"""Pages for jobs: list, submit (with a live YAML preview), detail, clone, cancel."""
+"""Pages for jobs (list, submit with a live YAML preview, detail, clone, cancel) and the
+user's teams with what their jobs hold of each quota."""
 
 from __future__ import annotations
 
@@ -10,14 +11,22 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from cluster.selectors import catalog_get
+from core.errors import ApplicationError
 from jobs.forms import JobForm, initial_from_spec
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
-from jobs.selectors import job_get_for_user, job_list_page, job_live_get, job_log_tail
+from jobs.selectors import (
+    job_get_for_user,
+    job_list_page,
+    job_live_get,
+    job_log_tail,
+    queued_count,
+    quota_usage,
+)
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
 from jobs.spec import spec_yaml
-from portal.errors import ApplicationError
-from portal.selectors import catalog_get, teams_for_user
+from teams.selectors import membership_role, teams_for_user
 
 
 def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None = None) -> JobForm:
@@ -146,3 +155,17 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Job {job.name} cancelled.")
     return redirect("jobs:detail", job_id=job.pk)
+
+
+@login_required
+def team_list(request: HttpRequest) -> HttpResponse:
+    teams = [
+        {
+            "team": team,
+            "role": membership_role(user=request.user, team=team),
+            "quotas": quota_usage(team=team),
+            "queued": queued_count(team=team),
+        }
+        for team in teams_for_user(user=request.user)
+    ]
+    return render(request, "portal/teams.html", {"teams": teams})

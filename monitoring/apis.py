@@ -22,6 +22,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_errors import error_responses
+from core.errors import ApplicationError
 from jobs.selectors import job_get_for_user
 from monitoring.prometheus import Series
 from monitoring.queries import JOB_METRICS, RANGES, RangeError, parse_range
@@ -34,8 +36,6 @@ from monitoring.selectors import (
     team_for_user,
     team_usage_get,
 )
-from portal.api_errors import error_responses
-from portal.errors import ApplicationError
 
 
 def _range(request: Request, *, default: str | None = "1h") -> tuple[str, int] | None:

@@ -9,19 +9,17 @@ requests, and a restart would reset them. Every scrape sees the same, whole numb
 - ``gpu_portal_queue_length{team}``: jobs waiting for quota or a worker.
 - ``gpu_portal_admission_wait_seconds``: histogram of ``admitted_at - created_at``.
 - ``gpu_portal_reconcile_duration_seconds``: histogram of reconcile runs, which the
-  worker reports with ``reconcile_timer()`` (kept in Redis, shared by all processes).
+  worker reports with ``jobs.metrics.reconcile_timer()`` (kept in Redis, shared by all
+  processes).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from datetime import timedelta
 
 import redis
-from django.conf import settings
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from prometheus_client.core import (
     CollectorRegistry,
@@ -32,42 +30,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from jobs.metrics import RECONCILE_BUCKETS, RECONCILE_KEY, reconcile_redis
 from jobs.models import Job, JobState
+from teams.models import Team
 
 logger = logging.getLogger(__name__)
 
 ADMISSION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
-RECONCILE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-RECONCILE_KEY = "gpu-portal:metrics:reconcile"  # Redis hash: bucket counts, count, sum, last
-
-
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
-
-
-def reconcile_observe(seconds: float) -> None:
-    """Record one reconcile run's duration (never raises: metrics must not break work)."""
-    try:
-        pipe = _redis().pipeline()
-        for bound in RECONCILE_BUCKETS:
-            if seconds <= bound:
-                pipe.hincrby(RECONCILE_KEY, f"le:{bound:g}", 1)
-        pipe.hincrby(RECONCILE_KEY, "count", 1)
-        pipe.hincrbyfloat(RECONCILE_KEY, "sum", seconds)
-        pipe.hset(RECONCILE_KEY, "last", f"{seconds:.6f}")
-        pipe.execute()
-    except redis.RedisError as exc:
-        logger.warning("reconcile duration not recorded: %s", exc)
-
-
-@contextmanager
-def reconcile_timer() -> Iterator[None]:
-    """``with reconcile_timer(): cluster_reconcile()`` — times the block, even when it fails."""
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        reconcile_observe(time.monotonic() - started)
 
 
 class PortalCollector(Collector):
@@ -98,8 +67,6 @@ class PortalCollector(Collector):
             gpus.add_metric([team, state], row["g"] or 0)
             if state == JobState.QUEUED:
                 queued[team] = row["n"]
-        from portal.models import Team
-
         for slug in Team.objects.values_list("slug", flat=True):
             queue.add_metric([slug], queued.get(slug, 0))
         return [jobs, gpus, queue]
@@ -130,7 +97,7 @@ class PortalCollector(Collector):
 
     def _reconcile(self) -> Metric | None:
         try:
-            stored: dict[bytes, bytes] = _redis().hgetall(RECONCILE_KEY)  # type: ignore[assignment]
+            stored: dict[bytes, bytes] = reconcile_redis().hgetall(RECONCILE_KEY)  # type: ignore[assignment]
             raw = {k.decode(): v.decode() for k, v in stored.items()}
         except redis.RedisError as exc:
             logger.warning("reconcile metrics unavailable: %s", exc)

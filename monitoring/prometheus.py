@@ -21,7 +21,7 @@ from django.conf import settings
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from portal.errors import ApplicationError
+from core.errors import ApplicationError
 
 Labels = dict[str, str]
 

@@ -21,14 +21,15 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from cluster.nodes import GpuNode, cluster_gpu_nodes
+from core.errors import ClusterUnavailable
 from jobs.models import Job, JobState
 from jobs.selectors import QuotaUse, quota_usage
 from monitoring import prometheus, queries
 from monitoring.prometheus import MetricsUnavailable, Sample, Series
-from portal.cluster_selectors import GpuNode, cluster_gpu_nodes
-from portal.errors import ClusterUnavailable
-from portal.models import CPU, MEMORY, Team
-from portal.selectors import teams_for_user
+from scheduling.resources import CPU, MEMORY
+from teams.models import Team
+from teams.selectors import teams_for_user
 
 PodKey = tuple[str, str]  # (namespace, pod)
 MAX_LOOKBACK = timedelta(days=7)
@@ -392,7 +393,7 @@ class TeamUsage:
 
 def team_for_user(*, user: User | AnonymousUser, slug: str) -> Team:
     """A team the user belongs to (platform admins: any); otherwise "not found"."""
-    from portal.errors import NotFound
+    from core.errors import NotFound
 
     team = teams_for_user(user=user).filter(slug=slug).first()
     if team is None:

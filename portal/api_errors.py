@@ -1,8 +1,8 @@
 """Turn ``ApplicationError`` into an HTTP response, in one place.
 
-Every error answer of the API has one shape, ``ErrorOutput``: ``{"detail": "…"}`` plus,
-when input was refused, ``"errors": {"<field path>": ["…"]}``. DRF's own validation errors
-are reshaped to match. ``error_responses`` documents them in the OpenAPI schema.
+Every error answer of the API has one shape, ``core.api_errors.ErrorOutput``:
+``{"detail": "…"}`` plus, when input was refused, ``"errors": {"<field path>": ["…"]}``.
+DRF's own validation errors are reshaped to match.
 
 Also the two ways a hostile request body gets past DRF's own error handling, so that
 they are a clear 4xx in JSON instead of an HTML page or a 500:
@@ -19,46 +19,13 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import page_not_found
-from drf_spectacular.utils import OpenApiResponse
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from jobs.spec_input import flatten_errors
-from portal.errors import ApplicationError
-
-
-class ErrorOutput(serializers.Serializer):
-    """What every error answer of the API looks like."""
-
-    detail = serializers.CharField(help_text="What went wrong and how to fix it.")
-    # The JSON name is fixed; DRF's metaclass moves it out of the attribute it shadows.
-    errors = serializers.DictField(  # type: ignore[assignment]
-        child=serializers.ListField(child=serializers.CharField()),
-        required=False,
-        help_text='Refused input, per field path: {"gpu.count": ["…"]}.',
-    )
-
-
-ERROR_DESCRIPTIONS = {
-    400: "Refused input: `detail` says why, `errors` names each field and the fix.",
-    401: "No valid credentials: send `Authorization: Bearer <token>`.",
-    403: "Authenticated, but not allowed to do this.",
-    404: "No such object among your teams' (another team's objects are 404 too).",
-    409: "The object is not in a state that allows this.",
-    413: "The request body is larger than the server accepts.",
-    415: "The body is not JSON: send `Content-Type: application/json`.",
-    429: "Too many writes: wait the number of seconds in `Retry-After`.",
-    503: "A service the answer depends on (the cluster, Prometheus) could not be reached.",
-}
-
-
-def error_responses(*codes: int) -> dict[int, OpenApiResponse]:
-    """OpenAPI responses for the given error status codes, all of shape ``ErrorOutput``."""
-    return {
-        code: OpenApiResponse(ErrorOutput, description=ERROR_DESCRIPTIONS[code]) for code in codes
-    }
+from core.api_errors import flatten_errors
+from core.errors import ApplicationError
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 
-from portal.errors import NotFound
+from core.errors import NotFound
 
 
 class SecurityHeadersMiddleware:

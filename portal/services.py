@@ -1,99 +1,21 @@
-"""Writes for teams, quotas, API tokens and the audit log."""
+"""Writes for API tokens: created (the secret shown once), checked, revoked."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 from datetime import timedelta
-from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from portal.models import ApiToken, AuditLog, GpuQuota, Team
+from portal.models import ApiToken
 from portal.selectors import api_token_by_digest
+from teams.services import audit_record
 
 TOKEN_PREFIX_LEN = 8
-
-
-def audit_record(
-    *,
-    actor: User | AnonymousUser | None,
-    action: str,
-    target: object | str = "",
-    changes: dict[str, Any] | None = None,
-    ip_address: str | None = None,
-) -> AuditLog:
-    """Append one row to the audit log (who, what, old → new)."""
-    entry = audit_entry(
-        actor=actor, action=action, target=target, changes=changes, ip_address=ip_address
-    )
-    entry.save(force_insert=True)
-    return entry
-
-
-def audit_entry(
-    *,
-    actor: User | AnonymousUser | None,
-    action: str,
-    target: object | str = "",
-    changes: dict[str, Any] | None = None,
-    ip_address: str | None = None,
-) -> AuditLog:
-    """The audit log row ``audit_record`` appends, not saved yet (for ``rows_insert``)."""
-    user = actor if isinstance(actor, User) else None
-    return AuditLog(
-        actor=user,
-        action=action,
-        target_type=type(target).__name__ if not isinstance(target, str) else "",
-        target=str(target)[:200],
-        changes=changes or {},
-        ip_address=ip_address,
-    )
-
-
-def quota_change_record(
-    *,
-    actor: User | AnonymousUser | None,
-    team: Team,
-    resource: str,
-    old_limit: int | None,
-    new_limit: int | None,
-) -> AuditLog | None:
-    """Record a quota change made anywhere (admin form, inline, service)."""
-    if old_limit == new_limit:
-        return None
-    action = (
-        "quota.create"
-        if old_limit is None
-        else "quota.delete"
-        if new_limit is None
-        else "quota.update"
-    )
-    return audit_record(
-        actor=actor,
-        action=action,
-        target=f"{team.slug}/{resource}",
-        changes={"team": team.slug, "resource": resource, "old": old_limit, "new": new_limit},
-    )
-
-
-@transaction.atomic
-def quota_set(
-    *, actor: User | AnonymousUser | None, team: Team, resource: str, limit: int
-) -> GpuQuota:
-    """Create or change a team's quota on one resource, writing the audit log."""
-    quota = GpuQuota.objects.select_for_update().filter(team=team, resource=resource).first()
-    old = quota.limit if quota else None
-    if quota is None:
-        quota = GpuQuota.objects.create(team=team, resource=resource, limit=limit)
-    elif quota.limit != limit:
-        quota.limit = limit
-        quota.save(update_fields=["limit", "updated_at"])
-    quota_change_record(actor=actor, team=team, resource=resource, old_limit=old, new_limit=limit)
-    return quota
 
 
 def _digest(secret: str) -> str:

@@ -46,9 +46,12 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "axes",
-    "portal",
+    # In layer order (DESIGN.md): each app imports only the ones above it.
+    "cluster",
+    "teams",
     "jobs",
     "monitoring",
+    "portal",
 ]
 
 MIDDLEWARE = [
@@ -163,7 +166,8 @@ STALE_QUEUE_SECONDS = env_float("STALE_QUEUE_SECONDS", 60.0)
 LOST_GRACE_SECONDS = env_float("LOST_GRACE_SECONDS", 30.0)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile_task", "schedule": RECONCILE_INTERVAL_SECONDS},
-    "teams-sync": {"task": "jobs.tasks.teams_sync_task", "schedule": 300.0},
+    "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
+    "teams-sync": {"task": "teams.tasks.teams_sync_task", "schedule": 300.0},
 }
 
 # --- Kubernetes ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from portal.services import audit_record
+from teams.services import audit_record
 
 
 def _ip(request: HttpRequest | None) -> str | None:

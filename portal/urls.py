@@ -4,16 +4,20 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from cluster import apis as cluster_apis
+from jobs import apis as job_apis
+from jobs import views as job_views
 from jobs.urls import api_urlpatterns as job_api_urls
 from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
-from portal import apis, cluster_apis, views
+from portal import views
+from teams import apis as team_apis
 
 api_urls = [
     *job_api_urls,
     *monitoring_api_urls,
-    path("me/", apis.MeApi.as_view(), name="api-me"),
-    path("teams/", apis.TeamListApi.as_view(), name="api-teams"),
+    path("me/", team_apis.MeApi.as_view(), name="api-me"),
+    path("teams/", job_apis.TeamListApi.as_view(), name="api-teams"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
 ]
 
@@ -22,7 +26,7 @@ urlpatterns = [
     path("jobs/", include("jobs.urls")),
     path("monitoring/", include("monitoring.urls")),
     path("metrics", metrics_view, name="metrics"),
-    path("teams/", views.team_list, name="teams"),
+    path("teams/", job_views.team_list, name="teams"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),

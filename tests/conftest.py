@@ -11,8 +11,8 @@ from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from portal.models import Team
 from portal.services import api_token_create
+from teams.models import Team
 
 
 @pytest.fixture(autouse=True)

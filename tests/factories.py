@@ -8,7 +8,7 @@ import factory
 from django.contrib.auth.models import User
 
 from jobs.models import Job
-from portal.models import GpuQuota, Membership, Team
+from teams.models import GpuQuota, Membership, Team
 
 
 class UserFactory(factory.django.DjangoModelFactory):

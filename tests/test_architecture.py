@@ -1,4 +1,19 @@
-"""The boundaries DESIGN.md draws, checked on the source: who may import what."""
+"""The boundaries DESIGN.md draws, checked on the source: who may import what.
+
+The layers, lowest first; each may import only the layers below it, never one above,
+not even inside a function:
+
+    scheduling  pure kube-scheduler semantics (no Django, no I/O)
+    core        the shared kernel: the domain error type, the API error shape, Redis
+    cluster     the Kubernetes adapter, the portal's labels and PriorityClasses, the
+                GPU catalog discovered from the nodes
+    teams       teams, members, quotas, the audit log, their mirror in the cluster
+    jobs        spec, manifests, admission, apply, tracking
+    monitoring  the Prometheus adapter, charts, the portal's own /metrics
+    portal      the Django project: settings, urls, Celery app, authentication, errors
+
+``sandbox`` imports only ``scheduling``; nothing imports ``sandbox``.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +23,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = ("portal", "jobs", "monitoring")
+LAYERS = ("scheduling", "core", "cluster", "teams", "jobs", "monitoring", "portal")
+APPS = LAYERS[1:]
 
 
 def imports_of(package: str) -> dict[str, set[str]]:
-    """Top-level module names imported by each file of ``package`` (migrations excluded)."""
+    """Module names imported by each file of ``package``, at any depth of the file
+    (function-local imports included; migrations excluded)."""
     found: dict[str, set[str]] = {}
     for path in (ROOT / package).rglob("*.py"):
         if "migrations" in path.parts:
@@ -31,6 +48,25 @@ def roots(names: set[str]) -> set[str]:
     return {name.split(".")[0] for name in names}
 
 
+def test_every_layer_of_the_tree_is_in_the_order() -> None:
+    # A new top-level package must take its place in LAYERS (or be the sandbox): an
+    # app the order does not know would escape every check below.
+    packages = {
+        path.parent.name
+        for path in ROOT.glob("*/__init__.py")
+        if path.parent.name not in ("tests", "bench")
+    }
+    assert packages == {*LAYERS, "sandbox"}
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_a_layer_never_imports_a_layer_above_it(layer: str) -> None:
+    above = set(LAYERS[LAYERS.index(layer) + 1 :])
+    for path, names in imports_of(layer).items():
+        upward = roots(names) & above
+        assert not upward, f"{path} imports {sorted(upward)}, above {layer}"
+
+
 @pytest.mark.parametrize("package", ["scheduling", "sandbox"])
 def test_scheduling_and_sandbox_import_nothing_from_django_or_the_portal(package: str) -> None:
     for path, names in imports_of(package).items():
@@ -44,8 +80,8 @@ def test_scheduling_is_pure() -> None:
         assert not io, f"{path} does I/O through {io}"
 
 
-def test_the_portal_never_imports_the_sandbox() -> None:
-    for package in APPS:
+def test_nothing_imports_the_sandbox() -> None:
+    for package in LAYERS:
         for path, names in imports_of(package).items():
             assert "sandbox" not in roots(names), path
 
@@ -57,7 +93,7 @@ def test_kubernetes_is_reached_through_one_adapter() -> None:
         for path, names in imports_of(package).items()
         if "kubernetes" in roots(names)
     }
-    assert users == {"portal/kube.py"}
+    assert users == {"cluster/kube.py"}
 
 
 def test_prometheus_is_reached_through_one_adapter() -> None:
@@ -68,3 +104,13 @@ def test_prometheus_is_reached_through_one_adapter() -> None:
         if "prometheus_api_client" in roots(names)
     }
     assert users == {"monitoring/prometheus.py"}
+
+
+def test_the_manifest_builders_do_no_io() -> None:
+    # Pure builders (spec → dicts) are tested as plain dicts with no cluster (STYLE.md).
+    for path, names in imports_of("jobs/manifests").items():
+        io = roots(names) & {"django", "kubernetes", "requests", "urllib3", "redis"}
+        io |= {n for n in names if n.startswith("cluster.") and n != "cluster.labels"} - {
+            "cluster.priority_classes"
+        }
+        assert not io, f"{path} imports {sorted(io)}"

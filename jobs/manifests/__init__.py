@@ -11,24 +11,11 @@ Typical use::
 from jobs.manifests.builders import (
     CONTAINER_NAME,
     DISTRIBUTED_ENV_NAMES,
-    PRIORITY_CLASS_VALUES,
     Manifest,
     build_manifests,
-    priority_class_name,
-    priority_classes,
 )
 from jobs.manifests.context import ManifestContext
-from jobs.manifests.naming import (
-    COMPONENT_LABEL,
-    JOB_ID_LABEL,
-    MANAGED_BY_LABEL,
-    MANAGED_BY_SELECTOR,
-    NAME_LABEL,
-    TEAM_LABEL,
-    job_id_selector,
-    object_labels,
-    object_name,
-)
+from jobs.manifests.naming import job_id_selector, object_labels, object_name
 from jobs.manifests.render import to_yaml
 from jobs.manifests.resources import (
     container_resources,
@@ -44,15 +31,8 @@ from jobs.manifests.validation import (
 )
 
 __all__ = [
-    "COMPONENT_LABEL",
     "CONTAINER_NAME",
     "DISTRIBUTED_ENV_NAMES",
-    "JOB_ID_LABEL",
-    "MANAGED_BY_LABEL",
-    "MANAGED_BY_SELECTOR",
-    "NAME_LABEL",
-    "PRIORITY_CLASS_VALUES",
-    "TEAM_LABEL",
     "Manifest",
     "ManifestContext",
     "UnsupportedKubernetesVersion",
@@ -64,8 +44,6 @@ __all__ = [
     "object_labels",
     "object_name",
     "parse_quantity",
-    "priority_class_name",
-    "priority_classes",
     "resource_defaults",
     "schema_version_for",
     "to_yaml",

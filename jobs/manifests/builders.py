@@ -16,21 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from cluster.priority_classes import priority_class_name
 from jobs.manifests.context import ManifestContext
-from jobs.manifests.naming import (
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    object_labels,
-    object_name,
-    selector_labels,
-)
-from jobs.manifests.resources import (
-    GPU_RESOURCE,
-    container_resources,
-    gpu_resource_name,
-    shm_size_limit,
-)
-from jobs.spec import PRIORITIES, JobSpec, Priority
+from jobs.manifests.naming import object_labels, object_name, selector_labels
+from jobs.manifests.resources import container_resources, gpu_resource_name, shm_size_limit
+from jobs.spec import JobSpec
+from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL
 
 Manifest = dict[str, Any]
 
@@ -43,7 +34,6 @@ SHM_VOLUME_NAME = "dshm"
 POD_UID = 1000
 POD_GID = 1000
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
@@ -52,19 +42,6 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # the kubelet restarts the container; liveness only starts counting after it.
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_FAILURE_THRESHOLD = 60
-
-PRIORITY_CLASS_VALUES: dict[Priority, int] = {
-    "critical": 1_000_000,
-    "high": 100_000,
-    "normal": 10_000,
-    "low": 1_000,
-}
-PRIORITY_CLASS_DESCRIPTIONS: dict[Priority, str] = {
-    "critical": "Critical GPU workloads (production inference)",
-    "high": "High priority GPU workloads (urgent training)",
-    "normal": "Normal priority GPU workloads (standard training)",
-    "low": "Low priority GPU workloads (experiments)",
-}
 
 # Names the portal sets for distributed training; they win over a user env var
 # of the same name (spec validation should refuse such names up front).
@@ -84,10 +61,6 @@ DISTRIBUTED_ENV_NAMES = frozenset(
 )
 
 
-def priority_class_name(priority: Priority) -> str:
-    return f"gpu-{priority}"
-
-
 def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
     """The objects to apply for one job, in the order to apply them."""
     if spec.kind == "inference":
@@ -97,37 +70,6 @@ def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
         # the other workers try to reach it.
         return [_headless_service(spec, ctx), _indexed_job(spec, ctx)]
     return [_single_job(spec, ctx)]
-
-
-def priority_classes() -> list[Manifest]:
-    """The cluster-scoped PriorityClasses every job's ``priorityClassName`` refers to.
-
-    ``globalDefault`` is false on all four, although seed 004 marks gpu-normal
-    as the default: a cluster allows only one global default (the API server
-    refuses a second one), the cluster may already have one, and a global
-    default would also reprioritise every pod the portal does not own. The
-    portal always sets ``priorityClassName``, so it needs no default.
-    """
-    return [
-        {
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {
-                "name": priority_class_name(priority),
-                "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
-            },
-            "value": PRIORITY_CLASS_VALUES[priority],
-            "globalDefault": False,
-            # Low-priority experiments wait for free GPUs instead of evicting
-            # someone else's work; they can still be preempted themselves.
-            "preemptionPolicy": "Never" if priority == "low" else "PreemptLowerPriority",
-            "description": PRIORITY_CLASS_DESCRIPTIONS[priority],
-        }
-        for priority in PRIORITIES
-    ]
-
-
-# --- objects -----------------------------------------------------------------
 
 
 def _metadata(spec: JobSpec, ctx: ManifestContext) -> dict[str, Any]:
@@ -394,9 +336,7 @@ def _pod_template(
     if has_gpu:
         # GPU nodes are tainted nvidia.com/gpu (any value) so that only pods
         # that need a GPU land there; only those pods get the toleration.
-        pod_spec["tolerations"] = [
-            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-        ]
+        pod_spec["tolerations"] = [{"key": ANY_GPU, "operator": "Exists", "effect": "NoSchedule"}]
     pod_spec["containers"] = [container]
     if volumes:
         pod_spec["volumes"] = volumes

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scheduling.resources import SHARED_GPU
+
 
 @dataclass(frozen=True)
 class ManifestContext:
@@ -16,7 +18,7 @@ class ManifestContext:
 
     job_id: int
     namespace: str
-    shared_gpu_resource: str = "nvidia.com/gpu.shared"
+    shared_gpu_resource: str = SHARED_GPU
     kubernetes_version: str = "1.33"
     # torchrun's default rendezvous port; any free port works as long as the
     # headless Service and the workers agree on it.

@@ -1,22 +1,17 @@
-"""Deterministic object names and the labels every generated object carries.
-
-Other code lists and watches cluster objects by these labels, so the keys are
-constants here and nowhere else.
-"""
+"""Deterministic object names and the labels every generated object carries."""
 
 from __future__ import annotations
 
+from cluster.labels import (
+    COMPONENT_LABEL,
+    JOB_ID_LABEL,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    NAME_LABEL,
+    TEAM_LABEL,
+)
 from jobs.manifests.context import ManifestContext
 from jobs.spec import JobSpec
-
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "gpu-portal"
-NAME_LABEL = "app.kubernetes.io/name"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-JOB_ID_LABEL = "gpu-portal.dev/job-id"
-TEAM_LABEL = "gpu-portal.dev/team"
-
-MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 
 
 def object_name(spec: JobSpec, ctx: ManifestContext) -> str:

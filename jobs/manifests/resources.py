@@ -13,11 +13,10 @@ from decimal import Decimal
 from jobs.manifests.context import ManifestContext
 from jobs.spec import JobSpec
 from scheduling import parse_quantity
+from scheduling.resources import ANY_GPU, mig_resource
 
 Resources = dict[str, dict[str, str]]
 
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 # Sizing per GPU, from seed 003 ("Resource Right-Sizing": 6-8 CPU cores and
 # 12-16 GB RAM per GPU, minimum 8 GB). We take the top of both ranges for a
@@ -58,10 +57,10 @@ def gpu_resource_name(spec: JobSpec, ctx: ManifestContext) -> str | None:
     if gpu.count <= 0:
         return None
     if gpu.sharing == "mig":
-        return f"{MIG_RESOURCE_PREFIX}{_mig_profile(spec)}"
+        return mig_resource(_mig_profile(spec))
     if gpu.sharing == "shared":
         return ctx.shared_gpu_resource
-    return GPU_RESOURCE
+    return ANY_GPU
 
 
 def _mig_profile(spec: JobSpec) -> str:

@@ -14,9 +14,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.models import PRIORITY_VALUES, Job, JobEvent, JobState
-from portal import kube
-from portal.models import Team
+from cluster import kube
+from cluster.priority_classes import PRIORITY_CLASS_VALUES
+from jobs.models import Job, JobEvent, JobState
+from teams.models import Team
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +53,7 @@ def make_job(
         owner=fields.pop("owner", None) or team.memberships.first().user,
         state=state,
         priority=priority,
-        priority_value=PRIORITY_VALUES[priority],
+        priority_value=PRIORITY_CLASS_VALUES[priority],
         spec=spec,
         gpu_count=gpus,
         demand={"nvidia.com/gpu": gpus},

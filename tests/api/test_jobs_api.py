@@ -12,7 +12,8 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobEvent
-from portal.models import ApiToken, AuditLog
+from portal.models import ApiToken
+from teams.models import AuditLog
 from tests.conftest import api_client_for, inference_spec, training_spec
 
 pytestmark = pytest.mark.django_db

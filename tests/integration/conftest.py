@@ -11,8 +11,8 @@ import redis
 from django.conf import settings as django_settings
 from django.db import connection
 
-from jobs.manifests import MANAGED_BY_SELECTOR
-from portal import kube
+from cluster import kube
+from cluster.labels import MANAGED_BY_SELECTOR
 from tests.sandbox_process import SandboxProcess, start_sandbox
 from tests.worker_process import WorkerProcess, wait_for
 

@@ -12,10 +12,11 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
+from cluster.models import CatalogSettings, GpuProduct
 from jobs.admission import admission_run
 from jobs.models import Job
 from jobs.services import job_submit
-from portal.models import CatalogSettings, GpuProduct, GpuQuota, Membership, Team
+from teams.models import GpuQuota, Membership, Team
 from tests.conftest import training_spec
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,12 +9,12 @@ from django.contrib.auth.models import User
 from django.test import override_settings
 from rest_framework.test import APIClient
 
+from cluster import kube
+from cluster.labels import MANAGED_BY_SELECTOR
 from jobs.admission import admission_run
 from jobs.apply import job_apply
-from jobs.manifests import MANAGED_BY_SELECTOR
 from jobs.models import Job
 from jobs.services import job_submit
-from portal import kube
 from tests.conftest import api_client_for, training_spec
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import wait_for

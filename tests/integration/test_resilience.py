@@ -11,8 +11,8 @@ from kubernetes import client, config
 from jobs.models import Job, JobState
 from jobs.reconcile import cluster_reconcile
 from jobs.services import job_submit
-from portal.cluster_sync import team_cluster_sync
-from portal.models import Team
+from teams.cluster_sync import team_cluster_sync
+from teams.models import Team
 from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
@@ -126,8 +126,7 @@ def test_api_server_down_for_a_while_loses_no_job(
         # The reconcile keeps failing to reach the cluster for a while...
         wait_for(lambda: "Cluster unreachable" in worker.tail(20000), timeout=20)
         queued = job_submit(user=seeded["bob"], data=training_spec(name="during-outage"))
-        with pytest.raises(Exception, match="unreachable"):
-            cluster_reconcile()
+        assert "unreachable" in cluster_reconcile().cluster_error
         # ...and no job is marked failed or lost because of it.
         assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
     finally:
@@ -144,8 +143,8 @@ def test_api_server_down_for_a_while_loses_no_job(
 
 def test_catalog_is_refreshed_from_the_nodes_gpu_labels(cluster: SandboxProcess) -> None:
     # Given an empty catalog (a new installation connected to a cluster)
-    from portal.cluster_sync import catalog_refresh
-    from portal.models import CatalogSettings, GpuProduct, MigProfile
+    from cluster.models import CatalogSettings, GpuProduct, MigProfile
+    from cluster.services import catalog_refresh
 
     added = catalog_refresh()
 

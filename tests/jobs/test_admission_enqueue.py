@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from core.redis_client import redis_client
 from jobs import tasks
-from portal.redis_client import redis_client
 from tests.factories import TeamFactory
 
 pytestmark = pytest.mark.django_db

@@ -20,15 +20,18 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from jobs.manifests import (
+from cluster.labels import (
     COMPONENT_LABEL,
-    CONTAINER_NAME,
-    DISTRIBUTED_ENV_NAMES,
     JOB_ID_LABEL,
     MANAGED_BY_LABEL,
     MANAGED_BY_SELECTOR,
     NAME_LABEL,
     TEAM_LABEL,
+)
+from cluster.priority_classes import PRIORITIES, priority_classes
+from jobs.manifests import (
+    CONTAINER_NAME,
+    DISTRIBUTED_ENV_NAMES,
     ManifestContext,
     UnsupportedKubernetesVersion,
     available_schema_versions,
@@ -37,14 +40,13 @@ from jobs.manifests import (
     gpu_resource_name,
     object_name,
     parse_quantity,
-    priority_classes,
     resource_defaults,
     schema_version_for,
     to_yaml,
     validate_manifests,
     validation,
 )
-from jobs.spec import PRIORITIES, GpuRequest, JobSpec, VolumeMount
+from jobs.spec import GpuRequest, JobSpec, VolumeMount
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 K8S_VERSION = "1.33"

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from cluster.models import CatalogSettings
 from jobs.manifests import ManifestContext, build_manifests
 from jobs.models import Job
 from jobs.policy import check_manifest, check_manifests, image_registry
 from jobs.spec import GpuRequest, JobSpec
-from portal.models import CatalogSettings
 from tests.conftest import training_spec
 
 NS = "team-vision"

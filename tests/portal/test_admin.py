@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from jobs.models import JobState
-from portal.models import AuditLog, GpuQuota, Team
+from teams.models import AuditLog, GpuQuota, Team
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -102,12 +102,12 @@ def admin_client(client: Client, user: User) -> Client:
 @pytest.mark.parametrize(
     "model",
     [
-        "portal/team",
-        "portal/gpuquota",
-        "portal/membership",
-        "portal/gpuproduct",
-        "portal/migprofile",
-        "portal/auditlog",
+        "teams/team",
+        "teams/gpuquota",
+        "teams/membership",
+        "cluster/gpuproduct",
+        "cluster/migprofile",
+        "teams/auditlog",
         "portal/apitoken",
         "jobs/job",
     ],
@@ -128,7 +128,7 @@ def test_changing_a_quota_limit_is_audited(client: Client, admin_user: User) -> 
     # Given vision's quota of 16 × nvidia.com/gpu
     quota = GpuQuota.objects.get(team__slug="vision", resource="nvidia.com/gpu")
     admin_client(client, admin_user)
-    url = f"/admin/portal/gpuquota/{quota.pk}/change/"
+    url = f"/admin/teams/gpuquota/{quota.pk}/change/"
     data = form_fields(client.get(url).content.decode(), "gpuquota_form")
     assert data["limit"] == "16"
     # When the admin raises it to 24 and saves
@@ -154,7 +154,7 @@ def test_adding_and_deleting_quotas_inline_on_a_team_is_audited(
     # Given the team page of vision, as a browser would post it back
     team = Team.objects.get(slug="vision")
     admin_client(client, admin_user)
-    url = f"/admin/portal/team/{team.pk}/change/"
+    url = f"/admin/teams/team/{team.pk}/change/"
     data = form_fields(client.get(url).content.decode(), "team_form")
     prefix = inline_prefix(data, "resource")
     blank = saved_rows(data, prefix)[""]
@@ -201,7 +201,7 @@ def test_quota_changelist_shows_what_is_in_use(
     )
     admin_client(client, admin_user)
     # When the admin opens the quota list
-    page = client.get("/admin/portal/gpuquota/").content.decode()
+    page = client.get("/admin/teams/gpuquota/").content.decode()
     # Then an "In use" column shows it
     assert "In use" in page
     row = re.search(
@@ -224,10 +224,10 @@ def test_non_staff_users_are_kept_out_of_the_admin(client: Client, alice: User) 
 def test_new_team_without_namespace_gets_team_slug(client: Client, admin_user: User) -> None:
     # Given the admin's "add team" page
     admin_client(client, admin_user)
-    data = form_fields(client.get("/admin/portal/team/add/").content.decode(), "team_form")
+    data = form_fields(client.get("/admin/teams/team/add/").content.decode(), "team_form")
     # When a team is saved with no namespace
     data.update(name="Robotics", slug="robotics", namespace="", _save="Save")
-    response = client.post("/admin/portal/team/add/", data)
+    response = client.post("/admin/teams/team/add/", data)
     # Then its namespace is team-<slug>
     assert response.status_code == 302, response.content.decode()[:2000]
     assert Team.objects.get(slug="robotics").namespace == "team-robotics"

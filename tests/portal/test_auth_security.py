@@ -10,7 +10,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from jobs.models import Job
-from portal.models import AuditLog
+from teams.models import AuditLog
 from tests.conftest import training_spec
 
 pytestmark = pytest.mark.django_db

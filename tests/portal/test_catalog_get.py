@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from portal.models import CatalogSettings, GpuProduct, MigProfile
-from portal.selectors import Catalog, ProductInfo, catalog_get
+from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from cluster.selectors import Catalog, ProductInfo, catalog_get
 
 pytestmark = pytest.mark.django_db
 

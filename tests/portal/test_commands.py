@@ -12,7 +12,9 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from portal.models import ApiToken, GpuProduct, GpuQuota, Membership, MigProfile, Team
+from cluster.models import GpuProduct, MigProfile
+from portal.models import ApiToken
+from teams.models import GpuQuota, Membership, Team
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from django.db.models import Model, Value
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 
+from core.db import Read, reads_fetch, rows_insert
 from jobs.models import Job, JobEvent
-from portal.db import Read, reads_fetch, rows_insert
-from portal.models import AuditLog
+from teams.models import AuditLog
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from portal.models import GpuQuota, Team
-from portal.selectors import team_quotas_for_user, teams_for_user
+from teams.models import GpuQuota, Team
+from teams.selectors import team_quotas_for_user, teams_for_user
 from tests.factories import TeamFactory
 
 pytestmark = pytest.mark.django_db

@@ -32,8 +32,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from cluster import kube
 from jobs.services import job_submit
-from portal import kube
 from portal.services import api_token_create
 from portal.wsgi import application
 from tests.conftest import inference_spec, training_spec

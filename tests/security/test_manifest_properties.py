@@ -27,11 +27,12 @@ from typing import Any
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from cluster.priority_classes import PRIORITIES
+from core.errors import ApplicationError
 from jobs.manifests import ManifestContext, build_manifests, validate_manifests
 from jobs.policy import check_manifests
-from jobs.spec import KINDS, PRIORITIES, SHARINGS, JobSpec, VolumeMount
+from jobs.spec import KINDS, SHARINGS, JobSpec, VolumeMount
 from jobs.spec_input import JobSpecInput, spec_parse
-from portal.errors import ApplicationError
 from tests.conftest import FULL_SPEC
 
 CTX = ManifestContext(job_id=987654321, namespace="team-vision")

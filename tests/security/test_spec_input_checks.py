@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from core.errors import ApplicationError
 from jobs.spec_input import MAX_CONTAINER_TEXT_BYTES, spec_parse
-from portal.errors import ApplicationError
 from tests.conftest import inference_spec, training_spec
 
 

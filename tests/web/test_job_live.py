@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from cluster import kube
 from jobs.models import Job, JobEvent, JobState
-from portal import kube
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

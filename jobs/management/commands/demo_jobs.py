@@ -12,12 +12,13 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
+from cluster import kube
+from cluster.services import catalog_refresh
+from core.errors import ApplicationError
 from jobs.models import Job
 from jobs.services import job_submit
-from portal import kube
-from portal.cluster_sync import catalog_refresh, team_cluster_sync
-from portal.errors import ApplicationError
-from portal.models import Team
+from teams.cluster_sync import team_cluster_sync
+from teams.models import Team
 
 PYTORCH = "nvcr.io/nvidia/pytorch:24.05-py3"
 TRITON = "nvcr.io/nvidia/tritonserver:24.05-py3"

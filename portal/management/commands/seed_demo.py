@@ -9,8 +9,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from portal.models import CatalogSettings, GpuProduct, Membership, MigProfile, Team
-from portal.services import quota_set
+from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from teams.models import Membership, Team
+from teams.services import quota_set
 
 DEMO_PASSWORD = "demo"  # noqa: S105 - the documented demo password, refused in production
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from portal import kube
-from portal.errors import ClusterUnavailable
-from portal.models import ANY_GPU, MIG_PREFIX, SHARED_GPU
+from cluster import kube
+from core.errors import ClusterUnavailable
 from scheduling import node_from_k8s, pod_from_k8s, pod_is_terminal
+from scheduling.resources import ANY_GPU, MIG_PREFIX, SHARED_GPU
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 _UNREACHABLE_PREFIX = "cluster unreachable: "

@@ -8,8 +8,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api_errors import error_responses
-from portal.cluster_selectors import cluster_gpu_nodes
+from cluster.nodes import cluster_gpu_nodes
+from core.api_errors import error_responses
 
 
 class ResourceUseOutput(serializers.Serializer):

@@ -1,0 +1,29 @@
+"""The GPU catalog in the admin console: products, MIG profiles and the catalog settings."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from cluster.models import CatalogSettings, GpuProduct, MigProfile
+
+
+@admin.register(GpuProduct)
+class GpuProductAdmin(admin.ModelAdmin):
+    list_display = ["name", "memory_mib", "gpus_per_node", "enabled"]
+    list_filter = ["enabled"]
+    search_fields = ["name"]
+
+
+@admin.register(MigProfile)
+class MigProfileAdmin(admin.ModelAdmin):
+    list_display = ["name", "memory_gib", "max_per_node", "enabled"]
+    list_filter = ["enabled"]
+
+
+@admin.register(CatalogSettings)
+class CatalogSettingsAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "shared_gpu_resource", "max_shared_per_node"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return not CatalogSettings.objects.exists()

@@ -1,0 +1,82 @@
+"""The GPU catalog: what the cluster offers, discovered from its nodes and kept by admins."""
+
+from __future__ import annotations
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+from scheduling.resources import ANY_GPU, SHARED_GPU, mig_resource
+
+
+class GpuProduct(models.Model):
+    """A GPU model the cluster offers, keyed by GFD's ``nvidia.com/gpu.product`` label value."""
+
+    name = models.CharField(max_length=100, unique=True)
+    memory_mib = models.PositiveIntegerField(help_text="Framebuffer per GPU, MiB.")
+    gpus_per_node = models.PositiveIntegerField(help_text="Most GPUs of this product on one node.")
+    description = models.CharField(max_length=200, blank=True)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU product"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MigProfile(models.Model):
+    """A MIG instance profile (``1g.10gb``) the cluster exposes as ``nvidia.com/mig-<name>``."""
+
+    name = models.CharField(
+        max_length=30,
+        unique=True,
+        validators=[RegexValidator(r"^[1-7]g\.[0-9]+gb$", "A MIG profile looks like 1g.10gb.")],
+    )
+    memory_gib = models.PositiveIntegerField()
+    max_per_node = models.PositiveIntegerField(
+        default=56, help_text="Most instances of this profile on one node."
+    )
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "MIG profile"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def resource(self) -> str:
+        return mig_resource(self.name)
+
+
+class CatalogSettings(models.Model):
+    """Cluster-wide catalog settings (a single row)."""
+
+    class SharedResource(models.TextChoices):
+        RENAMED = SHARED_GPU, "nvidia.com/gpu.shared (time-slicing with renameByDefault)"
+        PLAIN = ANY_GPU, "nvidia.com/gpu (time-slicing without renameByDefault)"
+
+    shared_gpu_resource = models.CharField(
+        max_length=40, choices=SharedResource.choices, default=SharedResource.RENAMED
+    )
+    max_shared_per_node = models.PositiveIntegerField(
+        default=16, help_text="Most time-sliced GPU replicas on one node."
+    )
+    allowed_registries = models.TextField(
+        blank=True,
+        help_text="Image registries jobs may pull from, one per line (e.g. nvcr.io); "
+        "empty allows any registry.",
+    )
+
+    class Meta:
+        verbose_name = "catalog settings"
+        verbose_name_plural = "catalog settings"
+
+    def __str__(self) -> str:
+        return "GPU catalog settings"
+
+    @property
+    def registries(self) -> list[str]:
+        return [line.strip() for line in self.allowed_registries.splitlines() if line.strip()]

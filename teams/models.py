@@ -1,0 +1,102 @@
+"""Teams, their members and GPU quotas, and the audit log of who changed what."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+DNS_LABEL = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit.",
+)
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=40, unique=True, validators=[DNS_LABEL])
+    namespace = models.CharField(
+        max_length=63,
+        unique=True,
+        blank=True,
+        validators=[DNS_LABEL],
+        help_text="Kubernetes namespace of the team's jobs; team-<slug> when left empty.",
+    )
+    description = models.TextField(blank=True)
+    members: models.ManyToManyField[models.Model, Membership] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        MEMBER = "member", "Member"
+        LEAD = "lead", "Lead"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team")
+        ]
+        ordering = ["team__slug", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class GpuQuota(models.Model):
+    """A ceiling on what a team's admitted jobs may hold at once.
+
+    ``resource`` is ``nvidia.com/gpu`` (exclusive GPUs of any product), a GPU
+    product (``NVIDIA-A100-SXM4-80GB``: exclusive GPUs of that product),
+    a MIG resource (``nvidia.com/mig-1g.10gb``), ``nvidia.com/gpu.shared``
+    (time-sliced GPUs), ``cpu`` (cores) or ``memory`` (GiB).
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    resource = models.CharField(max_length=100)
+    limit = models.PositiveIntegerField(help_text="Whole number: GPUs, slices, cores or GiB.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "resource"], name="quota_unique_team_resource")
+        ]
+        ordering = ["team__slug", "resource"]
+        verbose_name = "GPU quota"
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.limit} × {self.resource}"
+
+
+class AuditLog(models.Model):
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    action = models.CharField(max_length=50, db_index=True)
+    target_type = models.CharField(max_length=50, blank=True)
+    target = models.CharField(max_length=200, blank=True)
+    changes = models.JSONField(default=dict, blank=True)
+    ip_address = models.GenericIPAddressField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "audit log entry"
+        verbose_name_plural = "audit log"
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor} {self.action} {self.target}"

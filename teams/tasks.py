@@ -1,0 +1,50 @@
+"""Celery tasks that mirror teams into the cluster: thin, take ids, safe to run twice."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db import transaction
+
+from cluster.kube import ClusterError
+from cluster.tasks import RETRY_TEMPORARY, ROBUST
+from teams.cluster_sync import team_cluster_sync
+from teams.models import Team
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(**ROBUST, **RETRY_TEMPORARY, soft_time_limit=60, time_limit=90)
+def team_sync_task(team_id: int) -> dict[str, str]:
+    """Mirror a team (namespace, ResourceQuota, LimitRange, PriorityClasses) into the cluster.
+
+    A permanent error (the API server refused an object) is raised once, not retried: the
+    same request would be refused again.
+    """
+    if not Team.objects.filter(pk=team_id).exists():
+        return {}  # deleted since the task was queued: nothing to mirror
+    return team_cluster_sync(team_id=team_id)
+
+
+@shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
+def teams_sync_task() -> dict[int, str]:
+    """Periodic (beat): every team's cluster objects, level-triggered.
+
+    One pass, no retries of its own: a team whose objects the cluster refuses is reported
+    (and logged) on every pass until an admin fixes what the error names; a cluster that
+    cannot be reached is tried again at the next pass.
+    """
+    results = {}
+    for team_id in Team.objects.values_list("pk", flat=True):
+        try:
+            team_cluster_sync(team_id=team_id)
+            results[team_id] = "ok"
+        except (ClusterError, Team.DoesNotExist) as exc:  # one team must not stop the others
+            logger.warning("team %s sync failed: %s", team_id, exc)
+            results[team_id] = f"error: {exc}"
+    return results
+
+
+def team_sync_enqueue(*, team_id: int) -> None:
+    transaction.on_commit(lambda: team_sync_task.delay(team_id))
