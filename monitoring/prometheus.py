@@ -1,13 +1,25 @@
-"""The one adapter between the portal and Prometheus.
+"""The one adapter between the portal and Prometheus's HTTP API.
 
-Built on ``prometheus-api-client``; every call has a timeout (``PROMETHEUS_TIMEOUT``)
-and at most one quick retry of a refused connection. Any failure — unreachable,
-slow, a refused query, a malformed answer — becomes ``MetricsUnavailable(reason)``,
-which pages show as a "metrics unavailable: <why>" panel and the API as a 503.
+A plain ``requests.Session`` per process and thread; every call has a timeout
+(``PROMETHEUS_TIMEOUT``) and at most one quick retry of a refused connection. The two
+kinds of failure are told apart, as Kopf tells temporary from permanent errors:
+
+- ``MetricsUnavailable(reason)``: Prometheus could not answer (unreachable, slow,
+  overloaded, a query it could not finish); pages show a "metrics unavailable: <why>"
+  panel and the API a 503.
+- ``MetricsQueryInvalid``: Prometheus refused a query as malformed (HTTP 400,
+  ``bad_data``): the portal built a wrong query, a bug to report (logged, a 500), not
+  an outage to wait out.
+
+Why not prometheus-api-client: its query calls decode with ``requests``' own JSON
+decoder, a third of orjson's speed on the megabytes a 24 h range over many GPUs
+returns; they report a refusal only as a string holding the status and body; and it
+has no call for ``/api/v1/alerts``. The HTTP API is three GETs.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -18,10 +30,12 @@ from typing import Any
 import orjson
 import requests
 from django.conf import settings
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from core.errors import ApplicationError
+
+logger = logging.getLogger(__name__)
 
 Labels = dict[str, str]
 
@@ -34,6 +48,18 @@ class MetricsUnavailable(ApplicationError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"metrics unavailable: {reason}")
         self.reason = reason
+
+
+class MetricsQueryInvalid(ApplicationError):
+    """Prometheus refused a query the portal built as malformed: a bug, never an outage."""
+
+    status_code = 500
+
+    def __init__(self, error: str) -> None:
+        super().__init__(
+            f"The portal sent Prometheus a query it refused (a bug, reported in the logs): "
+            f"{error[:300]}"
+        )
 
 
 @dataclass(frozen=True)
@@ -61,37 +87,27 @@ class Alert:
 _local = threading.local()
 
 
-def _client() -> PrometheusConnect:
-    """One client (and its connection pool) per process and thread, like ``portal.kube``."""
-    key = (os.getpid(), settings.PROMETHEUS_URL, settings.PROMETHEUS_TIMEOUT)
-    cached = getattr(_local, "client", None)
+def _session() -> requests.Session:
+    """One session (and its connection pool) per process and thread, like ``cluster.kube``."""
+    key = (os.getpid(), settings.PROMETHEUS_URL)
+    cached = getattr(_local, "session", None)
     if cached is None or cached[0] != key:
+        session = requests.Session()
         # One retry of a refused/reset connection only: a read timeout is not retried
         # (it would double a slow page), nor is any HTTP status (a bad query stays bad).
         retry = Retry(total=1, connect=1, read=0, status=0, backoff_factor=0.1)
-        client = PrometheusConnect(
-            url=settings.PROMETHEUS_URL.rstrip("/"),
-            retry=retry,
-            timeout=settings.PROMETHEUS_TIMEOUT,
-        )
-        _local.client = (key, client)
-    return _local.client[1]
+        session.mount(settings.PROMETHEUS_URL, HTTPAdapter(max_retries=retry))
+        _local.session = (key, session)
+    return _local.session[1]
 
 
 def reset_client() -> None:
-    """Forget the cached client (tests point the portal at another Prometheus)."""
-    _local.client = None
+    """Forget the cached session (tests point the portal at another Prometheus)."""
+    _local.session = None
 
 
-def _reason(exc: Exception) -> str:
-    url = settings.PROMETHEUS_URL
-    if isinstance(exc, requests.Timeout):
-        return f"Prometheus at {url} did not answer within {settings.PROMETHEUS_TIMEOUT:g}s"
-    if isinstance(exc, requests.ConnectionError):
-        return f"cannot connect to Prometheus at {url}"
-    if isinstance(exc, PrometheusApiClientException):
-        return f"Prometheus at {url} refused the query ({str(exc)[:300]})"
-    return f"unexpected answer from Prometheus at {url} ({type(exc).__name__}: {exc})"
+def _url() -> str:
+    return str(settings.PROMETHEUS_URL).rstrip("/")
 
 
 def _number(raw: Any) -> float | None:
@@ -100,23 +116,41 @@ def _number(raw: Any) -> float | None:
 
 
 def _api(path: str, params: dict[str, str] | None = None) -> Any:
-    """GET an HTTP API path through the client's session (its URL, headers, auth, retry
-    and timeout), decoded by orjson: a 24 h range over many GPUs is megabytes of JSON,
-    which ``requests``' own decoder reads at a third of the speed. Raises what the client
-    raises (``PrometheusApiClientException`` for a refusal)."""
-    client = _client()
-    response = client._session.get(
-        f"{client.url}{path}",
-        params=params,
-        headers=client.headers,
-        auth=client.auth,
-        timeout=settings.PROMETHEUS_TIMEOUT,
-    )
-    if response.status_code != 200:
-        raise PrometheusApiClientException(
-            f"HTTP Status Code {response.status_code} ({response.content!r})"
+    """The ``data`` of one HTTP API answer.
+
+    Raises ``MetricsQueryInvalid`` for a malformed query (400 ``bad_data``) and
+    ``MetricsUnavailable`` for everything else that is not an answer: no connection, no
+    answer in time, a 5xx, a query Prometheus could not finish (422), a body that is not
+    its JSON.
+    """
+    url = _url()
+    try:
+        response = _session().get(
+            f"{url}{path}", params=params, timeout=settings.PROMETHEUS_TIMEOUT
         )
-    return orjson.loads(response.content)["data"]
+    except requests.Timeout as exc:
+        raise MetricsUnavailable(
+            f"Prometheus at {url} did not answer within {settings.PROMETHEUS_TIMEOUT:g}s"
+        ) from exc
+    except requests.RequestException as exc:
+        raise MetricsUnavailable(f"cannot connect to Prometheus at {url}") from exc
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise MetricsUnavailable(
+            f"unexpected answer from Prometheus at {url} (HTTP {response.status_code}, not JSON)"
+        ) from exc
+    if response.status_code == 400 and body.get("errorType") == "bad_data":
+        logger.error("Prometheus refused a query the portal built: %s", body.get("error"))
+        raise MetricsQueryInvalid(str(body.get("error", "")))
+    if response.status_code != 200 or body.get("status") != "success":
+        error = str(body.get("error") or f"HTTP {response.status_code}")[:300]
+        raise MetricsUnavailable(f"Prometheus at {url} could not answer the query ({error})")
+    return body["data"]
+
+
+def _malformed(exc: Exception) -> str:
+    return f"unexpected answer from Prometheus at {_url()} ({type(exc).__name__}: {exc})"
 
 
 def query(promql: str, *, at: datetime | None = None) -> list[Sample]:
@@ -127,10 +161,8 @@ def query(promql: str, *, at: datetime | None = None) -> list[Sample]:
     try:
         result = _api("/api/v1/query", params)["result"]
         return [Sample(dict(r["metric"]), _number(r["value"][1])) for r in result]
-    except (requests.RequestException, PrometheusApiClientException) as exc:
-        raise MetricsUnavailable(_reason(exc)) from exc
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise MetricsUnavailable(_reason(exc)) from exc
+        raise MetricsUnavailable(_malformed(exc)) from exc
 
 
 def query_range(promql: str, *, start: datetime, end: datetime, step: int) -> list[Series]:
@@ -151,18 +183,12 @@ def query_range(promql: str, *, start: datetime, end: datetime, step: int) -> li
             )
             for r in result
         ]
-    except (requests.RequestException, PrometheusApiClientException) as exc:
-        raise MetricsUnavailable(_reason(exc)) from exc
     except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise MetricsUnavailable(_reason(exc)) from exc
+        raise MetricsUnavailable(_malformed(exc)) from exc
 
 
 def alerts() -> list[Alert]:
-    """Active alerts with their value and annotations (``/api/v1/alerts``).
-
-    prometheus-api-client has no call for this endpoint; ``_api`` sends it like the
-    queries.
-    """
+    """Active alerts with their value and annotations (``/api/v1/alerts``)."""
     try:
         items = _api("/api/v1/alerts")["alerts"]
         return [
@@ -175,7 +201,5 @@ def alerts() -> list[Alert]:
             )
             for a in items
         ]
-    except (requests.RequestException, PrometheusApiClientException) as exc:
-        raise MetricsUnavailable(_reason(exc)) from exc
     except (KeyError, TypeError, ValueError) as exc:
-        raise MetricsUnavailable(_reason(exc)) from exc
+        raise MetricsUnavailable(_malformed(exc)) from exc
