@@ -7,7 +7,7 @@ mapped to two types a caller can act on:
 - ``TemporaryClusterError``: 5xx, 429, timeouts, refused connections; retry
   with backoff.
 - ``PermanentClusterError``: the API server refused the request (400/422
-  invalid, 403 forbidden, 404 …); retrying cannot help. ``QuotaRefused`` is
+  invalid, 401 bad credentials, 403 forbidden, 404 …); retrying cannot help. ``QuotaRefused`` is
   the ResourceQuota admission refusal ("exceeded quota"), which waits for quota.
 
 Create is idempotent: 409 AlreadyExists on an object carrying the same portal
@@ -57,12 +57,12 @@ class QuotaRefused(PermanentClusterError):
     """ResourceQuota admission: the namespace's quota is used up (waits, not fails)."""
 
 
-class NotFound(PermanentClusterError):
-    pass
+class ObjectNotFound(PermanentClusterError):
+    """404: the object (or its namespace) does not exist."""
 
 
-class Conflict(PermanentClusterError):
-    pass
+class ObjectConflict(PermanentClusterError):
+    """409: AlreadyExists on create, or a stale resourceVersion on update."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +150,13 @@ def _map_api_exception(exc: ApiException) -> ClusterError:
     if status == 403 and "exceeded quota" in message:
         return QuotaRefused(message, status=status, reason=reason)
     if status == 404:
-        return NotFound(message, status=status, reason=reason)
+        return ObjectNotFound(message, status=status, reason=reason)
     if status == 409:
-        return Conflict(message, status=status, reason=reason)
+        return ObjectConflict(message, status=status, reason=reason)
     if status == 401:
-        return TemporaryClusterError(
+        # A configuration error to report, not an outage to retry: the same credentials
+        # will be refused again until an operator fixes them.
+        return PermanentClusterError(
             f"Unauthorized by the API server ({message}); check the kubeconfig credentials.",
             status=status,
             reason=reason,
@@ -220,7 +222,7 @@ def create_idempotent(manifest: Obj, *, owner_label: str) -> tuple[Obj, bool]:
     return the existing object. Returns (object, created)."""
     try:
         return create(manifest), True
-    except Conflict:
+    except ObjectConflict:
         meta = manifest["metadata"]
         existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
         want = meta.get("labels", {}).get(owner_label)
@@ -242,7 +244,7 @@ def delete(
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
     try:
         _call(_method(kind, "delete"), name, *_ns_args(kind, namespace), body=body)
-    except NotFound:
+    except ObjectNotFound:
         return False
     return True
 
@@ -306,11 +308,11 @@ def ensure(manifest: Obj, *, compare: Callable[[Obj, Obj], bool]) -> str:
     meta = manifest["metadata"]
     try:
         existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
-    except NotFound:
+    except ObjectNotFound:
         try:
             create(manifest)
             return "created"
-        except Conflict:  # created concurrently: fall through and compare
+        except ObjectConflict:  # created concurrently: fall through and compare
             existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
     if compare(existing, manifest):
         return "unchanged"

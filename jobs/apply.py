@@ -35,7 +35,7 @@ def _apply_objects(job: Job) -> None:
     for manifest in job.manifests:
         try:
             kube.create_idempotent(manifest, owner_label=JOB_ID_LABEL)
-        except kube.NotFound as exc:
+        except kube.ObjectNotFound as exc:
             if "namespaces" not in exc.message:
                 raise
             # The team's namespace is missing (new team, or deleted by hand): bootstrap it.

@@ -382,7 +382,7 @@ def job_log_tail(*, job: Job, tail: int) -> JobLogs:
     for pod in pods:
         try:
             text = kube.pod_log(pod["name"], job.namespace, tail_lines=tail)
-        except kube.NotFound:
+        except kube.ObjectNotFound:
             continue  # deleted since the list: nothing left to read
         except kube.TemporaryClusterError as exc:
             return JobLogs(pods=logs, error=cluster_error_text(exc))

@@ -8,12 +8,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
-from cluster.selectors import Catalog, catalog_read
-from core.db import Read, reads_fetch, rows_insert
+from cluster.selectors import Catalog, catalog_get
 from core.errors import ApplicationError, Conflict, PermissionDenied
 from jobs.fit import FitPreview, job_fit_preview
 from jobs.manifests import (
@@ -32,9 +31,9 @@ from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
 from scheduling import cpu_millis, memory_bytes
-from teams.models import AuditLog, Membership, Team
-from teams.selectors import membership_role, team_quotas_read
-from teams.services import audit_entry, audit_record
+from teams.models import Membership, Team
+from teams.selectors import membership_role, team_quotas_for_user
+from teams.services import audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +52,6 @@ class CheckedSpec:
     team: Team
     catalog: Catalog
     demand: dict[str, int]
-    job_id: int | None = None  # reserved for the job about to be stored (``reserve_id``)
 
 
 def _field_error(field: str, message: str) -> ApplicationError:
@@ -114,40 +112,22 @@ def _context(*, spec: JobSpec, team: Team, catalog: Catalog, job_id: int) -> Man
     )
 
 
-# The id of the job about to be stored, taken from its sequence (PostgreSQL). The id names
-# the Kubernetes objects, so the manifests need it; reserving it first writes the row once,
-# complete, instead of inserting it and then rewriting it with its manifests.
-_JOB_ID_READ: Read[int] = Read(
-    "SELECT nextval(pg_get_serial_sequence(%s, 'id'))",
-    (Job._meta.db_table,),
-    lambda rows: int(rows[0][0]),
-)
-
-
-def job_spec_check(
-    *, user: User | AnonymousUser, data: Any, reserve_id: bool = False
-) -> CheckedSpec:
+def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     """Everything that decides whether a spec may be submitted, in order:
 
     1. shape, types, sizes and characters (``spec_parse``);
     2. the team is one of the user's;
     3. the GPU catalog offers what is asked, on one node;
     4. the team's quotas could ever admit it.
-
-    The team with its quotas, the catalog and (``reserve_id``, on PostgreSQL) the id of the
-    job about to be stored are read in one round trip. A spec refused after that leaves a
-    gap in the ids, as a rolled-back insert would.
     """
     spec = spec_parse(data)
-    reads: list[Read[Any]] = [team_quotas_read(user=user, slug=spec.team), catalog_read()]
-    if reserve_id and connection.vendor == "postgresql":
-        reads.append(_JOB_ID_READ)
-    found, catalog, *reserved = reads_fetch(*reads)
+    found = team_quotas_for_user(user=user, slug=spec.team)
     if found is None:
         raise _field_error(
             "team", f"You are not a member of a team '{spec.team}'; use one of your teams."
         )
     team = found.team
+    catalog = catalog_get()
     _check_catalog(spec, catalog)
     ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)
     requests = container_resources(spec, ctx)["requests"]
@@ -160,8 +140,7 @@ def job_spec_check(
     if problem is not None:
         field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
         raise _field_error(field, problem.message)
-    job_id = reserved[0] if reserved else None
-    return CheckedSpec(spec=spec, team=team, catalog=catalog, demand=demand, job_id=job_id)
+    return CheckedSpec(spec=spec, team=team, catalog=catalog, demand=demand)
 
 
 def _manifests_for(checked: CheckedSpec, job_id: int) -> list[dict[str, Any]]:
@@ -228,22 +207,20 @@ def job_event_add(
     )
 
 
+@transaction.atomic
 def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
-    """Store a checked spec as a ``queued`` job with its manifests.
+    """Store a checked spec as a ``queued`` job with its manifests, its event and its
+    audit entry, in one transaction.
 
-    The job's id comes first (it names the Kubernetes objects), then the manifests are
-    built and validated, and only then is anything written: a rejected request stores
-    nothing. On PostgreSQL the job, its event and its audit entry are one INSERT
-    statement, atomic on its own, so no transaction has to be opened and committed
-    around it (two round trips fewer on the busiest write path). Admission is triggered
-    on commit (at once outside a transaction, at the caller's commit inside one), so a
-    worker never sees a job that does not exist yet.
+    1. Check the spec (``job_spec_check``): a refused request stores nothing.
+    2. Insert the job: its id names the Kubernetes objects.
+    3. Build and validate the manifests with that id and store them; a manifest refused
+       here rolls the whole submission back.
+    4. Queue admission on commit, so a worker never sees a job that does not exist yet.
     """
-    checked = job_spec_check(user=user, data=data, reserve_id=True)
+    checked = job_spec_check(user=user, data=data)
     spec, team = checked.spec, checked.team
-    reserved_id = checked.job_id
-    job = Job(
-        id=reserved_id,
+    job = Job.objects.create(
         team=team,
         owner=user,
         name=spec.name,
@@ -259,36 +236,16 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
         namespace=team.namespace,
         cloned_from=cloned_from,
     )
-    if reserved_id is not None:
-        _job_complete(job, checked)
-        rows_insert(job, *_job_records(job, user))
-    else:  # no sequence to reserve the id from (the SQLite demo): insert, then complete
-        with transaction.atomic():
-            job.save(force_insert=True)
-            _job_complete(job, checked)
-            job.save(update_fields=["manifests", "object_name"])
-            rows_insert(*_job_records(job, user))
+    ctx = _context(spec=spec, team=team, catalog=checked.catalog, job_id=job.pk)
+    job.manifests = _manifests_for(checked, job.pk)
+    job.object_name = object_name(spec, ctx)
+    job.save(update_fields=["manifests", "object_name"])
+    job_event_add(job=job, reason="Submitted", message=f"Submitted by {user.get_username()}.")
+    audit_record(
+        actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": job.name}
+    )
     admission_enqueue(team_id=team.pk)
     return job
-
-
-def _job_complete(job: Job, checked: CheckedSpec) -> None:
-    """Give a job whose id is known its manifests and the name of its Kubernetes object."""
-    ctx = _context(spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job.pk)
-    job.manifests = _manifests_for(checked, job.pk)
-    job.object_name = object_name(checked.spec, ctx)
-
-
-def _job_records(job: Job, user: User) -> tuple[JobEvent, AuditLog]:
-    """The event and the audit entry that go with a newly submitted job (not yet saved)."""
-    event = JobEvent(job=job, reason="Submitted", message=f"Submitted by {user.get_username()}.")
-    entry = audit_entry(
-        actor=user,
-        action="job.submit",
-        target=job,
-        changes={"team": job.team.slug, "name": job.name},
-    )
-    return event, entry
 
 
 def job_can_cancel(*, user: User | AnonymousUser, job: Job) -> bool:

@@ -8,17 +8,14 @@ checks that need the database (team membership, catalog, quota) are in
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.http import QueryDict
-from django.utils.functional import cached_property
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.utils.serializer_helpers import BindingDict
 
 from cluster.priority_classes import PRIORITIES
 from core.api_errors import flatten_errors
@@ -143,18 +140,6 @@ def text_problem(value: str) -> str | None:
 class StrictSerializer(serializers.Serializer):
     """Refuses fields it does not know: a typo must not be silently dropped."""
 
-    # The fields are built and bound once per class, not deep-copied for every instance as
-    # DRF does: that copy was four fifths of the CPU of parsing a spec, on every submit and
-    # preview. Sharing them is safe because no field here keeps per-request state: DRF's
-    # validation reads a field's own settings, calls the *instance's* ``validate_<field>``
-    # methods and reads the *instance's* ``initial_data``; the fields' parent (a prototype
-    # instance) is consulted only for ``partial`` and ``context``, which these serializers
-    # never use. So: no ``partial=True``, and no field that reads ``context`` or keeps
-    # state (``HiddenField(default=CurrentUserDefault())``) on a StrictSerializer.
-    @cached_property
-    def fields(self) -> BindingDict:
-        return _fields_once(type(self))
-
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
@@ -166,16 +151,6 @@ class StrictSerializer(serializers.Serializer):
                     }
                 )
         return super().to_internal_value(data)
-
-
-@functools.cache
-def _fields_once(cls: type[StrictSerializer]) -> BindingDict:
-    """``cls``'s fields, as DRF builds them for an instance, built for one prototype."""
-    prototype = cls()
-    fields = BindingDict(prototype)
-    for name, field in prototype.get_fields().items():
-        fields[name] = field
-    return fields
 
 
 @extend_schema_field({"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_POD})

@@ -1,16 +1,12 @@
-"""Reads for teams, memberships and the GPU catalog."""
+"""Reads for teams and memberships: which teams a user sees, and their role in each."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import connection
 from django.db.models import QuerySet
 
-from core.db import Read, reads_fetch
 from teams.models import GpuQuota, Membership, Team
 
 
@@ -31,66 +27,13 @@ class TeamQuotas:
     limits: dict[str, int]  # resource → limit, as the team's GpuQuota rows say
 
 
-# The team by slug with its quota rows (none: one row of NULLs), for a member or for
-# everyone (platform admins). Plain SQL that SQLite runs too.
-_TEAM_QUOTAS_SQL = (
-    "SELECT {team_columns}, q.{resource}, q.{limit} FROM {team} t "
-    "LEFT JOIN {quota} q ON q.{quota_team} = t.{team_id} WHERE t.{slug} = %s"
-)
-_MEMBER_SQL = (
-    " AND EXISTS (SELECT 1 FROM {membership} m WHERE m.{membership_team} = t.{team_id} "
-    "AND m.{membership_user} = %s)"
-)
-
-
-@functools.cache
-def _team_quotas_sql(*, members_only: bool) -> str:
-    # Only the models' own table and column names are formatted in; nothing from a request.
-    quote = connection.ops.quote_name
-    columns = {
-        "team": quote(Team._meta.db_table),
-        "team_columns": ", ".join(f"t.{quote(f.column)}" for f in Team._meta.concrete_fields),
-        "team_id": quote(Team._meta.pk.column),
-        "slug": quote(Team._meta.get_field("slug").column),
-        "quota": quote(GpuQuota._meta.db_table),
-        "quota_team": quote(GpuQuota._meta.get_field("team").column),
-        "resource": quote(GpuQuota._meta.get_field("resource").column),
-        "limit": quote(GpuQuota._meta.get_field("limit").column),
-        "membership": quote(Membership._meta.db_table),
-        "membership_team": quote(Membership._meta.get_field("team").column),
-        "membership_user": quote(Membership._meta.get_field("user").column),
-    }
-    sql = _TEAM_QUOTAS_SQL + (_MEMBER_SQL if members_only else "")
-    return sql.format(**columns)
-
-
-def team_quotas_read(*, user: User | AnonymousUser, slug: str) -> Read[TeamQuotas | None]:
-    """The team ``slug`` if ``teams_for_user`` holds it, with its quota limits; else None.
-
-    One fixed statement instead of two ORM queries, whose compilation cost more CPU than
-    their round trips; a read, so that submitting a job sends it with the others it needs
-    (``reads_fetch``). An anonymous user is a member of no team: no row matches.
-    """
-    members_only = not getattr(user, "is_superuser", False)
-    params: list[str | int | None] = [slug, user.pk] if members_only else [slug]
-    return Read(_team_quotas_sql(members_only=members_only), params, _team_quotas_decode)
-
-
-def _team_quotas_decode(rows: list[tuple[Any, ...]]) -> TeamQuotas | None:
-    if not rows:
-        return None
-    fields = Team._meta.concrete_fields
-    team = Team.from_db(connection.alias, [f.attname for f in fields], rows[0][: len(fields)])
-    limits = {row[-2]: row[-1] for row in rows if row[-2] is not None}
-    return TeamQuotas(team=team, limits=limits)
-
-
 def team_quotas_for_user(*, user: User | AnonymousUser, slug: str) -> TeamQuotas | None:
-    """``team_quotas_read`` on its own."""
-    if not user.is_authenticated:
+    """The team ``slug`` if ``teams_for_user`` holds it, with its quota limits; else None."""
+    team = teams_for_user(user=user).filter(slug=slug).first()
+    if team is None:
         return None
-    found: TeamQuotas | None = reads_fetch(team_quotas_read(user=user, slug=slug))[0]
-    return found
+    limits = dict(GpuQuota.objects.filter(team=team).order_by().values_list("resource", "limit"))
+    return TeamQuotas(team=team, limits=limits)
 
 
 @dataclass(frozen=True)

@@ -26,25 +26,8 @@ def audit_record(
     ip_address: str | None = None,
 ) -> AuditLog:
     """Append one row to the audit log (who, what, old → new)."""
-    entry = audit_entry(
-        actor=actor, action=action, target=target, changes=changes, ip_address=ip_address
-    )
-    entry.save(force_insert=True)
-    return entry
-
-
-def audit_entry(
-    *,
-    actor: Actor,
-    action: str,
-    target: object | str = "",
-    changes: dict[str, Any] | None = None,
-    ip_address: str | None = None,
-) -> AuditLog:
-    """The audit log row ``audit_record`` appends, not saved yet (for ``rows_insert``)."""
-    user = actor if isinstance(actor, User) else None
-    return AuditLog(
-        actor=user,
+    return AuditLog.objects.create(
+        actor=actor if isinstance(actor, User) else None,
         action=action,
         target_type=type(target).__name__ if not isinstance(target, str) else "",
         target=str(target)[:200],

@@ -11,15 +11,15 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs.models import Job
 from jobs.services import job_preview, job_submit
+from teams.models import AuditLog
 from tests.conftest import training_spec
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
-# The reads in one round trip (team by membership with its quotas; the catalog's settings,
-# GPU products and MIG profiles; the job's id), then the job, its event and its audit entry
-# in one statement.
-SUBMIT_QUERIES = 2
+# The reads (team by membership, its quotas; the catalog's settings, GPU products and MIG
+# profiles), then the job, its manifests (which carry its id), its event and audit entry.
+SUBMIT_QUERIES = 9
 
 
 def _submit_queries(user: User, **spec: Any) -> list[str]:
@@ -38,14 +38,31 @@ def test_a_submit_costs_a_fixed_number_of_queries(alice: User) -> None:
     assert len(queries) == SUBMIT_QUERIES, "\n".join(queries)
 
 
-def test_the_job_row_is_written_once_with_its_manifests(alice: User) -> None:
-    queries = _submit_queries(alice, name="once")
+def test_the_job_is_stored_with_manifests_named_by_its_id(alice: User) -> None:
+    job_submit(user=alice, data=training_spec(name="named"))
 
-    job = Job.objects.get(name="once")
-    assert [q for q in queries if q.startswith('UPDATE "jobs_job"')] == []
-    assert job.object_name == f"once-{job.pk}"
+    job = Job.objects.get(name="named")
+    assert job.object_name == f"named-{job.pk}"
     labels = job.manifests[0]["metadata"]["labels"]
     assert labels["gpu-portal.dev/job-id"] == str(job.pk)
+    assert list(job.events.values_list("reason", flat=True)) == ["Submitted"]
+
+
+def test_a_manifest_refused_at_submit_stores_nothing(
+    alice: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given manifests that fail schema validation (a builder bug)
+    from jobs import services
+
+    monkeypatch.setattr(services, "validate_manifests", lambda *a, **k: ["spec: broken"])
+    before = (Job.objects.count(), AuditLog.objects.count())
+
+    # When alice submits, the submission is refused
+    with pytest.raises(services.ManifestInvalid):
+        job_submit(user=alice, data=training_spec(name="refused"))
+
+    # Then neither the job nor its audit entry was kept
+    assert (Job.objects.count(), AuditLog.objects.count()) == before
 
 
 def test_the_query_count_does_not_grow_with_the_jobs_stored(alice: User) -> None:
