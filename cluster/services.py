@@ -2,69 +2,115 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Greatest
+
 from cluster import kube
 from cluster.models import CatalogSettings, GpuProduct, MigProfile
-from scheduling.resources import ANY_GPU, MIG_PREFIX, SHARED_GPU
+from scheduling.resources import (
+    ANY_GPU,
+    GPU_COUNT_LABEL,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_REPLICAS_LABEL,
+    MIG_PREFIX,
+    SHARED_GPU,
+)
 
 
-def _strip_shared(product: str) -> str:
-    return product.removesuffix("-SHARED")
+@dataclass
+class Discovered:
+    """What the nodes advertise, each figure the largest any one node has."""
+
+    products: dict[str, tuple[int, int]] = field(default_factory=dict)  # → (MiB, GPUs)
+    mig_profiles: dict[str, int] = field(default_factory=dict)  # profile → instances
+    shared_resource: str | None = None
+    max_shared: int = 0
+
+
+def catalog_discover(nodes: list[dict[str, Any]]) -> Discovered:
+    """Read GPU products, MIG profiles and time-slicing from the nodes (pure)."""
+    found = Discovered()
+    for node in nodes:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        product = labels.get(GPU_PRODUCT_LABEL)
+        if product:
+            # GFD appends -SHARED to the product of a time-sliced node's GPUs.
+            name = product.removesuffix("-SHARED")
+            memory = int(labels.get(GPU_MEMORY_LABEL) or 0)
+            count = int(labels.get(GPU_COUNT_LABEL) or 0)
+            old_memory, old_count = found.products.get(name, (0, 0))
+            found.products[name] = (max(memory, old_memory), max(count, old_count))
+        for resource, amount in allocatable.items():
+            if resource.startswith(MIG_PREFIX):
+                profile = resource.removeprefix(MIG_PREFIX)
+                found.mig_profiles[profile] = max(found.mig_profiles.get(profile, 0), int(amount))
+            elif resource == SHARED_GPU:
+                found.shared_resource = SHARED_GPU
+                found.max_shared = max(found.max_shared, int(amount))
+            elif resource == ANY_GPU and labels.get(GPU_REPLICAS_LABEL, "1") not in ("", "1"):
+                # Time-slicing without renameByDefault: shared GPUs are plain nvidia.com/gpu.
+                found.shared_resource = found.shared_resource or ANY_GPU
+                found.max_shared = max(found.max_shared, int(amount))
+    return found
 
 
 def catalog_refresh() -> dict[str, list[str]]:
     """Update the GPU catalog from the nodes' GPU Feature Discovery labels.
 
-    Adds products and MIG profiles the cluster has and raises per-node maxima to what
-    nodes really offer; it never deletes or disables what an admin configured (a node
-    pool may be scaled to zero for a while). Returns what was added.
+    1. LIST the nodes and read what they offer (``catalog_discover``).
+    2. Add the products and MIG profiles the catalog lacks.
+    3. Raise per-node maxima to what nodes really offer, and fill a product's memory an
+       admin left empty.
+
+    It never deletes, disables or lowers what an admin configured (a node pool may be
+    scaled to zero for a while), and it races no admin edit: every change is a conditional
+    UPDATE of the columns it owns, so a value an admin saves meanwhile is never written
+    back over with one read before. Returns what was added.
     """
-    products: dict[str, tuple[int, int]] = {}  # product → (MiB per GPU, most GPUs on a node)
-    mig: dict[str, int] = {}
-    shared_resource, max_shared = None, 0
-    for node in kube.list_all("Node"):
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        product = labels.get("nvidia.com/gpu.product")
-        if product:
-            name = _strip_shared(product)
-            memory = int(labels.get("nvidia.com/gpu.memory") or 0)
-            count = int(labels.get("nvidia.com/gpu.count") or 0)
-            old_memory, old_count = products.get(name, (0, 0))
-            products[name] = (max(memory, old_memory), max(count, old_count))
-        for resource, amount in allocatable.items():
-            if resource.startswith(MIG_PREFIX):
-                profile = resource[len(MIG_PREFIX) :]
-                mig[profile] = max(mig.get(profile, 0), int(amount))
-            elif resource == SHARED_GPU:
-                shared_resource = SHARED_GPU
-                max_shared = max(max_shared, int(amount))
-            elif resource == ANY_GPU and labels.get("nvidia.com/gpu.replicas", "1") not in (
-                "",
-                "1",
-            ):
-                shared_resource = shared_resource or ANY_GPU
-                max_shared = max(max_shared, int(amount))
+    found = catalog_discover(list(kube.list_all("Node")))
     added: dict[str, list[str]] = {"products": [], "mig_profiles": []}
-    for name, (memory, count) in sorted(products.items()):
-        row, created = GpuProduct.objects.get_or_create(
+    for name, (memory, count) in sorted(found.products.items()):
+        _, created = GpuProduct.objects.get_or_create(
             name=name, defaults={"memory_mib": memory, "gpus_per_node": count}
         )
         if created:
             added["products"].append(name)
-        elif count > row.gpus_per_node or (memory and not row.memory_mib):
-            row.gpus_per_node = max(row.gpus_per_node, count)
-            row.memory_mib = row.memory_mib or memory
-            row.save(update_fields=["gpus_per_node", "memory_mib"])
-    for profile, most in sorted(mig.items()):
+            continue
+        GpuProduct.objects.filter(name=name, gpus_per_node__lt=count).update(gpus_per_node=count)
+        if memory:
+            GpuProduct.objects.filter(name=name, memory_mib=0).update(memory_mib=memory)
+    for profile, most in sorted(found.mig_profiles.items()):
         memory_gib = int(profile.split(".")[1].removesuffix("gb")) if "." in profile else 0
         _, created = MigProfile.objects.get_or_create(
             name=profile, defaults={"memory_gib": memory_gib, "max_per_node": most}
         )
         if created:
             added["mig_profiles"].append(profile)
-    if shared_resource:
-        row_settings = CatalogSettings.objects.first() or CatalogSettings()
-        row_settings.shared_gpu_resource = shared_resource
-        row_settings.max_shared_per_node = max(row_settings.max_shared_per_node, max_shared)
-        row_settings.save()
+    if found.shared_resource:
+        _catalog_settings_follow(found.shared_resource, found.max_shared)
     return added
+
+
+@transaction.atomic
+def _catalog_settings_follow(shared_resource: str, max_shared: int) -> None:
+    """The settings row takes the cluster's time-slicing resource and a per-node maximum
+    raised to the cluster's; only those two columns are written (an admin's registries
+    stay as they are)."""
+    row = CatalogSettings.objects.select_for_update().order_by("pk").first()
+    if row is None:
+        defaults = CatalogSettings()
+        CatalogSettings.objects.create(
+            shared_gpu_resource=shared_resource,
+            max_shared_per_node=max(defaults.max_shared_per_node, max_shared),
+        )
+        return
+    CatalogSettings.objects.filter(pk=row.pk).update(
+        shared_gpu_resource=shared_resource,
+        max_shared_per_node=Greatest(F("max_shared_per_node"), max_shared),
+    )

@@ -69,8 +69,13 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.to_spec_data()
         if form.is_valid():  # reshaping (env lines, quotes) may have added errors
+            cloned_from = _clone_source(request, request.POST.get("clone_of"))
             try:
-                job = job_submit(user=request.user, data=data)  # type: ignore[arg-type]
+                job = job_submit(
+                    user=request.user,  # type: ignore[arg-type]
+                    data=data,
+                    cloned_from=cloned_from,
+                )
             except ApplicationError as exc:
                 form.add_spec_errors(exc.field_errors, exc.message)
             else:
@@ -78,6 +83,16 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 return redirect("jobs:detail", job_id=job.pk)
     clone_of = request.GET.get("clone_of") or request.POST.get("clone_of")
     return render(request, "jobs/new.html", {"form": form, "clone_of": clone_of})
+
+
+def _clone_source(request: HttpRequest, value: str | None) -> Job | None:
+    """The job a form was cloned from, if the user may see it (else the clone stands alone)."""
+    if not value or not value.isdigit():
+        return None
+    try:
+        return job_get_for_user(user=request.user, job_id=int(value))
+    except ApplicationError:
+        return None
 
 
 @login_required

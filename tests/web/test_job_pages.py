@@ -220,6 +220,32 @@ def test_clone_prefills_the_form_with_the_job(client: Client, alice: User) -> No
     ]
 
 
+def test_a_submitted_clone_says_which_job_it_was_cloned_from(
+    client: Client, alice: User, carol: User
+) -> None:
+    # Given a job of alice's team and one of carol's team (nlp), which alice cannot see
+    source = job_submit(user=alice, data=training_spec(name="source"))
+    hidden = job_submit(
+        user=carol,
+        data=training_spec(
+            name="hidden", team="nlp", gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"}
+        ),
+    )
+    logged_in(client, alice)
+
+    # When alice submits the clone form of her job, and a form naming carol's job
+    client.post("/jobs/new/", {**form_data(name="the-clone"), "clone_of": str(source.pk)})
+    client.post("/jobs/new/", {**form_data(name="forged"), "clone_of": str(hidden.pk)})
+
+    # Then the clone records its source and its page links to it
+    clone = Job.objects.get(name="the-clone")
+    assert clone.cloned_from_id == source.pk
+    page = client.get(f"/jobs/{clone.pk}/").content.decode()
+    assert f'href="/jobs/{source.pk}/" data-testid="cloned-from">#{source.pk}</a>' in page
+    # and a job the user cannot see is not recorded as a source
+    assert Job.objects.get(name="forged").cloned_from_id is None
+
+
 # --- list -----------------------------------------------------------------------------
 
 

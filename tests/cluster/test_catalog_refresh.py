@@ -1,0 +1,79 @@
+"""catalog_refresh: what the nodes' GFD labels add to the catalog, and what it never touches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cluster import kube
+from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from cluster.services import catalog_refresh
+
+pytestmark = pytest.mark.django_db
+
+
+def node(labels: dict[str, str], allocatable: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"labels": labels}, "status": {"allocatable": allocatable}}
+
+
+NODES = [
+    node(
+        {
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+            "nvidia.com/gpu.memory": "81920",
+            "nvidia.com/gpu.count": "8",
+        },
+        {"nvidia.com/gpu": "8", "cpu": "64"},
+    ),
+    node(
+        {"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.count": "1"},
+        {"nvidia.com/gpu.shared": "24", "nvidia.com/mig-1g.10gb": "7"},
+    ),
+]
+
+
+@pytest.fixture
+def nodes(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    monkeypatch.setattr(kube, "list_all", lambda kind, **_: list(NODES) if kind == "Node" else [])
+    return NODES
+
+
+def test_an_empty_catalog_gets_what_the_nodes_offer(nodes: list[dict[str, Any]]) -> None:
+    added = catalog_refresh()
+
+    assert added == {"products": ["NVIDIA-A100-SXM4-80GB", "Tesla-T4"], "mig_profiles": ["1g.10gb"]}
+    assert MigProfile.objects.get().max_per_node == 7
+    settings_row = CatalogSettings.objects.get()
+    assert (settings_row.shared_gpu_resource, settings_row.max_shared_per_node) == (
+        "nvidia.com/gpu.shared",
+        24,
+    )
+
+
+def test_what_an_admin_set_is_kept_and_only_raised_or_filled(nodes: list[dict[str, Any]]) -> None:
+    # Given an admin's catalog: fewer A100s per node and no memory; a T4 disabled, with more
+    # GPUs per node than the nodes show; registries and a higher time-slicing maximum
+    GpuProduct.objects.create(name="NVIDIA-A100-SXM4-80GB", memory_mib=0, gpus_per_node=4)
+    GpuProduct.objects.create(
+        name="Tesla-T4", memory_mib=15360, gpus_per_node=4, enabled=False, description="spare"
+    )
+    CatalogSettings.objects.create(allowed_registries="nvcr.io", max_shared_per_node=64)
+
+    # When the catalog is refreshed from the nodes
+    assert catalog_refresh() == {"products": [], "mig_profiles": ["1g.10gb"]}
+
+    # Then the A100's maximum is raised and its memory filled in
+    a100 = GpuProduct.objects.get(name="NVIDIA-A100-SXM4-80GB")
+    assert (a100.gpus_per_node, a100.memory_mib) == (8, 81920)
+    # and nothing an admin chose is lowered, re-enabled or overwritten
+    t4 = GpuProduct.objects.get(name="Tesla-T4")
+    assert (t4.gpus_per_node, t4.memory_mib, t4.enabled, t4.description) == (
+        4,
+        15360,
+        False,
+        "spare",
+    )
+    settings_row = CatalogSettings.objects.get()
+    assert settings_row.allowed_registries == "nvcr.io"
+    assert settings_row.max_shared_per_node == 64
