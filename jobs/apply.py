@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
-from django.db import transaction
 from django.utils import timezone
 
 from cluster import kube
@@ -18,6 +17,7 @@ from cluster.labels import JOB_ID_LABEL
 from cluster.selectors import catalog_get
 from jobs.models import Job, JobEvent, JobState
 from jobs.policy import check_manifests
+from jobs.transitions import job_transition
 from teams.cluster_sync import team_cluster_sync
 
 logger = logging.getLogger(__name__)
@@ -81,21 +81,18 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
     except kube.PermanentClusterError as exc:
         _fail(job, reason="ApplyFailed", message=f"The API server refused the job: {exc.message}")
         return ApplyOutcome.FAILED
-    now = timezone.now()
-    with transaction.atomic():
-        moved = Job.objects.filter(
-            pk=job.pk, state=JobState.QUEUED, applied_at__isnull=True
-        ).update(
-            state=JobState.PENDING,
-            applied_at=now,
-            reason="Applied",
-            message="Created in the cluster; waiting for pods.",
-            updated_at=now,
-        )
-        if moved:
-            JobEvent.objects.create(
-                job=job, reason="Applied", message=f"Created in namespace {job.namespace}."
-            )
+    moved = job_transition(
+        job=job,
+        where={"state": JobState.QUEUED, "applied_at__isnull": True},
+        changes={
+            "state": JobState.PENDING,
+            "applied_at": timezone.now(),
+            "reason": "Applied",
+            "message": "Created in the cluster; waiting for pods.",
+        },
+        event_reason="Applied",
+        event_message=f"Created in namespace {job.namespace}.",
+    )
     if not moved:
         # Cancelled while we were creating: don't leave orphans behind.
         job_cleanup(job_id=job.pk)
@@ -104,27 +101,35 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
 
 
 def _requeue(job: Job, message: str) -> None:
-    with transaction.atomic():
-        updated = Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
-            admitted_at=None,
-            reason="QuotaExceeded",
-            message=f"The cluster's ResourceQuota refused it: {message}",
-            updated_at=timezone.now(),
-        )
-        if updated:
-            JobEvent.objects.create(
-                job=job, type="Warning", reason="QuotaExceeded", message=message
-            )
+    """Back to the portal's queue: admission will try it again as quota frees."""
+    job_transition(
+        job=job,
+        where={"state": JobState.QUEUED},
+        changes={
+            "admitted_at": None,
+            "reason": "QuotaExceeded",
+            "message": f"The cluster's ResourceQuota refused it: {message}",
+        },
+        event_reason="QuotaExceeded",
+        event_message=message,
+        event_type="Warning",
+    )
 
 
 def _fail(job: Job, *, reason: str, message: str) -> None:
-    with transaction.atomic():
-        now = timezone.now()
-        updated = Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
-            state=JobState.FAILED, reason=reason, message=message, finished_at=now, updated_at=now
-        )
-        if updated:
-            JobEvent.objects.create(job=job, type="Warning", reason=reason, message=message)
+    job_transition(
+        job=job,
+        where={"state": JobState.QUEUED},
+        changes={
+            "state": JobState.FAILED,
+            "reason": reason,
+            "message": message,
+            "finished_at": timezone.now(),
+        },
+        event_reason=reason,
+        event_message=message,
+        event_type="Warning",
+    )
 
 
 def job_cleanup(*, job_id: int) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -29,6 +29,7 @@ from core.redis_client import redis_client
 from jobs.fit import cluster_snapshot
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.observe import Observation, observe_inference, observe_training
+from jobs.transitions import job_transition
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
 logger = logging.getLogger(__name__)
@@ -204,32 +205,36 @@ def _apply_observation(job: Job, seen: Observation, advice: str, report: Reconci
         changes["finished_at"] = min(seen.finished_at or now, now)
     if not changes:
         return
-    with transaction.atomic():
-        # Conditional: a concurrent cancel (or another run) wins; we never undo it.
-        updated = Job.objects.filter(pk=job.pk, state=job.state).update(
-            **changes, updated_at=timezone.now()
-        )
-        if updated and "state" in changes:
-            JobEvent.objects.create(
-                job=job,
-                type="Warning" if seen.state == JobState.FAILED else "Normal",
-                reason=seen.reason,
-                message=f"{job.state} → {seen.state}: {seen.message}",
-            )
-    if updated:
+    # Conditional: a concurrent cancel (or another run) wins; we never undo it.
+    moved = job_transition(
+        job=job,
+        where={"state": job.state},
+        changes=changes,
+        event_reason=seen.reason if "state" in changes else "",
+        event_message=f"{job.state} → {seen.state}: {seen.message}",
+        event_type="Warning" if seen.state == JobState.FAILED else "Normal",
+    )
+    if moved:
         report.updated.append(job.pk)
 
 
 def _mark_lost(job: Job, report: ReconcileReport) -> None:
-    now = timezone.now()
     message = "Its objects disappeared from the cluster (deleted outside the portal?)."
-    with transaction.atomic():
-        updated = Job.objects.filter(pk=job.pk, state=job.state).update(
-            state=JobState.FAILED, reason="Lost", message=message, finished_at=now, updated_at=now
-        )
-        if updated:
-            JobEvent.objects.create(job=job, type="Warning", reason="Lost", message=message)
-            report.lost.append(job.pk)
+    lost = job_transition(
+        job=job,
+        where={"state": job.state},
+        changes={
+            "state": JobState.FAILED,
+            "reason": "Lost",
+            "message": message,
+            "finished_at": timezone.now(),
+        },
+        event_reason="Lost",
+        event_message=message,
+        event_type="Warning",
+    )
+    if lost:
+        report.lost.append(job.pk)
 
 
 # The fields a pass reads of each tracked job (``_apply_observation`` compares the rest).

@@ -1,29 +1,18 @@
-"""Kubernetes resource quantities for quota arithmetic and messages.
+"""Quantities as the API server's admission and validation read and print them.
 
-Placement uses ``scheduling``; this module only adds the exact ``Decimal`` arithmetic and
-the canonical spelling (``500m``, ``8Gi``, ``8``) that quota messages and ``status.used``
-print, which the scheduling core has no reason to know about.
+The parsing and the canonical spelling are the scheduling core's (one definition in the
+project); this module only adds the sandbox's guard that a value is a quantity at all.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
 
-from scheduling import parse_quantity
+from scheduling.quantity import canonical_quantity, parse_quantity
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
+__all__ = ["format_quantity", "is_binary", "parse"]
+
+_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
 def parse(value: object) -> Decimal:
@@ -34,26 +23,9 @@ def parse(value: object) -> Decimal:
 
 
 def is_binary(value: object) -> bool:
-    return isinstance(value, str) and value.strip()[-2:] in _BINARY
+    return isinstance(value, str) and value.strip()[-2:] in _BINARY_SUFFIXES
 
 
 def format_quantity(amount: Decimal, binary: bool = False) -> str:
-    """Canonical form as ``resource.Quantity.String()`` prints it (close enough for messages)."""
-    if amount == 0:
-        return "0"
-    if amount != amount.to_integral_value():
-        milli = amount * 1000
-        if milli == milli.to_integral_value():
-            return f"{int(milli)}m"
-        return f"{int((amount * 10**9).to_integral_value())}n"
-    whole = int(amount)
-    if binary:
-        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-            if whole % _BINARY[suffix] == 0:
-                return f"{whole // _BINARY[suffix]}{suffix}"
-        return str(whole)
-    for suffix in ("E", "P", "T", "G", "M", "k"):
-        factor = int(_DECIMAL[suffix])
-        if whole % factor == 0 and whole >= factor:
-            return f"{whole // factor}{suffix}"
-    return str(whole)
+    """Canonical form as ``resource.Quantity.String()`` prints it."""
+    return canonical_quantity(amount, binary=binary)

@@ -116,6 +116,32 @@ def _format_plain(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
+def _largest_suffix(whole: int, suffixes: Mapping[str, int | Decimal]) -> str | None:
+    for suffix, factor in suffixes.items():
+        if whole >= factor and whole % factor == 0:
+            return f"{whole // int(factor)}{suffix}"
+    return None
+
+
+_BINARY_DOWN = dict(reversed(_BINARY.items()))  # Ei first
+_DECIMAL_DOWN = {s: _DECIMAL[s] for s in ("E", "P", "T", "G", "M", "k")}
+
+
+def canonical_quantity(amount: int | Decimal, *, binary: bool = False) -> str:
+    """``amount`` as ``resource.Quantity.String()`` spells it: the largest exact suffix of
+    its format (``8Gi``, ``2k``), milli- or nano- units for fractions (``500m``)."""
+    amount = Decimal(amount)
+    if amount == 0:
+        return "0"
+    if amount != amount.to_integral_value():
+        milli = amount * 1000
+        if milli == milli.to_integral_value():
+            return f"{int(milli)}m"
+        return f"{int((amount * 10**9).to_integral_value())}n"
+    whole = int(amount)
+    return _largest_suffix(whole, _BINARY_DOWN if binary else _DECIMAL_DOWN) or str(whole)
+
+
 def format_quantity(value: int | Decimal, resource: str | None = None) -> str:
     """Render a normalised value back in the way a person writes it in a manifest.
 
@@ -128,11 +154,10 @@ def format_quantity(value: int | Decimal, resource: str | None = None) -> str:
         if amount % 1000 == 0:
             return str(int(amount / 1000))
         return f"{_format_plain(amount)}m"
-    if resource is not None and is_byte_resource(resource) and amount != 0:
-        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-            if amount % _BINARY[suffix] == 0:
-                return f"{int(amount / _BINARY[suffix])}{suffix}"
-        for suffix in ("E", "P", "T", "G", "M", "k"):
-            if amount % _DECIMAL[suffix] == 0:
-                return f"{int(amount / _DECIMAL[suffix])}{suffix}"
+    byte_count = resource is not None and is_byte_resource(resource)
+    if byte_count and amount != 0 and amount == amount.to_integral_value():
+        whole = int(amount)
+        suffixed = _largest_suffix(whole, _BINARY_DOWN) or _largest_suffix(whole, _DECIMAL_DOWN)
+        if suffixed:
+            return suffixed
     return _format_plain(amount)

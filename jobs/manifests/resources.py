@@ -13,6 +13,7 @@ from decimal import Decimal
 from jobs.manifests.context import ManifestContext
 from jobs.spec import JobSpec
 from scheduling import parse_quantity
+from scheduling.quantity import canonical_quantity
 from scheduling.resources import ANY_GPU, mig_resource
 
 Resources = dict[str, dict[str, str]]
@@ -122,11 +123,8 @@ def container_resources(spec: JobSpec, ctx: ManifestContext) -> Resources:
 
 
 def format_memory(num_bytes: int) -> str:
-    """Bytes as the shortest exact binary quantity (``Gi`` or ``Mi``), rounded down to Mi."""
-    mebibytes = num_bytes // 2**20
-    if mebibytes and mebibytes % 1024 == 0:
-        return f"{mebibytes // 1024}Gi"
-    return f"{mebibytes}Mi"
+    """Bytes rounded down to Mi, as the shortest exact binary quantity (``8Gi``, ``1536Mi``)."""
+    return canonical_quantity((num_bytes // 2**20) * 2**20, binary=True)
 
 
 def shm_size_limit(memory_limit: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from sandbox import annotations as ann
@@ -167,233 +168,232 @@ def _ip(pod: Obj, node: Obj | None, cluster: Cluster) -> tuple[str, str]:
     return host, f"{base}.{n}"
 
 
+@dataclass
+class _Tick:
+    """One pod at one moment: what each step of its life reads."""
+
+    cluster: Cluster
+    pod: Obj
+    now: float
+
+    def __post_init__(self) -> None:
+        meta = self.pod["metadata"]
+        self.uid, self.ns, self.name = meta["uid"], meta["namespace"], meta["name"]
+        self.node_name: str = self.pod["spec"]["nodeName"]
+        self.life_key = f"life/{self.uid}"
+        self.ts = rfc3339(self.now)
+        self.containers: list[Obj] = self.pod["spec"].get("containers") or []
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.cluster.record_event(self.pod, type_, reason, message, "kubelet", host=self.node_name)
+
+    def save_life(self, life: dict[str, Any]) -> None:
+        self.cluster.store.meta_set(self.life_key, life)
+
+    def conditions(self, *wanted: tuple[str, bool, str | None]) -> None:
+        _set_conditions(
+            self.pod, [_condition(ctype, ok, self.ts, reason) for ctype, ok, reason in wanted]
+        )
+
+
 def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
-    uid = pod["metadata"]["uid"]
-    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-    node_name = pod["spec"]["nodeName"]
-    life_key = f"life/{uid}"
-    life = cluster.store.meta_get(life_key)
-    ts = rfc3339(now)
-    containers = pod["spec"].get("containers") or []
-    phase = pod["status"].get("phase")
-
+    """Move one bound pod one step along its life: killed, created, started, exited."""
+    tick = _Tick(cluster, pod, now)
+    life = cluster.store.meta_get(tick.life_key)
     if pod["metadata"].get("deletionTimestamp"):
-        life = life or {}
-        if "kill_at" not in life:
-            if phase not in TERMINAL and life.get("state") == "running":
-                for c in containers:
-                    cluster.record_event(
-                        pod,
-                        "Normal",
-                        "Killing",
-                        f"Stopping container {c['name']}",
-                        "kubelet",
-                        host=node_name,
-                    )
-            grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
-            stop = ann.get(pod, ann.STOP)
-            life["kill_at"] = now + min(grace, parse_duration(stop) if stop else STOP_SECONDS)
-            cluster.store.meta_set(life_key, life)
-        if now >= life["kill_at"]:
-            cluster.store.delete("pods", ns, name)
-            release_devices(cluster, pod)
-            cluster.store.meta_delete(life_key)
+        _terminate(tick, life or {})
         return
-    if phase in TERMINAL:
+    if pod["status"].get("phase") in TERMINAL:
         return
-
-    node = cluster.store.get("nodes", "", node_name)
+    node = cluster.store.get("nodes", "", tick.node_name)
     if life is None:
-        devices = assign_devices(cluster, pod)
-        kind = workload_kind(pod)
-        life = {
-            "node": node_name,
-            "bound": now,
-            "start_at": now + PULL_SECONDS,
-            "kind": kind,
-            "duration": _duration(cluster, pod),
-            "exit": _exit_code(pod),
-            "devices": devices,
-            "restarts": 0,
-            "state": "creating",
-            "started": None,
-            "finished": None,
-        }
-        cluster.store.meta_set(life_key, life)
-        for c in containers:
-            cluster.record_event(
-                pod,
-                "Normal",
-                "Pulling",
-                f'Pulling image "{c.get("image", "")}"',
-                "kubelet",
-                host=node_name,
-            )
-        host_ip, _ = _ip(pod, node, cluster)
-        status = pod["status"]
-        status.update({"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "startTime": ts})
-        _set_conditions(
-            pod,
-            [
-                _condition("PodReadyToStartContainers", False, ts),
-                _condition("Initialized", True, ts),
-                _condition("Ready", False, ts, "ContainersNotReady"),
-                _condition("ContainersReady", False, ts, "ContainersNotReady"),
-                _condition("PodScheduled", True, ts),
-            ],
-        )
-        for cond in status["conditions"]:
-            if cond["type"] in ("Ready", "ContainersReady"):
-                cond["message"] = (
-                    "containers with unready status: ["
-                    + " ".join(c["name"] for c in containers)
-                    + "]"
-                )
-        status["containerStatuses"] = [
-            _container_status(c, {"waiting": {"reason": "ContainerCreating"}}, False, 0, uid)
-            for c in containers
-        ]
-        cluster.store.put("pods", pod)
-        return
-
-    if life["state"] in ("creating", "backoff") and now >= life["start_at"]:
-        first = life["state"] == "creating"
-        for c in containers:
-            if first:
-                cluster.record_event(
-                    pod,
-                    "Normal",
-                    "Pulled",
-                    f'Successfully pulled image "{c.get("image", "")}" in 2.43s '
-                    "(2.43s including waiting). Image size: 3514217816 bytes.",
-                    "kubelet",
-                    host=node_name,
-                )
-            cluster.record_event(
-                pod,
-                "Normal",
-                "Created",
-                f"Created container: {c['name']}",
-                "kubelet",
-                host=node_name,
-            )
-            cluster.record_event(
-                pod,
-                "Normal",
-                "Started",
-                f"Started container {c['name']}",
-                "kubelet",
-                host=node_name,
-            )
-        life.update({"state": "running", "started": now, "finished": None})
-        cluster.store.meta_set(life_key, life)
-        host_ip, pod_ip = _ip(pod, node, cluster)
-        status = pod["status"]
-        status.update({"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]})
-        _set_conditions(
-            pod,
-            [
-                _condition("PodReadyToStartContainers", True, ts),
-                _condition("Initialized", True, ts),
-                _condition("Ready", True, ts),
-                _condition("ContainersReady", True, ts),
-                _condition("PodScheduled", True, ts),
-            ],
-        )
-        last = [cs.get("lastState", {}) for cs in status.get("containerStatuses") or []]
-        status["containerStatuses"] = [
-            _container_status(
-                c,
-                {"running": {"startedAt": ts}},
-                True,
-                life["restarts"],
-                uid,
-                last[i] if i < len(last) else None,
-            )
-            for i, c in enumerate(containers)
-        ]
-        cluster.store.put("pods", pod)
-        return
-
-    if (
+        _create_containers(tick, node)
+    elif life["state"] in ("creating", "backoff") and now >= life["start_at"]:
+        _start_containers(tick, life, node)
+    elif (
         life["state"] == "running"
         and life["kind"] == "training"
         and now >= life["started"] + life["duration"]
     ):
-        code = int(life["exit"])
-        finished = life["started"] + life["duration"]
-        terminated = {
-            "terminated": {
-                "exitCode": code,
-                "reason": "Completed" if code == 0 else ("OOMKilled" if code == 137 else "Error"),
-                "startedAt": rfc3339(life["started"]),
-                "finishedAt": rfc3339(finished),
-                "containerID": f"containerd://{uid.replace('-', '')}",
-            }
-        }
-        status = pod["status"]
-        if code != 0 and pod["spec"].get("restartPolicy") == "OnFailure":
-            life["restarts"] += 1
-            delay = min(300.0, 10.0 * 2 ** (life["restarts"] - 1))
-            life.update({"state": "backoff", "start_at": now + delay, "finished": finished})
-            cluster.store.meta_set(life_key, life)
-            for c in containers:
-                cluster.record_event(
-                    pod,
-                    "Warning",
-                    "BackOff",
-                    f"Back-off restarting failed container {c['name']} in pod {name}_{ns}({uid})",
-                    "kubelet",
-                    host=node_name,
-                )
-            status["containerStatuses"] = [
-                _container_status(
-                    c,
-                    {
-                        "waiting": {
-                            "reason": "CrashLoopBackOff",
-                            "message": f"back-off {int(delay)}s restarting failed container="
-                            f"{c['name']} pod={name}_{ns}({uid})",
-                        }
-                    },
-                    False,
-                    life["restarts"],
-                    uid,
-                    terminated,
-                )
-                for c in containers
-            ]
-            _set_conditions(
-                pod,
-                [
-                    _condition("PodReadyToStartContainers", True, ts),
-                    _condition("Initialized", True, ts),
-                    _condition("Ready", False, ts, "ContainersNotReady"),
-                    _condition("ContainersReady", False, ts, "ContainersNotReady"),
-                    _condition("PodScheduled", True, ts),
-                ],
+        _exit_containers(tick, life)
+
+
+def _terminate(tick: _Tick, life: dict[str, Any]) -> None:
+    """A deleted pod: stop its containers after the grace period, then remove it."""
+    pod, now = tick.pod, tick.now
+    if "kill_at" not in life:
+        if pod["status"].get("phase") not in TERMINAL and life.get("state") == "running":
+            for c in tick.containers:
+                tick.event("Normal", "Killing", f"Stopping container {c['name']}")
+        grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+        stop = ann.get(pod, ann.STOP)
+        life["kill_at"] = now + min(grace, parse_duration(stop) if stop else STOP_SECONDS)
+        tick.save_life(life)
+    if now >= life["kill_at"]:
+        tick.cluster.store.delete("pods", tick.ns, tick.name)
+        release_devices(tick.cluster, pod)
+        tick.cluster.store.meta_delete(tick.life_key)
+
+
+def _create_containers(tick: _Tick, node: Obj | None) -> None:
+    """First sight of a bound pod: its devices, its images pulling, ContainerCreating."""
+    cluster, pod, now, ts = tick.cluster, tick.pod, tick.now, tick.ts
+    devices = assign_devices(cluster, pod)  # first, as the device plugin's Allocate
+    life = {
+        "node": tick.node_name,
+        "bound": now,
+        "start_at": now + PULL_SECONDS,
+        "kind": workload_kind(pod),
+        "duration": _duration(cluster, pod),
+        "exit": _exit_code(pod),
+        "devices": devices,
+        "restarts": 0,
+        "state": "creating",
+        "started": None,
+        "finished": None,
+    }
+    tick.save_life(life)
+    for c in tick.containers:
+        tick.event("Normal", "Pulling", f'Pulling image "{c.get("image", "")}"')
+    host_ip, _ = _ip(pod, node, cluster)
+    status = pod["status"]
+    status.update({"hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "startTime": ts})
+    tick.conditions(
+        ("PodReadyToStartContainers", False, None),
+        ("Initialized", True, None),
+        ("Ready", False, "ContainersNotReady"),
+        ("ContainersReady", False, "ContainersNotReady"),
+        ("PodScheduled", True, None),
+    )
+    unready = "containers with unready status: [" + " ".join(c["name"] for c in tick.containers)
+    for cond in status["conditions"]:
+        if cond["type"] in ("Ready", "ContainersReady"):
+            cond["message"] = unready + "]"
+    status["containerStatuses"] = [
+        _container_status(c, {"waiting": {"reason": "ContainerCreating"}}, False, 0, tick.uid)
+        for c in tick.containers
+    ]
+    cluster.store.put("pods", pod)
+
+
+def _start_containers(tick: _Tick, life: dict[str, Any], node: Obj | None) -> None:
+    """Images pulled (or a crash back-off over): the containers run, the pod is Ready."""
+    pod, ts = tick.pod, tick.ts
+    first = life["state"] == "creating"
+    for c in tick.containers:
+        if first:
+            tick.event(
+                "Normal",
+                "Pulled",
+                f'Successfully pulled image "{c.get("image", "")}" in 2.43s '
+                "(2.43s including waiting). Image size: 3514217816 bytes.",
             )
-            cluster.store.put("pods", pod)
-            return
-        life.update({"state": "done", "finished": finished})
-        cluster.store.meta_set(life_key, life)
-        status["phase"] = "Succeeded" if code == 0 else "Failed"
-        status["containerStatuses"] = [
-            _container_status(c, copy.deepcopy(terminated), False, life["restarts"], uid)
-            for c in containers
-        ]
-        _set_conditions(
-            pod,
-            [
-                _condition("PodReadyToStartContainers", False, ts),
-                _condition("Initialized", True, ts, "PodCompleted"),
-                _condition("Ready", False, ts, "PodCompleted"),
-                _condition("ContainersReady", False, ts, "PodCompleted"),
-                _condition("PodScheduled", True, ts),
-            ],
+        tick.event("Normal", "Created", f"Created container: {c['name']}")
+        tick.event("Normal", "Started", f"Started container {c['name']}")
+    life.update({"state": "running", "started": tick.now, "finished": None})
+    tick.save_life(life)
+    _, pod_ip = _ip(pod, node, tick.cluster)
+    status = pod["status"]
+    status.update({"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]})
+    tick.conditions(
+        ("PodReadyToStartContainers", True, None),
+        ("Initialized", True, None),
+        ("Ready", True, None),
+        ("ContainersReady", True, None),
+        ("PodScheduled", True, None),
+    )
+    last = [cs.get("lastState", {}) for cs in status.get("containerStatuses") or []]
+    status["containerStatuses"] = [
+        _container_status(
+            c,
+            {"running": {"startedAt": ts}},
+            True,
+            life["restarts"],
+            tick.uid,
+            last[i] if i < len(last) else None,
         )
-        cluster.store.put("pods", pod)
-        release_devices(cluster, pod)
+        for i, c in enumerate(tick.containers)
+    ]
+    tick.cluster.store.put("pods", pod)
+
+
+def _exit_containers(tick: _Tick, life: dict[str, Any]) -> None:
+    """A training pod's run is over: restarted after a back-off (a failure under
+    ``restartPolicy: OnFailure``), or Succeeded/Failed with its devices released."""
+    code = int(life["exit"])
+    finished = life["started"] + life["duration"]
+    terminated = {
+        "terminated": {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else ("OOMKilled" if code == 137 else "Error"),
+            "startedAt": rfc3339(life["started"]),
+            "finishedAt": rfc3339(finished),
+            "containerID": f"containerd://{tick.uid.replace('-', '')}",
+        }
+    }
+    if code != 0 and tick.pod["spec"].get("restartPolicy") == "OnFailure":
+        _back_off(tick, life, finished, terminated)
+        return
+    pod = tick.pod
+    life.update({"state": "done", "finished": finished})
+    tick.save_life(life)
+    status = pod["status"]
+    status["phase"] = "Succeeded" if code == 0 else "Failed"
+    status["containerStatuses"] = [
+        _container_status(c, copy.deepcopy(terminated), False, life["restarts"], tick.uid)
+        for c in tick.containers
+    ]
+    tick.conditions(
+        ("PodReadyToStartContainers", False, None),
+        ("Initialized", True, "PodCompleted"),
+        ("Ready", False, "PodCompleted"),
+        ("ContainersReady", False, "PodCompleted"),
+        ("PodScheduled", True, None),
+    )
+    tick.cluster.store.put("pods", pod)
+    release_devices(tick.cluster, pod)
+
+
+def _back_off(
+    tick: _Tick, life: dict[str, Any], finished: float, terminated: dict[str, Any]
+) -> None:
+    """CrashLoopBackOff: the kubelet restarts the container after 10 s, 20 s, … 300 s."""
+    ns, name, uid = tick.ns, tick.name, tick.uid
+    life["restarts"] += 1
+    delay = min(300.0, 10.0 * 2 ** (life["restarts"] - 1))
+    life.update({"state": "backoff", "start_at": tick.now + delay, "finished": finished})
+    tick.save_life(life)
+    for c in tick.containers:
+        tick.event(
+            "Warning",
+            "BackOff",
+            f"Back-off restarting failed container {c['name']} in pod {name}_{ns}({uid})",
+        )
+    tick.pod["status"]["containerStatuses"] = [
+        _container_status(
+            c,
+            {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {int(delay)}s restarting failed container="
+                    f"{c['name']} pod={name}_{ns}({uid})",
+                }
+            },
+            False,
+            life["restarts"],
+            uid,
+            terminated,
+        )
+        for c in tick.containers
+    ]
+    tick.conditions(
+        ("PodReadyToStartContainers", True, None),
+        ("Initialized", True, None),
+        ("Ready", False, "ContainersNotReady"),
+        ("ContainersReady", False, "ContainersNotReady"),
+        ("PodScheduled", True, None),
+    )
+    tick.cluster.store.put("pods", tick.pod)
 
 
 def _next_due(pod: Obj, life: dict[str, Any] | None) -> float:
