@@ -237,9 +237,46 @@ def _pod_template(
     container_extras: dict[str, Any] | None = None,
     pod_anti_affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The pod template of every workload: one restricted container, its volumes, the
+    GPU placement (affinity, toleration) and the priority class."""
     resources = container_resources(spec, ctx)
     has_gpu = gpu_resource_name(spec, ctx) is not None
+    volumes, mounts = _volumes(spec, memory_limit=resources["limits"]["memory"], shm=has_gpu)
+    container = _container(
+        spec,
+        resources=resources,
+        mounts=mounts,
+        env=_env(spec, portal_env or []),
+        extras=dict(container_extras or {}),
+    )
+    pod_spec: dict[str, Any] = {}
+    if subdomain is not None:
+        pod_spec["subdomain"] = subdomain
+    if restart_policy is not None:
+        pod_spec["restartPolicy"] = restart_policy
+    pod_spec["priorityClassName"] = priority_class_name(spec.priority)
+    pod_spec["automountServiceAccountToken"] = False
+    # Service links inject every Service of the namespace as env vars: noise
+    # at best, and they can shadow the user's own variables.
+    pod_spec["enableServiceLinks"] = False
+    pod_spec["securityContext"] = _pod_security_context()
+    affinity = _affinity(spec, has_gpu=has_gpu, pod_anti_affinity=pod_anti_affinity)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if has_gpu:
+        # GPU nodes are tainted nvidia.com/gpu (any value) so that only pods
+        # that need a GPU land there; only those pods get the toleration.
+        pod_spec["tolerations"] = [{"key": ANY_GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    pod_spec["containers"] = [container]
+    if volumes:
+        pod_spec["volumes"] = volumes
+    return {"metadata": {"labels": object_labels(spec, ctx)}, "spec": pod_spec}
 
+
+def _volumes(
+    spec: JobSpec, *, memory_limit: str, shm: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts: each claim, and /dev/shm for GPUs."""
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     for index, volume in enumerate(spec.volumes):
@@ -255,29 +292,35 @@ def _pod_template(
         mounts.append(
             {"name": volume_name, "mountPath": volume.mount_path, "readOnly": volume.read_only}
         )
-    if has_gpu:
+    if shm:
         # Container runtimes give /dev/shm 64 MiB, far too little for PyTorch
         # DataLoader workers and NCCL; a memory-backed emptyDir replaces it.
         volumes.append(
             {
                 "name": SHM_VOLUME_NAME,
-                "emptyDir": {
-                    "medium": "Memory",
-                    "sizeLimit": shm_size_limit(resources["limits"]["memory"]),
-                },
+                "emptyDir": {"medium": "Memory", "sizeLimit": shm_size_limit(memory_limit)},
             }
         )
         mounts.append({"name": SHM_VOLUME_NAME, "mountPath": "/dev/shm"})  # noqa: S108 - shm volume
+    return volumes, mounts
 
+
+def _container(
+    spec: JobSpec,
+    *,
+    resources: dict[str, dict[str, str]],
+    mounts: list[dict[str, Any]],
+    env: list[dict[str, Any]],
+    extras: dict[str, Any],
+) -> dict[str, Any]:
+    """The one container, with the restricted Pod Security Standard's settings."""
     container: dict[str, Any] = {"name": CONTAINER_NAME, "image": spec.image}
     if spec.command:
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)
-    env = _env(spec, portal_env or [])
     if env:
         container["env"] = env
-    extras = dict(container_extras or {})
     if "ports" in extras:
         container["ports"] = extras.pop("ports")
     container["resources"] = resources
@@ -289,18 +332,11 @@ def _pod_template(
         "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": True,
     }
+    return container
 
-    pod_spec: dict[str, Any] = {}
-    if subdomain is not None:
-        pod_spec["subdomain"] = subdomain
-    if restart_policy is not None:
-        pod_spec["restartPolicy"] = restart_policy
-    pod_spec["priorityClassName"] = priority_class_name(spec.priority)
-    pod_spec["automountServiceAccountToken"] = False
-    # Service links inject every Service of the namespace as env vars: noise
-    # at best, and they can shadow the user's own variables.
-    pod_spec["enableServiceLinks"] = False
-    pod_spec["securityContext"] = {
+
+def _pod_security_context() -> dict[str, Any]:
+    return {
         "runAsNonRoot": True,
         "runAsUser": POD_UID,
         "runAsGroup": POD_GID,
@@ -310,6 +346,12 @@ def _pod_template(
         "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def _affinity(
+    spec: JobSpec, *, has_gpu: bool, pod_anti_affinity: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Required node affinity to the GPU product, and the caller's pod anti-affinity."""
     affinity: dict[str, Any] = {}
     # The GPU product only means something when GPUs are requested; spec
     # validation refuses a product without GPUs.
@@ -331,17 +373,7 @@ def _pod_template(
         }
     if pod_anti_affinity is not None:
         affinity["podAntiAffinity"] = pod_anti_affinity
-    if affinity:
-        pod_spec["affinity"] = affinity
-    if has_gpu:
-        # GPU nodes are tainted nvidia.com/gpu (any value) so that only pods
-        # that need a GPU land there; only those pods get the toleration.
-        pod_spec["tolerations"] = [{"key": ANY_GPU, "operator": "Exists", "effect": "NoSchedule"}]
-    pod_spec["containers"] = [container]
-    if volumes:
-        pod_spec["volumes"] = volumes
-
-    return {"metadata": {"labels": object_labels(spec, ctx)}, "spec": pod_spec}
+    return affinity
 
 
 def _env(spec: JobSpec, portal_env: list[dict[str, Any]]) -> list[dict[str, Any]]:
