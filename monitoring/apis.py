@@ -27,15 +27,12 @@ from core.errors import ApplicationError
 from jobs.selectors import job_get_for_user
 from monitoring.prometheus import Series
 from monitoring.queries import JOB_METRICS, RANGES, RangeError, parse_range
-from monitoring.selectors import (
-    TeamUsage,
-    cluster_overview_get,
-    device_name,
-    idle_report_get,
-    job_gpus_get,
-    team_for_user,
-    team_usage_get,
-)
+from monitoring.selectors.cluster import cluster_overview_get
+from monitoring.selectors.common import device_name
+from monitoring.selectors.idle import idle_report_get
+from monitoring.selectors.job import job_gpus_get
+from monitoring.selectors.team import TeamUsage, team_usage_get
+from teams.selectors import team_get_for_user
 
 
 def _range(request: Request, *, default: str | None = "1h") -> tuple[str, int] | None:
@@ -228,7 +225,7 @@ class TeamUsageApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         parsed = _range(request, default="24h")
         assert parsed is not None
-        team = team_for_user(user=request.user, slug=slug)
+        team = team_get_for_user(user=request.user, slug=slug)
         usage = team_usage_get(
             team=team, user=request.user, range_key=parsed[0], tolerate_errors=False
         )

@@ -25,14 +25,10 @@ from django.utils import timezone
 
 from monitoring.prometheus import Series
 from monitoring.queries import JOB_METRICS
-from monitoring.selectors import (
-    ClusterOverview,
-    GpuCell,
-    JobGpus,
-    ProductCapacity,
-    TeamUsage,
-    device_name,
-)
+from monitoring.selectors.cluster import ClusterOverview, GpuCell, ProductCapacity
+from monitoring.selectors.common import device_name
+from monitoring.selectors.job import JobGpus
+from monitoring.selectors.team import TeamUsage
 
 Figure = dict[str, Any]
 PALETTE_UTIL = "Viridis"

@@ -17,12 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from jobs.selectors import job_get_for_user
 from monitoring import charts, metrics
 from monitoring.queries import RANGES, RangeError, parse_range
-from monitoring.selectors import (
-    cluster_overview_get,
-    job_gpus_get,
-    team_for_user,
-    team_usage_get,
-)
+from monitoring.selectors.cluster import cluster_overview_get
+from monitoring.selectors.job import job_gpus_get
+from monitoring.selectors.team import team_usage_get
+from teams.selectors import team_get_for_user
 
 # htmx stops polling when a response has this status (the job is over: its charts are final).
 HTMX_STOP_POLLING = 286
@@ -72,7 +70,7 @@ def team_usage(request: HttpRequest, slug: str) -> HttpResponse:
         range_key, _ = parse_range(request.GET.get("range"))
     except RangeError as exc:
         return _bad_range(exc)
-    team = team_for_user(user=request.user, slug=slug)
+    team = team_get_for_user(user=request.user, slug=slug)
     usage = team_usage_get(team=team, user=request.user, range_key=range_key)
     context = {
         "team": team,

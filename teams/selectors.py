@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
+from core.errors import NotFound
 from teams.models import GpuQuota, Membership, Team
 
 
@@ -62,3 +63,11 @@ def membership_role(*, user: User | AnonymousUser, team: Team) -> str | None:
         return Membership.Role.LEAD
     membership = Membership.objects.filter(user=user, team=team).only("role").first()
     return membership.role if membership else None
+
+
+def team_get_for_user(*, user: User | AnonymousUser, slug: str) -> Team:
+    """A team the user belongs to (platform admins: any); otherwise "not found"."""
+    team = teams_for_user(user=user).filter(slug=slug).first()
+    if team is None:
+        raise NotFound("No such team.")
+    return team

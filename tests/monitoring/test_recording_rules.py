@@ -12,7 +12,8 @@ from django.contrib.auth.models import User
 
 from monitoring import prometheus, queries
 from monitoring.prometheus import Alert, Sample, Series
-from monitoring.selectors import cluster_overview_get, team_usage_get
+from monitoring.selectors.cluster import cluster_overview_get
+from monitoring.selectors.team import team_usage_get
 
 
 @pytest.fixture

@@ -1,0 +1,171 @@
+"""The cluster overview: GPU capacity by product, per-GPU cells, alerts, the utilisation line."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
+from django.utils import timezone
+
+from cluster.nodes import GpuNode, cluster_gpu_nodes
+from core.errors import ClusterUnavailable
+from jobs.models import Job
+from monitoring import prometheus, queries
+from monitoring.prometheus import MetricsUnavailable, Sample, Series
+from monitoring.selectors.common import Window, jobs_for_pods
+from monitoring.selectors.idle import IdleReport, idle_report_get
+from teams.selectors import teams_for_user
+
+
+@dataclass(frozen=True)
+class ProductCapacity:
+    product: str
+    nodes: int
+    gpus_total: int
+    gpus_allocated: int
+    mig_total: int
+    mig_allocated: int
+    shared_total: int
+    shared_allocated: int
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus_total - self.gpus_allocated)
+
+
+def capacity_by_product(nodes: Iterable[GpuNode]) -> list[ProductCapacity]:
+    """Whole GPUs, MIG slices and time-sliced replicas per GPU product."""
+    rows: dict[str, list[int]] = defaultdict(lambda: [0] * 7)
+    for node in nodes:
+        row = rows[node.gpu_product or "(no product label)"]
+        row[0] += 1
+        row[1] += node.gpus_allocatable
+        row[2] += node.gpus_allocated
+        row[3] += sum(m.allocatable for m in node.mig)
+        row[4] += sum(m.allocated for m in node.mig)
+        if node.shared is not None:
+            row[5] += node.shared.allocatable
+            row[6] += node.shared.allocated
+    return [ProductCapacity(product, *row) for product, row in sorted(rows.items())]
+
+
+@dataclass(frozen=True)
+class GpuCell:
+    node: str
+    gpu: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class GpuAlert:
+    name: str
+    severity: str
+    gpu: str
+    node: str
+    namespace: str
+    pod: str
+    value: float | None
+    summary: str
+    description: str
+    active_at: str
+    job: Job | None  # the holding job, when the user may see it
+
+
+@dataclass
+class ClusterOverview:
+    range_key: str
+    window: Window
+    products: list[ProductCapacity] = field(default_factory=list)
+    cluster_error: str | None = None
+    utilisation_cells: list[GpuCell] = field(default_factory=list)
+    temperature_cells: list[GpuCell] = field(default_factory=list)
+    utilisation: list[Series] = field(default_factory=list)
+    alerts: list[GpuAlert] = field(default_factory=list)
+    idle: IdleReport | None = None
+    metrics_error: str | None = None
+
+
+def _cells(samples: list[Sample]) -> list[GpuCell]:
+    return [GpuCell(s.labels.get("node", "?"), s.labels.get("gpu", "?"), s.value) for s in samples]
+
+
+def gpu_alerts_get(*, user: User | AnonymousUser, now: datetime | None = None) -> list[GpuAlert]:
+    """Firing alerts with the GPU, node and holding job (a job only when the user may see
+    it; everyone sees the namespace/pod Prometheus reports). Raises ``MetricsUnavailable``."""
+    firing = [a for a in prometheus.alerts() if a.state == "firing"]
+    holders = jobs_for_pods(
+        pods={
+            (a.labels["namespace"], a.labels["pod"])
+            for a in firing
+            if a.labels.get("namespace") and a.labels.get("pod")
+        },
+        now=now,
+    )
+    visible = set(teams_for_user(user=user).values_list("pk", flat=True))
+    result = []
+    for a in firing:
+        labels = a.labels
+        job = holders.get((labels.get("namespace", ""), labels.get("pod", "")))
+        result.append(
+            GpuAlert(
+                name=labels.get("alertname", ""),
+                severity=labels.get("severity", ""),
+                gpu=labels.get("gpu", ""),
+                node=labels.get("node") or labels.get("Hostname") or labels.get("hostname", ""),
+                namespace=labels.get("namespace", ""),
+                pod=labels.get("pod", ""),
+                value=a.value,
+                summary=a.annotations.get("summary", ""),
+                description=a.annotations.get("description", ""),
+                active_at=a.active_at,
+                job=job if job is not None and job.team_id in visible else None,
+            )
+        )
+    order = {"critical": 0, "warning": 1, "info": 2}
+    result.sort(key=lambda x: (order.get(x.severity, 3), x.node, x.gpu, x.pod))
+    return result
+
+
+def cluster_overview_get(
+    *,
+    user: User | AnonymousUser,
+    range_key: str,
+    tolerate_errors: bool = True,
+    now: datetime | None = None,
+) -> ClusterOverview:
+    """Capacity by product (cluster), per-GPU utilisation/temperature, cluster utilisation
+    over the range, firing alerts and idle GPUs (Prometheus)."""
+    now = now or timezone.now()
+    _, seconds = queries.parse_range(range_key)
+    overview = ClusterOverview(range_key=range_key, window=Window.last(seconds, now=now))
+    try:
+        overview.products = capacity_by_product(cluster_gpu_nodes())
+    except ClusterUnavailable as exc:
+        if not tolerate_errors:
+            raise
+        overview.cluster_error = exc.message
+    try:
+        overview.utilisation_cells = _cells(
+            prometheus.query(queries.cluster_utilisation_by_gpu(), at=now)
+        )
+        overview.temperature_cells = _cells(
+            prometheus.query(queries.cluster_temperature_by_gpu(), at=now)
+        )
+        w = overview.window
+        overview.utilisation = prometheus.query_range(
+            queries.cluster_utilisation(recorded=settings.PROMETHEUS_RECORDING_RULES),
+            start=w.start,
+            end=w.end,
+            step=w.step,
+        )
+        overview.alerts = gpu_alerts_get(user=user, now=now)
+        overview.idle = idle_report_get(user=user, now=now)
+    except MetricsUnavailable as exc:
+        if not tolerate_errors:
+            raise
+        overview.metrics_error = exc.message
+    return overview
