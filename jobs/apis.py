@@ -22,15 +22,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
+from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState
+from jobs.queue_estimate import job_queue_position
 from jobs.selectors import (
     JOB_LIST_PAGE_SIZE,
-    MAX_LOG_TAIL,
     job_events,
     job_get_for_user,
-    job_log_tail,
-    job_queue_position,
     jobs_for_user,
     jobs_in_order,
     queued_count,

@@ -14,13 +14,12 @@ from django.views.decorators.http import require_POST
 from cluster.selectors import catalog_get
 from core.errors import ApplicationError
 from jobs.forms import JobForm, initial_from_spec
+from jobs.live import job_live_get, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
 from jobs.selectors import (
     job_get_for_user,
     job_list_page,
-    job_live_get,
-    job_log_tail,
     queued_count,
     quota_usage,
 )

@@ -1,0 +1,142 @@
+"""Where a queued job stands: its place in the team's queue and when it may start.
+
+The rules of the estimate (which jobs are ahead, what frees when running jobs reach their
+deadlines) are read from job rows only; nothing here asks the cluster.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from jobs.models import ACTIVE_STATES, Job, JobState
+from jobs.quota import quota_capacity
+from teams.models import GpuQuota
+
+
+@dataclass(frozen=True)
+class QueuePosition:
+    """Where a queued job stands, and a rough guess of when it may start."""
+
+    team: int  # 1-based, within the team's queue (the order admission walks)
+    cluster: int  # 1-based, among every team's queued jobs
+    blocking_resource: str | None  # the quota resource the queue waits for; None: none
+    estimated_start: datetime | None
+    estimate: str  # the estimate in words, honest about what is unknown
+
+
+NO_DEADLINE = "unknown: running jobs have no deadline"
+
+
+def _queued_not_admitted() -> QuerySet[Job]:
+    return Job.objects.filter(state=JobState.QUEUED, admitted_at__isnull=True)
+
+
+def _ahead_of(job: Job) -> Q:
+    """Jobs admission takes before ``job``: ordered by -priority_value, created_at, id."""
+    same_priority = Q(priority_value=job.priority_value)
+    return (
+        Q(priority_value__gt=job.priority_value)
+        | (same_priority & Q(created_at__lt=job.created_at))
+        | (same_priority & Q(created_at=job.created_at, pk__lt=job.pk))
+    )
+
+
+def _sum_demands(demands: Iterable[dict[str, Any]]) -> dict[str, int]:
+    totals: dict[str, int] = defaultdict(int)
+    for demand in demands:
+        for resource, amount in demand.items():
+            totals[resource] += int(amount)
+    return dict(totals)
+
+
+def _deadline(job: Job) -> datetime | None:
+    seconds = (job.spec or {}).get("max_runtime_seconds")
+    if job.started_at is None or not seconds:
+        return None
+    return job.started_at + timedelta(seconds=int(seconds))
+
+
+def _start_estimate(job: Job, ahead: list[Job]) -> tuple[str | None, datetime | None, str]:
+    """(blocking resource, estimated start, estimate in words) for a queued job.
+
+    1. Admission is strict FIFO within priority: the job starts once its own demand
+       *and* the demand of every job ahead of it fit the team's quotas.
+    2. For each quota that is short, only running jobs with ``max_runtime_seconds``
+       will free it at a known time (``started_at + max_runtime_seconds``, when
+       the Job's activeDeadlineSeconds stops them); walk those deadlines in order
+       until enough is freed.
+    3. The latest of those times is the estimate; a short quota that deadlines
+       cannot free makes the estimate unknown. Jobs often finish earlier: it is
+       a "no later than, if the deadlines hold" guess, not a promise.
+    """
+    limits = {
+        q.resource: quota_capacity(q.resource, q.limit)
+        for q in GpuQuota.objects.filter(team_id=job.team_id)
+    }
+    holders = list(
+        Job.objects.filter(
+            team_id=job.team_id, state__in=ACTIVE_STATES, admitted_at__isnull=False
+        ).only("state", "demand", "spec", "started_at")
+    )
+    used = _sum_demands(h.demand for h in holders)
+    wanted = _sum_demands([*(j.demand for j in ahead), job.demand])
+    short = {
+        resource: used.get(resource, 0) + amount - limits[resource]
+        for resource, amount in wanted.items()
+        if resource in limits and used.get(resource, 0) + amount > limits[resource]
+    }
+    if not short:
+        return None, None, "the team's quota has room: waiting for admission to run"
+    # Same order as admission's check, so the named resource matches the job's reason.
+    blocking = next(r for r in wanted if r in short)
+    latest: datetime | None = None
+    for resource, missing in short.items():
+        freed, when = 0, None
+        releases = sorted(
+            (deadline, int(h.demand.get(resource, 0)))
+            for h in holders
+            if h.state == JobState.RUNNING
+            and int(h.demand.get(resource, 0)) > 0
+            and (deadline := _deadline(h)) is not None
+        )
+        for deadline, amount in releases:
+            freed += amount
+            if freed >= missing:
+                when = deadline
+                break
+        if when is None:
+            return blocking, None, NO_DEADLINE
+        latest = when if latest is None else max(latest, when)
+    assert latest is not None
+    latest = max(latest, timezone.now())
+    return (
+        blocking,
+        latest,
+        f"at the latest when running jobs holding {blocking} reach their max runtime "
+        "(they may finish sooner)",
+    )
+
+
+def job_queue_position(*, job: Job) -> QueuePosition | None:
+    """Position of a queued, not yet admitted job in its team's queue and cluster-wide,
+    with a rough start estimate; None for any other job."""
+    if job.state != JobState.QUEUED or job.admitted_at is not None:
+        return None
+    queued = _queued_not_admitted()
+    ahead_in_team = list(queued.filter(_ahead_of(job), team_id=job.team_id).only("pk", "demand"))
+    cluster = queued.filter(_ahead_of(job)).count() + 1
+    blocking, estimated_start, estimate = _start_estimate(job, ahead_in_team)
+    return QueuePosition(
+        team=len(ahead_in_team) + 1,
+        cluster=cluster,
+        blocking_resource=blocking,
+        estimated_start=estimated_start,
+        estimate=estimate,
+    )
