@@ -10,7 +10,7 @@ from jobs.manifests import validate_manifests
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 
-# (apiGroup, resource, verb) for every call portal/kube.py makes.
+# (apiGroup, resource, verb) for every call cluster/kube.py makes.
 NEEDED = {
     ("", "namespaces", "get"), ("", "namespaces", "create"), ("", "namespaces", "update"),
     ("", "resourcequotas", "get"), ("", "resourcequotas", "create"),
