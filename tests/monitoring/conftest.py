@@ -53,14 +53,19 @@ def prometheus_server(
     prom.stop()
 
 
+def portal_pointed_at(prom: PrometheusProcess, settings: Any) -> Iterator[PrometheusProcess]:
+    """Point the portal's Prometheus adapter at ``prom`` for one test (a fixture's body)."""
+    settings.PROMETHEUS_URL = prom.url
+    settings.PROMETHEUS_TIMEOUT = 5.0
+    prometheus.reset_client()
+    yield prom
+    prometheus.reset_client()
+
+
 @pytest.fixture
 def metrics(prometheus_server: PrometheusProcess, settings: Any) -> Iterator[PrometheusProcess]:
     """Point the portal's Prometheus adapter at the test Prometheus."""
-    settings.PROMETHEUS_URL = prometheus_server.url
-    settings.PROMETHEUS_TIMEOUT = 5.0
-    prometheus.reset_client()
-    yield prometheus_server
-    prometheus.reset_client()
+    yield from portal_pointed_at(prometheus_server, settings)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from monitoring import prometheus
+from tests.monitoring.conftest import portal_pointed_at
 from tests.monitoring.prometheus_process import PrometheusProcess, free_port, start_prometheus
 
 
@@ -21,11 +22,7 @@ def bare_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Promet
 
 @pytest.fixture
 def pointed(bare_prometheus: PrometheusProcess, settings: Any) -> Iterator[PrometheusProcess]:
-    settings.PROMETHEUS_URL = bare_prometheus.url
-    settings.PROMETHEUS_TIMEOUT = 5.0
-    prometheus.reset_client()
-    yield bare_prometheus
-    prometheus.reset_client()
+    yield from portal_pointed_at(bare_prometheus, settings)
 
 
 def test_a_malformed_query_is_reported_as_a_bug_not_as_prometheus_unavailable(
