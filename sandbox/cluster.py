@@ -9,7 +9,7 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.clock import SimClock, rfc3339, rfc3339_micro
+from sandbox.clock import SimClock, parse_rfc3339, rfc3339, rfc3339_micro
 from sandbox.profiles import Device
 from sandbox.store import Obj, Store
 
@@ -191,8 +191,6 @@ class Cluster:
         if now < self._next_expiry:
             return
         cutoff = now - self.options.event_ttl
-        from sandbox.clock import parse_rfc3339
-
         oldest = now
         for event in self.store.iter("events"):
             created = parse_rfc3339(event["metadata"]["creationTimestamp"])

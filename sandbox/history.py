@@ -35,7 +35,7 @@ from typing import IO, Any
 
 from sandbox.clock import rfc3339
 from sandbox.dcgm import FAMILIES, Holder, _hash01, format_value, gpu_readings
-from sandbox.profiles import Device, build_nodes
+from sandbox.profiles import Device, build_nodes, load_profile
 
 # The families the portal's queries read (monitoring/queries.py and the alert rules).
 PORTAL_FAMILIES: tuple[str, ...] = (
@@ -313,8 +313,6 @@ def _write_node(
 def main(argv: list[str] | None = None) -> int:
     """``python -m sandbox history``: write the history file and say what it holds."""
     import argparse
-
-    from sandbox.profiles import load_profile
 
     p = argparse.ArgumentParser(
         prog="python -m sandbox history",

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from sandbox.quantity import format_quantity, parse
+
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
 # What we know about each product: how DCGM names it and how it behaves under load.
@@ -150,8 +152,6 @@ def _uuid(seed: int, *parts: object) -> str:
 
 
 def _memory_ki(quantity: str) -> int:
-    from sandbox.quantity import parse
-
     return int(parse(quantity)) // 1024
 
 
@@ -207,8 +207,6 @@ def _build_node(
         "pods": pods,
     }
     # The kubelet reserves a little CPU and memory for the system (kube-reserved).
-    from sandbox.quantity import format_quantity, parse
-
     allocatable = dict(capacity)
     allocatable["cpu"] = format_quantity(parse(cpu) - parse("100m"))
     allocatable["memory"] = f"{memory_ki - 1024 * 1024 - 100 * 1024}Ki"

@@ -14,6 +14,7 @@ import yaml
 
 from sandbox import logs
 from sandbox.api import discovery, objects
+from sandbox.api.patch import merge_patch
 from sandbox.api.resources import BY_PATH, ResourceType
 from sandbox.clock import parse_rfc3339
 from sandbox.cluster import Cluster
@@ -210,8 +211,6 @@ def _subresource(cluster: Cluster, req: Request, t: Target) -> Response:
         if req.method in ("PUT", "PATCH"):
             body = _json_body(req) if req.method == "PUT" else None
             if req.method == "PATCH":
-                from sandbox.api.patch import merge_patch
-
                 body = merge_patch(_scale(obj), _json_body(req))
             replicas = ((body or {}).get("spec") or {}).get("replicas")
             if not isinstance(replicas, int):

@@ -19,6 +19,7 @@ from sandbox.api import admission, defaults, validation
 from sandbox.api.patch import json_patch, merge_patch, strategic_merge_patch
 from sandbox.api.resources import RESOURCES, ResourceType
 from sandbox.cluster import Cluster
+from sandbox.controllers.kubelet import release_devices
 from sandbox.errors import (
     ApiError,
     already_exists,
@@ -629,7 +630,5 @@ def delete(
 
 def release_pod(cluster: Cluster, pod: Obj) -> None:
     """Hand the pod's GPUs back; done when the pod object is finally removed."""
-    from sandbox.controllers.kubelet import release_devices
-
     release_devices(cluster, pod)
     cluster.store.meta_delete(f"life/{pod['metadata'].get('uid', '')}")

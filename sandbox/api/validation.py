@@ -21,6 +21,7 @@ from kubernetes_validate.utils import all_versions, major_minor
 from sandbox import quantity
 from sandbox.api.resources import ResourceType
 from sandbox.errors import Cause, bad_request, invalid
+from sandbox.selectors import match_label_selector_obj
 
 SCHEMA_VERSION = "1.33"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -375,8 +376,6 @@ def validate_object(
         if not selector:
             causes.append(Cause("spec.selector", "Required value", "FieldValueRequired"))
         else:
-            from sandbox.selectors import match_label_selector_obj
-
             if not match_label_selector_obj(selector, labels):
                 shown = ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items()))
                 causes.append(

@@ -18,6 +18,7 @@ from typing import Any
 from sandbox import annotations as ann
 from sandbox.clock import parse_duration, rfc3339
 from sandbox.cluster import Cluster
+from sandbox.dcgm import bank_energy
 from sandbox.store import Obj
 from scheduling import pod_requests
 
@@ -90,8 +91,6 @@ def release_devices(cluster: Cluster, pod: Obj) -> None:
     entry = cluster.store.meta_get(f"assign/{uid}")
     if entry is None:
         return
-    from sandbox.dcgm import bank_energy
-
     bank_energy(cluster, pod, entry)
     cluster.store.meta_delete(f"assign/{uid}")
 
