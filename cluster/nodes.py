@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from cluster import kube
 from core.errors import ClusterUnavailable
 from scheduling import node_from_k8s, pod_from_k8s, pod_is_terminal
-from scheduling.resources import ANY_GPU, MIG_PREFIX, SHARED_GPU
+from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL, MIG_PREFIX, SHARED_GPU, is_gpu_resource
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 _UNREACHABLE_PREFIX = "cluster unreachable: "
 
 
@@ -52,10 +51,6 @@ class GpuNode:
     unschedulable: bool
 
 
-def _is_gpu_resource(resource: str) -> bool:
-    return resource in (ANY_GPU, SHARED_GPU) or resource.startswith(MIG_PREFIX)
-
-
 def cluster_gpu_nodes() -> list[GpuNode]:
     """Every node offering GPUs (whole, MIG or shared), with what bound pods request.
 
@@ -77,11 +72,11 @@ def cluster_gpu_nodes() -> list[GpuNode]:
     for pod in bound:
         assert pod.node_name is not None
         for resource, amount in pod.requests.items():
-            if _is_gpu_resource(resource):
+            if is_gpu_resource(resource):
                 allocated[pod.node_name][resource] += amount
     result = []
     for node in sorted(nodes, key=lambda n: n.name):
-        gpu_resources = {r: q for r, q in node.allocatable.items() if _is_gpu_resource(r) and q}
+        gpu_resources = {r: q for r, q in node.allocatable.items() if is_gpu_resource(r) and q}
         if not gpu_resources and GPU_PRODUCT_LABEL not in node.labels:
             continue
         used = allocated.get(node.name, {})

@@ -36,6 +36,7 @@ from typing import IO, Any
 from sandbox.clock import rfc3339
 from sandbox.dcgm import FAMILIES, Holder, _hash01, format_value, gpu_readings
 from sandbox.profiles import Device, build_nodes, load_profile
+from scheduling.resources import ANY_GPU, mig_resource
 
 # The families the portal's queries read (monitoring/queries.py and the alert rules).
 PORTAL_FAMILIES: tuple[str, ...] = (
@@ -141,7 +142,7 @@ def _lane_jobs(
         return _hash01(seed, node, lane_index, *parts)
 
     first = lane[0]
-    resource = f"nvidia.com/mig-{first.mig_profile}" if first.mig_profile else "nvidia.com/gpu"
+    resource = mig_resource(first.mig_profile) if first.mig_profile else ANY_GPU
     # Some lanes are busy most of the day, a few mostly idle (where quota sits unused).
     busy_share = 0.35 + 0.6 * h("busy")
     t = start - 6 * 3600 * h("offset")

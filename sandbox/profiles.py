@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from sandbox.quantity import format_quantity, parse
+from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL, SHARED_GPU
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -312,11 +313,9 @@ def _gpu_devices(gpu: dict[str, Any], node: str, seed: int) -> list[Device]:
                     )
             continue
         if replicas > 1:
-            resource = (
-                "nvidia.com/gpu.shared" if sharing.get("renameByDefault") else "nvidia.com/gpu"
-            )
+            resource = SHARED_GPU if sharing.get("renameByDefault") else ANY_GPU
         else:
-            resource = "nvidia.com/gpu"
+            resource = ANY_GPU
         devices.append(
             Device(
                 gpu=index,
@@ -367,7 +366,7 @@ def _gpu_labels(gpu: dict[str, Any], labels: dict[str, str], devices: list[Devic
             "nvidia.com/gpu.machine": model.get("machine", "unknown"),
             "nvidia.com/gpu.memory": str(memory),
             "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": product,
+            GPU_PRODUCT_LABEL: product,
             "nvidia.com/gpu.replicas": str(replicas),
             "nvidia.com/gpu.sharing-strategy": "time-slicing" if replicas > 1 else "none",
             "nvidia.com/mig.capable": "true"
@@ -377,7 +376,7 @@ def _gpu_labels(gpu: dict[str, Any], labels: dict[str, str], devices: list[Devic
     )
     if replicas > 1:
         # GFD marks shared GPUs so a pod that needs a whole GPU can avoid them.
-        labels["nvidia.com/gpu.product"] = f"{product}-SHARED"
+        labels[GPU_PRODUCT_LABEL] = f"{product}-SHARED"
     mig = gpu.get("mig")
     if mig:
         labels["nvidia.com/mig.strategy"] = str(mig.get("strategy", "mixed"))

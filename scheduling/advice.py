@@ -24,10 +24,9 @@ from scheduling.matching import (
     tolerates,
 )
 from scheduling.quantity import format_quantity
+from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL
 from scheduling.types import Node, Pod, Taint
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 _NATIVE = ("cpu", "memory", "ephemeral-storage")
 _WAIT = "it will start when running jobs finish"
 
@@ -66,7 +65,7 @@ def _amount(resource: str, qty: int) -> str:
 
 
 def _asks_for(resource: str, qty: int, products: tuple[str, ...]) -> str:
-    if resource == GPU_RESOURCE and products:
+    if resource == ANY_GPU and products:
         noun = "GPU" if qty == 1 else "GPUs"
         return f"{qty} {' or '.join(products)} {noun}"
     return _amount(resource, qty)
@@ -166,7 +165,7 @@ def explain(
         for name, qty in requests:
             if qty > max_capacity[name]:
                 where = "no node"
-                if name == GPU_RESOURCE and products:
+                if name == ANY_GPU and products:
                     where = f"no {' or '.join(products)} node"
                 return advice(
                     f"can never fit: {where} has {_amount(name, qty)} "
@@ -189,7 +188,7 @@ def explain(
         asks = ", ".join(_asks_for(n, q, products) for n, q in headline)
         free = ", ".join(
             f"{format_quantity(max_free[n], n)}"
-            + ("" if n == GPU_RESOURCE or len(headline) == 1 else f" {n}")
+            + ("" if n == ANY_GPU or len(headline) == 1 else f" {n}")
             for n, _ in headline
         )
         text = f"asks for {asks} on one node; {where}, free now: {free} at most on one node"
