@@ -29,12 +29,17 @@ class TeamQuotas:
 
 
 def team_quotas_for_user(*, user: User | AnonymousUser, slug: str) -> TeamQuotas | None:
-    """The team ``slug`` if ``teams_for_user`` holds it, with its quota limits; else None."""
-    team = teams_for_user(user=user).filter(slug=slug).first()
-    if team is None:
-        return None
-    limits = dict(GpuQuota.objects.filter(team=team).order_by().values_list("resource", "limit"))
-    return TeamQuotas(team=team, limits=limits)
+    """The team ``slug`` if ``teams_for_user`` holds it, with its quota limits; else None.
+
+    Every submit and preview reads it: the quota rows with their team joined, one query
+    (a second one only for a team without quotas).
+    """
+    team_query = teams_for_user(user=user).filter(slug=slug)
+    quotas = list(GpuQuota.objects.filter(team__in=team_query).select_related("team").order_by())
+    if quotas:
+        return TeamQuotas(team=quotas[0].team, limits={q.resource: q.limit for q in quotas})
+    team = team_query.first()
+    return TeamQuotas(team=team, limits={}) if team is not None else None
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ def test_the_catalog_is_read_in_one_statement_and_matches_the_models(demo: dict[
     with CaptureQueriesContext(connection) as captured:
         catalog = catalog_get()
 
-    # then it is what the models say, read with one statement per model (no query per row)
-    assert len(captured.captured_queries) == 3
+    # then it is what the models say, read with one statement
+    assert len(captured.captured_queries) == 1
     assert catalog.products and catalog.mig_profiles
     assert catalog == _catalog_from_models()
     assert "Retired-GPU" not in catalog.products

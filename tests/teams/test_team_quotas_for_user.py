@@ -29,8 +29,8 @@ def test_a_members_team_comes_whole_with_its_quotas_in_one_statement(alice: User
     with CaptureQueriesContext(connection) as captured:
         found = team_quotas_for_user(user=alice, slug="vision")
 
-    # then it is the same row, every field loaded, with every quota (the team, then its quotas)
-    assert len(captured.captured_queries) == 2
+    # then it is the same row, every field loaded, with every quota, in one statement
+    assert len(captured.captured_queries) == 1
     assert found is not None
     assert found.team.pk == expected.pk
     assert {f.attname: getattr(found.team, f.attname) for f in Team._meta.concrete_fields} == {
