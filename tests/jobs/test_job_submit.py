@@ -17,9 +17,9 @@ from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
-# The reads (team by membership, its quotas; the catalog's settings, GPU products and MIG
-# profiles), then the job, its manifests (which carry its id), its event and audit entry.
-SUBMIT_QUERIES = 9
+# The reads (the team by membership with its quotas; the catalog), then the job, its
+# manifests (which carry its id), its event and audit entry.
+SUBMIT_QUERIES = 6
 
 
 def _submit_queries(user: User, **spec: Any) -> list[str]:
