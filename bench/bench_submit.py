@@ -570,9 +570,11 @@ def main() -> None:
         for clients in levels
     }
     worst = min(r for r in ratios.values() if r is not None)
+    # Documented Django and DRF only (issue of 2026-11-24): 0.4× the floor, not the last
+    # per cent; the same reads and writes through private shortcuts reached 0.5-0.6×.
     report.goal(
-        "submit ≥ 0.5 of the floor's requests/s",
-        met=worst >= 0.5,
+        "submit ≥ 0.4 of the floor's requests/s",
+        met=worst >= 0.4,
         value=", ".join(f"{c} clients {r:.2f}×" for c, r in ratios.items()),
     )
     if mid in by_level:
