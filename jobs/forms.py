@@ -14,6 +14,7 @@ from django import forms
 from cluster.priority_classes import PRIORITIES
 from cluster.selectors import Catalog
 from jobs.spec import KINDS
+from scheduling.quantity import human_quantity
 from teams.models import Team
 
 # Spec field path (first segment) → form field showing its error.
@@ -100,7 +101,8 @@ class JobForm(forms.Form):
         super().__init__(*args, **kwargs)
         cast(forms.ChoiceField, self.fields["team"]).choices = [(t.slug, t.name) for t in teams]
         cast(forms.ChoiceField, self.fields["gpu_product"]).choices = [("", "Any GPU")] + [
-            (name, f"{name} ({p.memory_mib // 1024} GB)")
+            # GPU Feature Discovery reports MiB: 81,559 MiB is 79.6 GiB (sold as "80 GB").
+            (name, f"{name} ({human_quantity(p.memory_mib * 2**20, 'memory')})")
             for name, p in sorted(catalog.products.items())
         ]
         cast(forms.ChoiceField, self.fields["gpu_mig_profile"]).choices = [("", "—")] + [

@@ -23,7 +23,7 @@ from scheduling.matching import (
     node_matches_selector_and_affinity,
     tolerates,
 )
-from scheduling.quantity import format_quantity
+from scheduling.quantity import human_number, human_quantity
 from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL
 from scheduling.types import Node, Pod, Taint
 
@@ -61,7 +61,7 @@ def requested_gpu_products(pod: Pod) -> tuple[str, ...]:
 
 
 def _amount(resource: str, qty: int) -> str:
-    return f"{format_quantity(qty, resource)} {resource}"
+    return human_quantity(qty, resource)
 
 
 def _asks_for(resource: str, qty: int, products: tuple[str, ...]) -> str:
@@ -167,9 +167,10 @@ def explain(
                 where = "no node"
                 if name == ANY_GPU and products:
                     where = f"no {' or '.join(products)} node"
+                largest = "node" if where == "no node" else where.removeprefix("no ")
                 return advice(
-                    f"can never fit: {where} has {_amount(name, qty)} "
-                    f"(largest: {format_quantity(max_capacity[name], name)})"
+                    f"can never fit: {where} has {_amount(name, qty)}; "
+                    f"the largest {largest} has {human_number(max_capacity[name], name)}"
                 )
         wanted = ", ".join(_amount(n, q) for n, q in requests)
         return advice(f"can never fit: no single node has {wanted} at once")
@@ -187,8 +188,9 @@ def explain(
     if headline:
         asks = ", ".join(_asks_for(n, q, products) for n, q in headline)
         free = ", ".join(
-            f"{format_quantity(max_free[n], n)}"
-            + ("" if n == ANY_GPU or len(headline) == 1 else f" {n}")
+            human_number(max_free[n], n)
+            if n == ANY_GPU or len(headline) == 1
+            else human_quantity(max_free[n], n)
             for n, _ in headline
         )
         text = f"asks for {asks} on one node; {where}, free now: {free} at most on one node"

@@ -161,3 +161,30 @@ def format_quantity(value: int | Decimal, resource: str | None = None) -> str:
         if suffixed:
             return suffixed
     return _format_plain(amount)
+
+
+def _number(value: float, places: int) -> str:
+    """``31.9``, ``2``, ``0.25``: at most ``places`` decimals, no trailing zeros."""
+    text = f"{value:.{places}f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def human_number(value: int | Decimal, resource: str) -> str:
+    """A normalised amount as a person counts it: CPUs for ``cpu`` (millicores in),
+    GiB for byte resources, a plain count otherwise (``31900`` cpu → ``31.9``)."""
+    if resource == "cpu":
+        return _number(float(value) / 1000, 3)
+    if is_byte_resource(resource):
+        return _number(float(value) / 2**30, 2)
+    return _number(float(value), 0)
+
+
+def human_quantity(value: int | Decimal, resource: str) -> str:
+    """``human_number`` with its unit: ``250 CPUs``, ``1 CPU``, ``16 GiB memory``,
+    ``8 nvidia.com/gpu``."""
+    number = human_number(value, resource)
+    if resource == "cpu":
+        return f"{number} CPU" if number == "1" else f"{number} CPUs"
+    if is_byte_resource(resource):
+        return f"{number} GiB {resource}"
+    return f"{number} {resource}"

@@ -43,7 +43,7 @@ def test_waiting_for_running_jobs() -> None:
 def test_can_never_fit() -> None:
     nodes = [node("a1"), node("a2", gpus=4)]
     advice = advise(pod(gpus=16), nodes)
-    assert advice.text == "can never fit: no node has 16 nvidia.com/gpu (largest: 8)"
+    assert advice.text == "can never fit: no node has 16 nvidia.com/gpu; the largest node has 8"
     assert advice.can_ever_fit is False
     assert advice.matching_nodes == 2
 
@@ -51,8 +51,18 @@ def test_can_never_fit() -> None:
 def test_can_never_fit_counts_only_matching_nodes() -> None:
     nodes = [node("a1", gpus=4), node("h1", product=H100, gpus=8)]
     advice = advise(pod(gpus=8, node_selector={PRODUCT: A100}), nodes)
-    assert advice.text == f"can never fit: no {A100} node has 8 nvidia.com/gpu (largest: 4)"
+    assert advice.text == (
+        f"can never fit: no {A100} node has 8 nvidia.com/gpu; the largest {A100} node has 4"
+    )
     assert advice.max_capacity_on_one_node == {"nvidia.com/gpu": 4}
+
+
+def test_cpu_and_memory_that_can_never_fit_are_said_in_cpus_and_gib_on_both_sides() -> None:
+    nodes = [node("a1", cpu=31_900), node("a2", cpu=16_000)]
+    advice = advise(pod(requests={"cpu": 250_000}), nodes)
+    assert advice.text == "can never fit: no node has 250 CPUs; the largest node has 31.9"
+    advice = advise(pod(requests={"memory": 600 * 2**30}), [node("a1", memory=503 * 2**29)])
+    assert advice.text == "can never fit: no node has 600 GiB memory; the largest node has 251.5"
 
 
 def test_unknown_product() -> None:

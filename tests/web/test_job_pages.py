@@ -111,6 +111,8 @@ def test_submit_form_shows_sections_and_only_the_users_teams(client: Client, ali
     select = re.search(r'<select name="team"[^>]*>(.*?)</select>', page, re.S)
     assert select is not None
     assert re.findall(r'<option value="([^"]*)"', select.group(1)) == ["vision"]
+    # And each GPU product says its memory in the unit GFD's MiB really make (GiB, not GB)
+    assert ">NVIDIA-A100-SXM4-80GB (80 GiB memory)</option>" in page
 
 
 def test_submitting_a_valid_job_queues_it_and_shows_its_page(client: Client, alice: User) -> None:
