@@ -64,6 +64,14 @@ class CatalogSettings(models.Model):
     max_shared_per_node = models.PositiveIntegerField(
         default=16, help_text="Most time-sliced GPU replicas on one node."
     )
+    node_capacity = models.JSONField(
+        default=dict,
+        blank=True,
+        editable=False,
+        help_text="Discovered from the nodes: the most cpu (millicores) and memory (bytes) one "
+        "node of each kind offers, so a request no node could ever hold is refused at "
+        "submission.",
+    )
     allowed_registries = models.TextField(
         blank=True,
         help_text="Image registries jobs may pull from, one per line (e.g. nvcr.io); "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
 from django.db import connection
 
@@ -25,6 +26,9 @@ class Catalog:
     shared_gpu_resource: str
     max_shared_per_node: int
     allowed_registries: tuple[str, ...] = ()
+    # node kind → the most {"cpu": millicores, "memory": bytes} one node offers, as the
+    # last catalog refresh saw the nodes (empty until then: nothing is refused for it)
+    node_capacity: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def max_gpus_per_node(self) -> int:
@@ -32,13 +36,14 @@ class Catalog:
 
 
 # The enabled products and MIG profiles and every settings row, as rows of
-# (kind, name, number, number, text). Plain SQL that PostgreSQL and SQLite both run.
+# (kind, name, number, number, text, json). Plain SQL that PostgreSQL and SQLite both run.
 _CATALOG_SQL = """
-SELECT 'product', name, memory_mib, gpus_per_node, '' FROM cluster_gpuproduct WHERE enabled
+SELECT 'product', name, memory_mib, gpus_per_node, '', '' FROM cluster_gpuproduct WHERE enabled
 UNION ALL
-SELECT 'mig', name, max_per_node, 0, '' FROM cluster_migprofile WHERE enabled
+SELECT 'mig', name, max_per_node, 0, '', '' FROM cluster_migprofile WHERE enabled
 UNION ALL
-SELECT 'settings', shared_gpu_resource, max_shared_per_node, id, allowed_registries
+SELECT 'settings', shared_gpu_resource, max_shared_per_node, id, allowed_registries,
+       CAST(node_capacity AS TEXT)
 FROM cluster_catalogsettings
 """
 
@@ -60,7 +65,8 @@ def catalog_get() -> Catalog:
         rows = cursor.fetchall()
     product_info, mig_profiles = [], {}
     settings_row, settings_id = CatalogSettings(), None  # the defaults, until an admin saves
-    for kind, name, number, other, text in rows:
+    node_capacity: dict[str, dict[str, int]] = {}
+    for kind, name, number, other, text, capacity in rows:
         if kind == "product":
             product_info.append(ProductInfo(name, number, other))
         elif kind == "mig":
@@ -70,10 +76,12 @@ def catalog_get() -> Catalog:
             settings_row = CatalogSettings(
                 shared_gpu_resource=name, max_shared_per_node=number, allowed_registries=text
             )
+            node_capacity = json.loads(capacity) if capacity else {}
     return Catalog(
         products={p.name: p for p in sorted(product_info, key=lambda p: p.name)},
         mig_profiles=dict(sorted(mig_profiles.items())),
         shared_gpu_resource=settings_row.shared_gpu_resource,
         max_shared_per_node=settings_row.max_shared_per_node,
         allowed_registries=tuple(settings_row.registries),
+        node_capacity=node_capacity,
     )

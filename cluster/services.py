@@ -11,6 +11,7 @@ from django.db.models.functions import Greatest
 
 from cluster import kube
 from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from scheduling import Node, node_from_k8s
 from scheduling.resources import (
     ANY_GPU,
     GPU_COUNT_LABEL,
@@ -30,12 +31,48 @@ class Discovered:
     mig_profiles: dict[str, int] = field(default_factory=dict)  # profile → instances
     shared_resource: str | None = None
     max_shared: int = 0
+    # node kind → the most {"cpu": millicores, "memory": bytes} one node of it offers
+    node_capacity: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def offer(self, kind: str, node: Node) -> None:
+        most = self.node_capacity.setdefault(kind, {"cpu": 0, "memory": 0})
+        for resource in most:
+            most[resource] = max(most[resource], node.allocatable.get(resource, 0))
+
+
+def capacity_kinds(node: Node) -> list[str]:
+    """The kinds of job a node could ever run, as ``node_capacity`` keys: ``cpu-only`` for a
+    node no taint keeps CPU-only pods off, ``gpu`` and ``product:<name>`` for whole GPUs,
+    ``mig:<profile>``, ``shared``. A superset of where the scheduler would place such a job
+    (GPU pods may meet other taints), so a request above it can never fit."""
+    kinds = []
+    if not any(t.effect in ("NoSchedule", "NoExecute") for t in node.taints):
+        kinds.append("cpu-only")
+    product = node.labels.get(GPU_PRODUCT_LABEL)
+    replicas = node.labels.get(GPU_REPLICAS_LABEL, "1") not in ("", "1")
+    if node.allocatable.get(ANY_GPU, 0) > 0:
+        kinds.append("gpu")
+        if product:
+            kinds.append(f"product:{product.removesuffix('-SHARED')}")
+        if replicas:
+            kinds.append("shared")
+    if node.allocatable.get(SHARED_GPU, 0) > 0:
+        kinds.append("shared")
+    kinds.extend(
+        f"mig:{r.removeprefix(MIG_PREFIX)}"
+        for r, amount in node.allocatable.items()
+        if r.startswith(MIG_PREFIX) and amount > 0
+    )
+    return kinds
 
 
 def catalog_discover(nodes: list[dict[str, Any]]) -> Discovered:
     """Read GPU products, MIG profiles and time-slicing from the nodes (pure)."""
     found = Discovered()
     for node in nodes:
+        parsed = node_from_k8s(node)
+        for kind in capacity_kinds(parsed):
+            found.offer(kind, parsed)
         labels = (node.get("metadata") or {}).get("labels") or {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         product = labels.get(GPU_PRODUCT_LABEL)
@@ -92,25 +129,23 @@ def catalog_refresh() -> dict[str, list[str]]:
         )
         if created:
             added["mig_profiles"].append(profile)
-    if found.shared_resource:
-        _catalog_settings_follow(found.shared_resource, found.max_shared)
+    _catalog_settings_follow(found)
     return added
 
 
 @transaction.atomic
-def _catalog_settings_follow(shared_resource: str, max_shared: int) -> None:
-    """The settings row takes the cluster's time-slicing resource and a per-node maximum
-    raised to the cluster's; only those two columns are written (an admin's registries
-    stay as they are)."""
+def _catalog_settings_follow(found: Discovered) -> None:
+    """The settings row takes the nodes' capacity as they are now and, when the cluster
+    time-slices GPUs, its time-slicing resource and a per-node maximum raised to the
+    cluster's; only those columns are written (an admin's registries stay as they are)."""
+    changes: dict[str, Any] = {"node_capacity": found.node_capacity}
+    if found.shared_resource:
+        changes["shared_gpu_resource"] = found.shared_resource
+        changes["max_shared_per_node"] = Greatest(F("max_shared_per_node"), found.max_shared)
     row = CatalogSettings.objects.select_for_update().order_by("pk").first()
     if row is None:
         defaults = CatalogSettings()
-        CatalogSettings.objects.create(
-            shared_gpu_resource=shared_resource,
-            max_shared_per_node=max(defaults.max_shared_per_node, max_shared),
-        )
+        changes["max_shared_per_node"] = max(defaults.max_shared_per_node, found.max_shared)
+        CatalogSettings.objects.create(**changes)
         return
-    CatalogSettings.objects.filter(pk=row.pk).update(
-        shared_gpu_resource=shared_resource,
-        max_shared_per_node=Greatest(F("max_shared_per_node"), max_shared),
-    )
+    CatalogSettings.objects.filter(pk=row.pk).update(**changes)

@@ -31,6 +31,7 @@ from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
 from scheduling import cpu_millis, memory_bytes
+from scheduling.quantity import human_number, human_quantity
 from teams.models import Membership, Team
 from teams.selectors import membership_role, team_quotas_for_user
 from teams.services import audit_record
@@ -103,6 +104,42 @@ def _check_catalog(spec: JobSpec, catalog: Catalog) -> None:
         )
 
 
+def _node_kind(spec: JobSpec) -> tuple[str, str]:
+    """The ``Catalog.node_capacity`` key of the nodes that could run this job's pods, and
+    how a person names them."""
+    gpu = spec.gpu
+    if gpu.count == 0:
+        return "cpu-only", "node without GPUs"
+    if gpu.sharing == "mig":
+        return f"mig:{gpu.mig_profile}", f"node with MIG {gpu.mig_profile}"
+    if gpu.sharing == "shared":
+        return "shared", "node with time-sliced GPUs"
+    if gpu.product:
+        return f"product:{gpu.product}", f"{gpu.product} node"
+    return "gpu", "GPU node"
+
+
+def _check_node_capacity(
+    spec: JobSpec, catalog: Catalog, *, cpu_millis: int, memory_bytes: int
+) -> None:
+    """Refuse a pod's cpu or memory that no node of the kind that could run it offers (as
+    the last catalog refresh saw the nodes; before one, nothing is refused here)."""
+    kind, nodes = _node_kind(spec)
+    most = catalog.node_capacity.get(kind)
+    if not most:
+        return
+    spread = "more workers" if spec.kind == "training" else "more replicas"
+    for resource, asked in (("cpu", cpu_millis), ("memory", memory_bytes)):
+        if asked > most.get(resource, 0):
+            largest = human_number(most.get(resource, 0), resource)
+            raise _field_error(
+                resource,
+                f"No node can run a pod with {human_quantity(asked, resource)}: the largest "
+                f"{nodes} has {largest}. Ask for at most {largest} per pod, and use {spread} "
+                "for more.",
+            )
+
+
 def _context(*, spec: JobSpec, team: Team, catalog: Catalog, job_id: int) -> ManifestContext:
     return ManifestContext(
         job_id=job_id,
@@ -117,7 +154,8 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
 
     1. shape, types, sizes and characters (``spec_parse``);
     2. the team is one of the user's;
-    3. the GPU catalog offers what is asked, on one node;
+    3. the GPU catalog offers what is asked, and some node could hold one pod's GPUs, cpu
+       and memory;
     4. the team's quotas could ever admit it.
     """
     spec = spec_parse(data)
@@ -131,11 +169,9 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     _check_catalog(spec, catalog)
     ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)
     requests = container_resources(spec, ctx)["requests"]
-    demand = job_demand(
-        spec,
-        cpu_millis=cpu_millis(requests["cpu"]),
-        memory_bytes=memory_bytes(requests["memory"]),
-    )
+    pod_cpu, pod_memory = cpu_millis(requests["cpu"]), memory_bytes(requests["memory"])
+    _check_node_capacity(spec, catalog, cpu_millis=pod_cpu, memory_bytes=pod_memory)
+    demand = job_demand(spec, cpu_millis=pod_cpu, memory_bytes=pod_memory)
     problem = quota_never_fits(spec, demand, found.limits, team=team.slug)
     if problem is not None:
         field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource

@@ -149,3 +149,63 @@ def test_missing_required_fields_are_each_named(alice_api: APIClient) -> None:
     errors = rejected(alice_api, {"team": "vision"})
 
     assert {"name", "kind", "image"} <= set(errors)
+
+
+# The nodes as a catalog refresh records them: CPU nodes of 32 cores / 128 GiB, A100 nodes
+# of 96 cores / 1,152 GiB.
+NODE_CAPACITY = {
+    "cpu-only": {"cpu": 32_000, "memory": 128 * 2**30},
+    "gpu": {"cpu": 96_000, "memory": 1152 * 2**30},
+    "product:NVIDIA-A100-SXM4-80GB": {"cpu": 96_000, "memory": 1152 * 2**30},
+}
+
+
+@pytest.fixture
+def known_nodes(demo: dict[str, Any]) -> None:
+    from cluster.models import CatalogSettings
+
+    CatalogSettings.objects.update_or_create(
+        pk=CatalogSettings.objects.order_by("pk").values_list("pk", flat=True).first(),
+        defaults={"node_capacity": NODE_CAPACITY},
+    )
+
+
+@pytest.mark.parametrize(
+    "spec,field,message",
+    [
+        (
+            training_spec(gpu={"count": 0}, cpu="250"),
+            "cpu",
+            "No node can run a pod with 250 CPUs: the largest node without GPUs has 32. "
+            "Ask for at most 32 per pod, and use more workers for more.",
+        ),
+        (
+            training_spec(gpu={"count": 0}, memory="200Gi"),
+            "memory",
+            "No node can run a pod with 200 GiB memory: the largest node without GPUs has "
+            "128. Ask for at most 128 per pod, and use more workers for more.",
+        ),
+        (
+            training_spec(gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"}, cpu="100"),
+            "cpu",
+            "No node can run a pod with 100 CPUs: the largest NVIDIA-A100-SXM4-80GB node has "
+            "96. Ask for at most 96 per pod, and use more workers for more.",
+        ),
+    ],
+)
+def test_cpu_or_memory_no_node_could_ever_hold_is_refused_like_gpus(
+    alice_api: APIClient, known_nodes: None, spec: dict[str, Any], field: str, message: str
+) -> None:
+    # Given the nodes the last catalog refresh saw; When alice asks for more than any holds
+    errors = rejected(alice_api, spec)
+    # Then the field is named with the largest node's capacity, in the same unit
+    assert errors == {field: [message]}
+
+
+def test_what_the_largest_node_holds_is_accepted_and_waits_for_capacity(
+    alice_api: APIClient, known_nodes: None
+) -> None:
+    response = alice_api.post(
+        "/api/v1/jobs/", training_spec(gpu={"count": 0}, cpu="32", memory="128Gi"), format="json"
+    )
+    assert response.status_code == 201, response.json()

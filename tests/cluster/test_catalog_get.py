@@ -25,6 +25,7 @@ def _catalog_from_models() -> Catalog:
         shared_gpu_resource=settings_row.shared_gpu_resource,
         max_shared_per_node=settings_row.max_shared_per_node,
         allowed_registries=tuple(settings_row.registries),
+        node_capacity=settings_row.node_capacity,
     )
 
 
@@ -32,6 +33,11 @@ def test_the_catalog_is_read_in_one_statement_and_matches_the_models(demo: dict[
     # given the demo catalog, with one product and one MIG profile disabled
     GpuProduct.objects.create(name="Retired-GPU", memory_mib=15360, gpus_per_node=4, enabled=False)
     MigProfile.objects.filter(name="1g.10gb").update(enabled=False)
+    # and the nodes' capacity as a catalog refresh records it
+    CatalogSettings.objects.update_or_create(
+        pk=CatalogSettings.objects.order_by("pk").values_list("pk", flat=True).first(),
+        defaults={"node_capacity": {"cpu-only": {"cpu": 32_000, "memory": 128 * 2**30}}},
+    )
 
     # when the catalog is read
     with CaptureQueriesContext(connection) as captured:
@@ -43,6 +49,7 @@ def test_the_catalog_is_read_in_one_statement_and_matches_the_models(demo: dict[
     assert catalog == _catalog_from_models()
     assert "Retired-GPU" not in catalog.products
     assert "1g.10gb" not in catalog.mig_profiles
+    assert catalog.node_capacity == {"cpu-only": {"cpu": 32_000, "memory": 128 * 2**30}}
 
 
 def test_a_change_applies_to_the_next_read(demo: dict[str, Any]) -> None:

@@ -13,8 +13,17 @@ from cluster.services import catalog_refresh
 pytestmark = pytest.mark.django_db
 
 
-def node(labels: dict[str, str], allocatable: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"labels": labels}, "status": {"allocatable": allocatable}}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def node(
+    labels: dict[str, str], allocatable: dict[str, str], *, tainted: bool = True
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": labels.get("nvidia.com/gpu.product", "cpu"), "labels": labels},
+        "spec": {"taints": [GPU_TAINT] if tainted else []},
+        "status": {"allocatable": allocatable},
+    }
 
 
 NODES = [
@@ -24,12 +33,13 @@ NODES = [
             "nvidia.com/gpu.memory": "81920",
             "nvidia.com/gpu.count": "8",
         },
-        {"nvidia.com/gpu": "8", "cpu": "64"},
+        {"nvidia.com/gpu": "8", "cpu": "64", "memory": "1152Gi"},
     ),
     node(
         {"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.count": "1"},
-        {"nvidia.com/gpu.shared": "24", "nvidia.com/mig-1g.10gb": "7"},
+        {"nvidia.com/gpu.shared": "24", "nvidia.com/mig-1g.10gb": "7", "cpu": "48"},
     ),
+    node({}, {"cpu": "31900m", "memory": "128Gi"}, tainted=False),
 ]
 
 
@@ -77,3 +87,19 @@ def test_what_an_admin_set_is_kept_and_only_raised_or_filled(nodes: list[dict[st
     settings_row = CatalogSettings.objects.get()
     assert settings_row.allowed_registries == "nvcr.io"
     assert settings_row.max_shared_per_node == 64
+
+
+def test_the_nodes_capacity_is_recorded_per_kind_of_job_they_can_run(
+    nodes: list[dict[str, Any]],
+) -> None:
+    catalog_refresh()
+
+    capacity = CatalogSettings.objects.get().node_capacity
+    gib = 2**30
+    assert capacity == {
+        "cpu-only": {"cpu": 31_900, "memory": 128 * gib},  # only the untainted node
+        "gpu": {"cpu": 64_000, "memory": 1152 * gib},
+        "product:NVIDIA-A100-SXM4-80GB": {"cpu": 64_000, "memory": 1152 * gib},
+        "shared": {"cpu": 48_000, "memory": 0},
+        "mig:1g.10gb": {"cpu": 48_000, "memory": 0},
+    }
