@@ -10,7 +10,6 @@ from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.utils import (
-    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
@@ -22,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
+from core.apis import ApiView
 from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState
@@ -179,17 +179,36 @@ class JobLogsOutput(serializers.Serializer):
     detail = serializers.CharField(allow_null=True)
 
 
-class JobListFilterInput(serializers.Serializer):
-    """The job list's filters: a value no job can have (an unknown state, a NUL character
-    PostgreSQL cannot compare) is a 400 naming the parameter, not an empty page or a 500."""
-
-    team = serializers.CharField(required=False, allow_blank=True, max_length=50)
-    state = serializers.ChoiceField(choices=JobState.choices, required=False, allow_blank=True)
-    kind = serializers.ChoiceField(choices=Job.Kind.choices, required=False, allow_blank=True)
+MAX_PAGE_SIZE = 200
 
 
-class LogTailInput(serializers.Serializer):
+class JobListQuery(serializers.Serializer):
+    """The job list's filters and page: a value no job can have (an unknown state, a NUL
+    character PostgreSQL cannot compare) or a page size that is not a number is a 400
+    naming the parameter, not an empty page, an ignored value or a 500."""
+
+    team = serializers.CharField(
+        required=False, allow_blank=True, max_length=50, help_text="Team slug"
+    )
+    state = serializers.ChoiceField(choices=JobState.choices, required=False)
+    kind = serializers.ChoiceField(choices=Job.Kind.choices, required=False)
+    page = serializers.IntegerField(required=False, min_value=1)
+    page_size = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text=f"Jobs per page (default {JOB_LIST_PAGE_SIZE}; more than {MAX_PAGE_SIZE} "
+        f"gives {MAX_PAGE_SIZE})",
+    )
+
+
+class LogTailQuery(serializers.Serializer):
     tail = serializers.IntegerField(min_value=1, max_value=MAX_LOG_TAIL, default=200)
+
+
+class ManifestQuery(serializers.Serializer):
+    format = serializers.ChoiceField(
+        choices=["yaml", "json"], default="yaml", help_text="yaml (default) or json"
+    )
 
 
 class PreviewOutput(serializers.Serializer):
@@ -198,9 +217,6 @@ class PreviewOutput(serializers.Serializer):
     yaml = serializers.CharField()
     resource_defaults = serializers.DictField()
     fit = FitOutput()
-
-
-MAX_PAGE_SIZE = 200
 
 
 class JobPagination(PageNumberPagination):
@@ -220,28 +236,19 @@ class PaginatedJobOutput(serializers.Serializer):
     results = JobOutput(many=True)
 
 
-class JobListCreateApi(APIView):
+class JobListCreateApi(ApiView):
+    query_input = JobListQuery
+
     @extend_schema(
         operation_id="jobs_list",
-        parameters=[
-            OpenApiParameter("team", str, description="Team slug"),
-            OpenApiParameter("state", str, enum=[s.value for s in JobState]),
-            OpenApiParameter("kind", str, enum=[k.value for k in Job.Kind]),
-            OpenApiParameter("page", int),
-            OpenApiParameter(
-                "page_size", int, description=f"Jobs per page (default 50, at most {MAX_PAGE_SIZE})"
-            ),
-        ],
         responses={200: PaginatedJobOutput, **error_responses(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
-        filters = JobListFilterInput(data=request.query_params)
-        filters.is_valid(raise_exception=True)
         ids = jobs_for_user(
             user=request.user,
-            team=filters.validated_data.get("team") or None,
-            state=filters.validated_data.get("state") or None,
-            kind=filters.validated_data.get("kind") or None,
+            team=self.query.get("team") or None,
+            state=self.query.get("state"),
+            kind=self.query.get("kind"),
         ).values_list("pk", flat=True)
         # Paged over ids, then the page's rows by id (see job_list_page): a deep page does
         # not read every job before it. The manifests and quota demand are not returned.
@@ -279,17 +286,16 @@ class JobEventsApi(APIView):
         return Response(JobEventOutput(job_events(job=job), many=True).data)
 
 
-class JobLogsApi(APIView):
+class JobLogsApi(ApiView):
+    query_input = LogTailQuery
+
     @extend_schema(
         operation_id="jobs_logs",
-        parameters=[LogTailInput],
         responses={200: JobLogsOutput, **error_responses(400, 401, 404, 503)},
     )
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
-        params = LogTailInput(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        logs = job_log_tail(job=job, tail=params.validated_data["tail"])
+        logs = job_log_tail(job=job, tail=self.query["tail"])
         if logs.error:
             return Response({"detail": logs.error}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return Response(JobLogsOutput(logs).data)
@@ -317,14 +323,11 @@ class JobPreviewApi(APIView):
 MANIFESTS_SCHEMA = {"type": "array", "items": {"type": "object"}}
 
 
-class JobManifestApi(APIView):
+class JobManifestApi(ApiView):
+    query_input = ManifestQuery
+
     @extend_schema(
         operation_id="jobs_manifest",
-        parameters=[
-            OpenApiParameter(
-                "format", str, enum=["yaml", "json"], description="yaml (default) or json"
-            )
-        ],
         responses={
             # YAML: a stream, one document per object, as kubectl apply -f reads it (the
             # schema describes its documents in order); JSON: the same objects in a list.
@@ -335,12 +338,12 @@ class JobManifestApi(APIView):
             (200, "application/json"): OpenApiResponse(
                 MANIFESTS_SCHEMA, description="The manifests as a JSON list."
             ),
-            **error_responses(401, 404),
+            **error_responses(400, 401, 404),
         },
     )
     def get(self, request: Request, job_id: int) -> HttpResponse | Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
-        if request.query_params.get("format") == "json":
+        if self.query["format"] == "json":
             return Response(job.manifests)
         return HttpResponse(to_yaml(job.manifests), content_type="text/yaml; charset=utf-8")
 

@@ -13,6 +13,7 @@ import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -346,7 +347,15 @@ class JobSpecInput(StrictSerializer):
             "min_value": "Use a port of 1024 or above: containers run as a non-root user."
         },
     )
-    health_path = serializers.CharField(required=False, max_length=256, trim_whitespace=False)
+    # The pattern is also in the OpenAPI schema, so clients (and Schemathesis) know it.
+    health_path = serializers.CharField(
+        required=False,
+        max_length=256,
+        trim_whitespace=False,
+        validators=[
+            RegexValidator(HEALTH_PATH_RE, "Use an HTTP path starting with '/', e.g. /healthz.")
+        ],
+    )
 
     def validate_team(self, value: str) -> str:
         check_token(value, "a team slug", "vision")

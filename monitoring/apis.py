@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
-    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
@@ -23,10 +21,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
-from core.errors import ApplicationError
+from core.apis import ApiView
 from jobs.selectors import job_get_for_user
 from monitoring.prometheus import Series
-from monitoring.queries import JOB_METRICS, RANGES, RangeError, parse_range
+from monitoring.queries import JOB_METRICS, RANGES
 from monitoring.selectors.cluster import cluster_overview_get
 from monitoring.selectors.common import device_name
 from monitoring.selectors.idle import idle_report_get
@@ -35,22 +33,39 @@ from monitoring.selectors.team import TeamUsage, team_usage_get
 from teams.selectors import team_get_for_user
 
 
-def _range(request: Request, *, default: str | None = "1h") -> tuple[str, int] | None:
-    raw = request.query_params.get("range") or default
-    if raw is None:
-        return None
-    try:
-        return parse_range(raw)
-    except RangeError as exc:
-        raise ApplicationError(str(exc), field_errors={"range": [str(exc)]}) from exc
+def _range_field(default: str | None) -> serializers.ChoiceField:
+    words = f"must be one of {', '.join(RANGES)}"
+    errors: dict[str, Any] = {
+        "invalid_choice": f"{words} (got '{{input}}').",
+        "blank": f"{words} (got '').",
+    }
+    if default is None:
+        return serializers.ChoiceField(
+            choices=list(RANGES),
+            required=False,
+            help_text="Only the last part of the job's lifetime (default: all of it).",
+            error_messages=errors,
+        )
+    return serializers.ChoiceField(
+        choices=list(RANGES),
+        default=default,
+        help_text=f"How far back: {', '.join(RANGES)} (anything else is a 400).",
+        error_messages=errors,
+    )
 
 
-RANGE_PARAM = OpenApiParameter(
-    "range",
-    OpenApiTypes.STR,
-    enum=list(RANGES),
-    description="How far back: 15m, 1h, 6h, 24h or 7d (anything else is a 400).",
-)
+class ClusterRangeQuery(serializers.Serializer):
+    range = _range_field("1h")
+
+
+class TeamRangeQuery(serializers.Serializer):
+    range = _range_field("24h")
+
+
+class JobRangeQuery(serializers.Serializer):
+    range = _range_field(None)
+
+
 UNAVAILABLE = OpenApiResponse(
     inline_serializer("MetricsUnavailable", {"detail": serializers.CharField()}),
     description='Prometheus could not answer: {"detail": "metrics unavailable: <why>"}.',
@@ -134,10 +149,11 @@ class ClusterOutput(serializers.Serializer):
     idle = IdleOutput()
 
 
-class ClusterMonitoringApi(APIView):
+class ClusterMonitoringApi(ApiView):
+    query_input = ClusterRangeQuery
+
     @extend_schema(
         operation_id="monitoring_cluster",
-        parameters=[RANGE_PARAM],
         responses={
             200: ClusterOutput,
             **error_responses(400, 401),
@@ -145,10 +161,8 @@ class ClusterMonitoringApi(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        parsed = _range(request)
-        assert parsed is not None
         overview = cluster_overview_get(
-            user=request.user, range_key=parsed[0], tolerate_errors=False
+            user=request.user, range_key=self.query["range"], tolerate_errors=False
         )
         temps = {(c.node, c.gpu): c.value for c in overview.temperature_cells}
         data: dict[str, Any] = {
@@ -211,10 +225,11 @@ class TeamUsageOutput(serializers.Serializer):
         return {"timestamps": usage.timestamps, "values": usage.allocated_gpus}
 
 
-class TeamUsageApi(APIView):
+class TeamUsageApi(ApiView):
+    query_input = TeamRangeQuery
+
     @extend_schema(
         operation_id="monitoring_team_usage",
-        parameters=[RANGE_PARAM],
         responses={
             200: TeamUsageOutput,
             **error_responses(400, 401),
@@ -223,11 +238,9 @@ class TeamUsageApi(APIView):
         },
     )
     def get(self, request: Request, slug: str) -> Response:
-        parsed = _range(request, default="24h")
-        assert parsed is not None
         team = team_get_for_user(user=request.user, slug=slug)
         usage = team_usage_get(
-            team=team, user=request.user, range_key=parsed[0], tolerate_errors=False
+            team=team, user=request.user, range_key=self.query["range"], tolerate_errors=False
         )
         return Response(TeamUsageOutput(usage).data)
 
@@ -243,17 +256,11 @@ class JobGpusOutput(serializers.Serializer):
     power = SeriesOutput(many=True, help_text="W.")
 
 
-class JobGpusApi(APIView):
+class JobGpusApi(ApiView):
+    query_input = JobRangeQuery
+
     @extend_schema(
         operation_id="monitoring_job_gpus",
-        parameters=[
-            OpenApiParameter(
-                "range",
-                OpenApiTypes.STR,
-                enum=list(RANGES),
-                description="Only the last part of the job's lifetime (default: all of it).",
-            )
-        ],
         responses={
             200: JobGpusOutput,
             **error_responses(400, 401),
@@ -262,10 +269,12 @@ class JobGpusApi(APIView):
         },
     )
     def get(self, request: Request, job_id: int) -> Response:
-        parsed = _range(request, default=None)
         job = job_get_for_user(user=request.user, job_id=job_id)
+        range_key = self.query.get("range")
         result = job_gpus_get(
-            job=job, range_seconds=parsed[1] if parsed else None, tolerate_errors=False
+            job=job,
+            range_seconds=RANGES[range_key] if range_key else None,
+            tolerate_errors=False,
         )
         data = {
             "job": job,

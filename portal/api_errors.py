@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
@@ -68,6 +69,14 @@ def _raised_while_parsing(exc: BaseException) -> bool:
             return True
         frame = frame.tb_next
     return False
+
+
+@csrf_exempt  # it changes nothing, and a POST to no operation must get the JSON 404 too
+def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """Any path under ``/api/`` that no operation matches (``/api/v1/jobs/null,null/``):
+    the documented JSON error, with DEBUG on as with it off (Django's debug 404 page is
+    HTML, and ``handler404`` is not used while DEBUG is on)."""
+    return JsonResponse({"detail": "Not found."}, status=404)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

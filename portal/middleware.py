@@ -29,7 +29,7 @@ class SecurityHeadersMiddleware:
 class NotFoundMiddleware:
     """Pages: the domain's ``NotFound`` (another team's job or team) is a plain 404.
 
-    Selectors raise ``portal.errors.NotFound``; the API's exception handler turns it into a
+    Selectors raise ``core.errors.NotFound``; the API's exception handler turns it into a
     JSON 404 and this turns it into the site's 404 page, so no view needs its own wrapper.
     """
 

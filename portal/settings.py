@@ -205,7 +205,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 25,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.apis.ApiSchema",
     "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["portal.throttling.WriteRateThrottle"],
     # The API speaks JSON only: form and multipart bodies get a 415 before they are read.

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
@@ -11,6 +11,7 @@ from jobs.urls import api_urlpatterns as job_api_urls
 from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
 from portal import views
+from portal.api_errors import api_not_found
 from teams import apis as team_apis
 
 api_urls = [
@@ -34,6 +35,8 @@ urlpatterns = [
     path("api/v1/", include(api_urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
+    # Last: every other path under /api/ is a JSON 404, whatever DEBUG says.
+    re_path(r"^api/(?P<path>.*/)$", api_not_found),
 ]
 
 # JSON for unknown /api/ paths, the normal page elsewhere.

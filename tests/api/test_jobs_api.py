@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobEvent
+from jobs.services import job_submit
 from portal.models import ApiToken
 from teams.models import AuditLog
 from tests.conftest import api_client_for, inference_spec, training_spec
@@ -283,3 +284,40 @@ def test_teams_use_counts_admitted_jobs(alice_api: APIClient) -> None:
 
     assert quotas["nvidia.com/gpu"]["used"] == 4
     assert quotas["nvidia.com/gpu"]["percent"] == 25
+
+
+@pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.parametrize("path", ["/api/v1/jobs/null,null/", "/api/v1/no-such-thing/"])
+def test_a_path_no_operation_matches_is_a_json_404_even_in_debug(
+    alice_api: APIClient, settings: Any, debug: bool, path: str
+) -> None:
+    settings.DEBUG = debug
+    response = alice_api.get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found."}
+
+
+@pytest.mark.parametrize(
+    "query,parameter",
+    [
+        ("page_size=null", "page_size"),
+        ("page=0", "page"),
+        ("state=", "state"),
+        ("state=nope", "state"),
+        ("kind=", "kind"),
+    ],
+)
+def test_job_list_parameters_outside_the_schema_are_a_400_naming_them(
+    alice_api: APIClient, query: str, parameter: str
+) -> None:
+    response = alice_api.get(f"/api/v1/jobs/?{query}")
+    assert response.status_code == 400
+    assert parameter in response.json()["errors"]
+
+
+def test_manifest_format_outside_yaml_or_json_is_a_400(alice_api: APIClient, alice: User) -> None:
+    job = job_submit(user=alice, data=training_spec(name="fmt"))
+    response = alice_api.get(f"/api/v1/jobs/{job.pk}/manifest/?format=AAA")
+    assert response.status_code == 400
+    assert "format" in response.json()["errors"]
