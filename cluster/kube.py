@@ -7,7 +7,9 @@ mapped to two types a caller can act on:
 - ``TemporaryClusterError``: 5xx, 429, timeouts, refused connections; retry
   with backoff.
 - ``PermanentClusterError``: the API server refused the request (400/422
-  invalid, 401 bad credentials, 403 forbidden, 404 …); retrying cannot help. ``QuotaRefused`` is
+  invalid, 403 forbidden, 404 …); retrying cannot help.
+- ``ClusterCredentialsRefused``: 401, the portal's credentials are wrong or expired; an
+  operator must fix them. Not retried, and not held against the job. ``QuotaRefused`` is
   the ResourceQuota admission refusal ("exceeded quota"), which waits for quota.
 
 Create is idempotent: 409 AlreadyExists on an object carrying the same portal
@@ -51,6 +53,12 @@ class TemporaryClusterError(ClusterError):
 
 class PermanentClusterError(ClusterError):
     """The API server refused the request; the same request will be refused again."""
+
+
+class ClusterCredentialsRefused(ClusterError):
+    """401: the API server does not accept the portal's credentials. A configuration error
+    for an operator to fix, reported as such: not an outage to retry with backoff, and not
+    the job's fault either (work waiting on it stays queued and is picked up again)."""
 
 
 class QuotaRefused(PermanentClusterError):
@@ -155,8 +163,10 @@ def _map_api_exception(exc: ApiException) -> ClusterError:
         return ObjectConflict(message, status=status, reason=reason)
     if status == 401:
         # A configuration error to report, not an outage to retry: the same credentials
-        # will be refused again until an operator fixes them.
-        return PermanentClusterError(
+        # will be refused again until an operator fixes them. The cached client goes, so
+        # renewed credentials (a rotated token file) are read at the next call.
+        reset_client()
+        return ClusterCredentialsRefused(
             f"Unauthorized by the API server ({message}); check the kubeconfig credentials.",
             status=status,
             reason=reason,

@@ -135,17 +135,32 @@ def catalog_refresh() -> dict[str, list[str]]:
 
 @transaction.atomic
 def _catalog_settings_follow(found: Discovered) -> None:
-    """The settings row takes the nodes' capacity as they are now and, when the cluster
-    time-slices GPUs, its time-slicing resource and a per-node maximum raised to the
-    cluster's; only those columns are written (an admin's registries stay as they are)."""
-    changes: dict[str, Any] = {"node_capacity": found.node_capacity}
+    """The settings row takes the nodes' capacity, each figure only ever raised (a node
+    pool scaled to zero, or to smaller nodes, for a while must not make its jobs refused),
+    and, when the cluster time-slices GPUs, its time-slicing resource and a per-node
+    maximum raised to the cluster's; only those columns are written (an admin's
+    registries stay as they are)."""
+    changes: dict[str, Any] = {}
     if found.shared_resource:
         changes["shared_gpu_resource"] = found.shared_resource
         changes["max_shared_per_node"] = Greatest(F("max_shared_per_node"), found.max_shared)
     row = CatalogSettings.objects.select_for_update().order_by("pk").first()
+    changes["node_capacity"] = _raised(row.node_capacity if row else {}, found.node_capacity)
     if row is None:
         defaults = CatalogSettings()
         changes["max_shared_per_node"] = max(defaults.max_shared_per_node, found.max_shared)
         CatalogSettings.objects.create(**changes)
         return
     CatalogSettings.objects.filter(pk=row.pk).update(**changes)
+
+
+def _raised(
+    known: dict[str, dict[str, int]], seen: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    """Each node kind's figures: the larger of what was known and what the nodes show."""
+    merged = {kind: dict(figures) for kind, figures in known.items()}
+    for kind, figures in seen.items():
+        into = merged.setdefault(kind, {})
+        for resource, amount in figures.items():
+            into[resource] = max(into.get(resource, 0), amount)
+    return merged

@@ -52,7 +52,10 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
        If it was cancelled meanwhile, delete what was just created.
 
     ``kube.TemporaryClusterError`` propagates: the task retries it with backoff,
-    and the reconcile re-queues the job if every retry fails. Nothing is lost.
+    and the reconcile re-queues the job if every retry fails. ``ClusterCredentialsRefused``
+    propagates too, unretried: the job stays admitted and queued (it is not its fault) and
+    the reconcile re-queues its apply once an operator has fixed the credentials. Nothing
+    is lost.
     """
     job = Job.objects.select_related("team").filter(pk=job_id).first()
     if (

@@ -116,12 +116,12 @@ def job_log_tail(*, job: Job, tail: int) -> JobLogs:
             text = kube.pod_log(pod["name"], job.namespace, tail_lines=tail)
         except kube.ObjectNotFound:
             continue  # deleted since the list: nothing left to read
-        except kube.TemporaryClusterError as exc:
-            return JobLogs(pods=logs, error=cluster_error_text(exc))
         except kube.PermanentClusterError as exc:
             # e.g. 400 "container … is waiting to start": the pod has no log yet.
             logs.append(PodLog(pod["name"], pod["node"], "", note=exc.message))
             continue
+        except kube.ClusterError as exc:  # unreachable, or the credentials are refused
+            return JobLogs(pods=logs, error=cluster_error_text(exc))
         # Bounded here too: a server that ignores tailLines must not flood the page.
         lines = text.splitlines()[-tail:]
         logs.append(PodLog(pod["name"], pod["node"], "\n".join(lines)))

@@ -347,9 +347,10 @@ def cluster_reconcile() -> ReconcileReport:
     3. For each applied, unfinished job: map objects to state, record new events,
        explain unschedulable pods, mark vanished jobs ``Lost``.
     4. Find admission/apply work whose task was lost (``reconcile_task`` queues it again).
-    A cluster that cannot be reached is reported in ``cluster_error`` and leaves every job
-    as it is: no job is marked failed because the API server was down; the lost work of
-    step 4 is still found, since it needs only the database.
+    A cluster that cannot be read (down, or refusing the portal) is reported in
+    ``cluster_error`` and leaves every job as it is: no job is marked failed because the
+    API server was down; the lost work of step 4 is still found, since it needs only the
+    database.
     """
     started = time.monotonic()
     report = ReconcileReport()
@@ -362,9 +363,11 @@ def cluster_reconcile() -> ReconcileReport:
         _recover_queue(report)
         try:
             _track(report)
-        except kube.TemporaryClusterError as exc:
-            # Not an error of the jobs: tracking resumes at the next run.
-            logger.warning("reconcile: cluster unreachable, jobs left as they are: %s", exc)
+        except kube.ClusterError as exc:
+            # Not an error of the jobs (an outage, refused credentials, a list the API
+            # server refuses): tracking resumes at the next run, and the lost work found
+            # above is still queued again by the task.
+            logger.warning("reconcile: cluster not read, jobs left as they are: %s", exc)
             report.cluster_error = exc.message
     finally:
         try:

@@ -131,7 +131,7 @@ def _check_node_capacity(
     spread = "more workers" if spec.kind == "training" else "more replicas"
     for resource, asked in (("cpu", cpu_millis), ("memory", memory_bytes)):
         if asked > most.get(resource, 0):
-            largest = human_number(most.get(resource, 0), resource)
+            largest = human_number(most.get(resource, 0), resource, down=True)
             raise _field_error(
                 resource,
                 f"No node can run a pod with {human_quantity(asked, resource)}: the largest "

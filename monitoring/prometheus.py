@@ -140,6 +140,11 @@ def _api(path: str, params: dict[str, str] | None = None) -> Any:
         raise MetricsUnavailable(
             f"unexpected answer from Prometheus at {url} (HTTP {response.status_code}, not JSON)"
         ) from exc
+    if not isinstance(body, dict):
+        raise MetricsUnavailable(
+            f"unexpected answer from Prometheus at {url} (HTTP {response.status_code}, "
+            "not its API's JSON object)"
+        )
     if response.status_code == 400 and body.get("errorType") == "bad_data":
         logger.error("Prometheus refused a query the portal built: %s", body.get("error"))
         raise MetricsQueryInvalid(str(body.get("error", "")))

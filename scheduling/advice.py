@@ -170,7 +170,7 @@ def explain(
                 largest = "node" if where == "no node" else where.removeprefix("no ")
                 return advice(
                     f"can never fit: {where} has {_amount(name, qty)}; "
-                    f"the largest {largest} has {human_number(max_capacity[name], name)}"
+                    f"the largest {largest} has {human_number(max_capacity[name], name, down=True)}"
                 )
         wanted = ", ".join(_amount(n, q) for n, q in requests)
         return advice(f"can never fit: no single node has {wanted} at once")
@@ -188,9 +188,9 @@ def explain(
     if headline:
         asks = ", ".join(_asks_for(n, q, products) for n, q in headline)
         free = ", ".join(
-            human_number(max_free[n], n)
+            human_number(max_free[n], n, down=True)
             if n == ANY_GPU or len(headline) == 1
-            else human_quantity(max_free[n], n)
+            else human_quantity(max_free[n], n, down=True)
             for n, _ in headline
         )
         text = f"asks for {asks} on one node; {where}, free now: {free} at most on one node"

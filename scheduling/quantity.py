@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
 
 _BINARY = {
     "Ki": 2**10,
@@ -163,26 +163,31 @@ def format_quantity(value: int | Decimal, resource: str | None = None) -> str:
     return _format_plain(amount)
 
 
-def _number(value: float, places: int) -> str:
-    """``31.9``, ``2``, ``0.25``: at most ``places`` decimals, no trailing zeros."""
-    text = f"{value:.{places}f}".rstrip("0").rstrip(".")
+def _number(value: Decimal, places: int, *, down: bool) -> str:
+    """``31.9``, ``2``, ``0.25``: at most ``places`` decimals, no trailing zeros; ``down``
+    rounds toward zero (a capacity shown must never be more than there is)."""
+    step = Decimal(1).scaleb(-places)
+    rounded = value.quantize(step, rounding=ROUND_FLOOR if down else ROUND_HALF_UP)
+    text = format(rounded, "f").rstrip("0").rstrip(".") if places else format(rounded, "f")
     return text or "0"
 
 
-def human_number(value: int | Decimal, resource: str) -> str:
+def human_number(value: int | Decimal, resource: str, *, down: bool = False) -> str:
     """A normalised amount as a person counts it: CPUs for ``cpu`` (millicores in),
-    GiB for byte resources, a plain count otherwise (``31900`` cpu → ``31.9``)."""
+    GiB for byte resources, a plain count otherwise (``31900`` cpu → ``31.9``). ``down``
+    for a capacity or what is free: 63.996 GiB free is "63.99", never "64"."""
+    amount = Decimal(value)
     if resource == "cpu":
-        return _number(float(value) / 1000, 3)
+        return _number(amount / 1000, 3, down=down)
     if is_byte_resource(resource):
-        return _number(float(value) / 2**30, 2)
-    return _number(float(value), 0)
+        return _number(amount / 2**30, 2, down=down)
+    return _number(amount, 0, down=down)
 
 
-def human_quantity(value: int | Decimal, resource: str) -> str:
+def human_quantity(value: int | Decimal, resource: str, *, down: bool = False) -> str:
     """``human_number`` with its unit: ``250 CPUs``, ``1 CPU``, ``16 GiB memory``,
     ``8 nvidia.com/gpu``."""
-    number = human_number(value, resource)
+    number = human_number(value, resource, down=down)
     if resource == "cpu":
         return f"{number} CPU" if number == "1" else f"{number} CPUs"
     if is_byte_resource(resource):

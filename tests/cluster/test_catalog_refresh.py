@@ -103,3 +103,20 @@ def test_the_nodes_capacity_is_recorded_per_kind_of_job_they_can_run(
         "shared": {"cpu": 48_000, "memory": 0},
         "mig:1g.10gb": {"cpu": 48_000, "memory": 0},
     }
+
+
+def test_capacity_learnt_from_nodes_now_gone_is_kept(nodes: list[dict[str, Any]]) -> None:
+    # Given a catalog that saw 64-core CPU nodes before their pool scaled to zero
+    gib = 2**30
+    CatalogSettings.objects.create(
+        node_capacity={"cpu-only": {"cpu": 64_000, "memory": 64 * gib}, "old": {"cpu": 1}}
+    )
+
+    # When the catalog is refreshed from today's smaller nodes
+    catalog_refresh()
+
+    # Then every figure is the larger of the two, and nothing learnt is forgotten
+    capacity = CatalogSettings.objects.get().node_capacity
+    assert capacity["cpu-only"] == {"cpu": 64_000, "memory": 128 * gib}
+    assert capacity["old"] == {"cpu": 1}
+    assert capacity["gpu"] == {"cpu": 64_000, "memory": 1152 * gib}

@@ -8,9 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from cluster import kube
+from jobs.apply import job_apply
+from jobs.models import Job, JobState
+from jobs.services import job_submit
 from teams.tasks import team_sync_task, teams_sync_task
+from tests.conftest import training_spec
 from tests.factories import TeamFactory
 from tests.sandbox_process import SandboxProcess
 
@@ -38,9 +43,9 @@ def test_credentials_the_api_server_refuses_are_a_configuration_error_not_an_out
     # When its sync task runs
     result = team_sync_task.apply(args=[team.pk])
 
-    # Then it fails at once with a permanent error that says what to fix
+    # Then it fails at once, not retried, with an error that says what to fix
     assert result.failed()
-    assert isinstance(result.result, kube.PermanentClusterError)
+    assert isinstance(result.result, kube.ClusterCredentialsRefused)
     assert not isinstance(result.result, kube.TemporaryClusterError)
     assert result.result.status == 401
     assert "check the kubeconfig credentials" in result.result.message
@@ -56,3 +61,21 @@ def test_the_periodic_sync_reports_each_refused_team_and_goes_on(
     # Then every team is reported with the refusal, none is retried in the pass
     assert {team.pk for team in teams} <= set(results)
     assert all("Unauthorized" in results[team.pk] for team in teams)
+
+
+def test_refused_credentials_never_fail_a_users_job(
+    refused_credentials: str, demo: dict[str, Any]
+) -> None:
+    # Given an admitted job of alice's, and credentials the API server refuses
+    job = job_submit(user=demo["users"]["alice"], data=training_spec(name="patient"))
+    Job.objects.filter(pk=job.pk).update(admitted_at=timezone.now())
+
+    # When its apply runs, Then the operator's error is raised, not the job's
+    with pytest.raises(kube.ClusterCredentialsRefused):
+        job_apply(job_id=job.pk)
+
+    # And the job waits, admitted and queued, for the credentials to be fixed
+    job.refresh_from_db()
+    assert (job.state, job.applied_at) == (JobState.QUEUED, None)
+    assert job.admitted_at is not None
+    assert not job.events.filter(reason="ApplyFailed").exists()

@@ -9,6 +9,7 @@ sandbox over HTTP.
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -254,3 +255,29 @@ def test_a_pass_that_cannot_reach_the_cluster_reports_it_and_leaves_jobs_as_they
     assert report.cluster_error == "Cluster unreachable: connection refused"
     assert Job.objects.get(pk=job.pk).state == job.state
     assert not report.lost and not report.updated
+
+
+def test_lost_work_is_queued_again_even_when_the_cluster_refuses_the_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an admitted job whose apply task was lost long ago, and an API server that
+    # refuses the portal's lists (403: a permanent error, not an outage)
+    from jobs import tasks
+
+    long_ago = timezone.now() - timedelta(hours=1)
+    stale = JobFactory(state=JobState.QUEUED, admitted_at=long_ago)
+    Job.objects.filter(pk=stale.pk).update(updated_at=long_ago)
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.job_apply_task, "delay", queued.append)
+
+    def refused(*_: Any, **__: Any) -> list[Obj]:
+        raise kube.PermanentClusterError("events is forbidden", status=403)
+
+    monkeypatch.setattr(kube, "list_all", refused)
+
+    # When the periodic reconcile runs
+    report = tasks.reconcile_task()
+
+    # Then the refusal is reported and the lost apply is queued again all the same
+    assert report["cluster_error"] == "events is forbidden"
+    assert queued == [stale.pk]

@@ -114,3 +114,14 @@ def test_fits_and_preemption_texts() -> None:
     assert advise(pod(gpus=8, priority=10), nodes, bound).text == (
         "will start on a1 once 1 lower-priority pod (default/low) is preempted"
     )
+
+
+def test_a_capacity_is_never_shown_larger_than_it_is() -> None:
+    from scheduling.quantity import human_number, human_quantity
+
+    almost_64 = 63_996 * 2**30 // 1000
+    assert human_number(almost_64, "memory", down=True) == "63.99"
+    assert human_number(almost_64, "memory") == "64"  # a request, rounded as usual
+    assert human_number(31_999, "cpu", down=True) == "31.999"
+    assert human_quantity(4 * 2**20, "memory", down=True) == "0 GiB memory"
+    assert human_quantity(1000, "cpu") == "1 CPU"
