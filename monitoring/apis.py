@@ -213,6 +213,11 @@ class TeamUsageOutput(serializers.Serializer):
     window = WindowOutput()
     quotas = QuotaNowOutput(many=True)
     allocated_gpus = serializers.SerializerMethodField()
+    allocated_by_resource = serializers.DictField(
+        child=serializers.ListField(child=serializers.FloatField()),
+        help_text="What the team's jobs held of each GPU quota resource, at the "
+        "timestamps of allocated_gpus: compare each with its own quota.",
+    )
     utilisation = SeriesOutput(many=True, help_text="Mean utilisation of the team's GPUs, %.")
     busy_gpus = SeriesOutput(many=True, help_text="Σ utilisation / 100 of the team's GPUs.")
     jobs_by_gpu_hours = JobGpuHoursOutput(many=True)

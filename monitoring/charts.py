@@ -186,14 +186,48 @@ def capacity(products: Sequence[ProductCapacity]) -> Figure:
     return _dict(fig)
 
 
+# One colour per quota resource, shared by its "held" line and its quota line.
+_PALETTE = ("#2f6fde", "#d9480f", "#2b8a3e", "#862e9c", "#c92a2a", "#5c940d")
+
+
 def team_usage(usage: TeamUsage) -> Figure:
-    """GPUs held (job rows) and GPU-equivalents busy (DCGM) on one axis, utilisation % on a
-    second: the gap between the first two lines is what the team holds but does not use."""
+    """What the team's jobs held of each GPU quota resource (job rows), each beside its own
+    quota line, and GPU-equivalents busy (DCGM) on one axis, utilisation % on a second.
+
+    One line per quota resource: whole GPUs, MIG slices and time-sliced replicas are
+    different things, and a sum of them drawn against the nvidia.com/gpu quota reads as
+    over quota when it is not."""
     x = _times(usage.timestamps)
     fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(x=x, y=usage.allocated_gpus, name="GPUs held", mode="lines", line_shape="hv")
-    )
+    if not usage.allocated_by_resource:
+        fig.add_trace(
+            go.Scatter(x=x, y=usage.allocated_gpus, name="GPUs held", mode="lines", line_shape="hv")
+        )
+    for index, (resource, held) in enumerate(sorted(usage.allocated_by_resource.items())):
+        color = _PALETTE[index % len(_PALETTE)]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=held,
+                name=f"held {resource}",
+                mode="lines",
+                line_shape="hv",
+                line={"color": color},
+                legendgroup=resource,
+            )
+        )
+        limit = usage.quota_limits.get(resource)
+        if limit is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[x[0], x[-1]] if x else [],
+                    y=[limit, limit],
+                    name=f"quota {resource}",
+                    mode="lines",
+                    line={"dash": "dash", "width": 1, "color": color},
+                    legendgroup=resource,
+                )
+            )
     for series in usage.busy_gpus:
         fig.add_trace(
             go.Scatter(
@@ -214,19 +248,9 @@ def team_usage(usage: TeamUsage) -> Figure:
                 line={"dash": "dot"},
             )
         )
-    for resource, limit in usage.quota_limits.items():
-        fig.add_trace(
-            go.Scatter(
-                x=[x[0], x[-1]] if x else [],
-                y=[limit, limit],
-                name=f"quota {resource}",
-                mode="lines",
-                line={"dash": "dash", "width": 1},
-            )
-        )
     fig.update_layout(
         **_layout(
-            "GPUs held vs used",
+            "GPUs held, per quota, vs used",
             height=340,
             yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"},
             yaxis2={

@@ -37,6 +37,9 @@ class TeamUsage:
     timestamps: list[float]
     allocated_gpus: list[float]  # GPUs (and slices) held by the team's running jobs
     quota_limits: dict[str, int]  # GPU quota resource → limit, for reference lines
+    # GPU quota resource → what the team's jobs held of it at each point: compared with
+    # that resource's own quota line (a MIG slice is not a whole GPU)
+    allocated_by_resource: dict[str, list[float]]
     jobs_by_gpu_hours: list[JobGpuHours]
     gpu_hours_week: float
     gpu_hours_month: float
@@ -64,9 +67,16 @@ def _held(job: Job, start: datetime, end: datetime, now: datetime) -> float:
     return job.gpu_count * max(0.0, overlap) / 3600
 
 
-def allocation_series(jobs: Iterable[Job], grid: list[float], *, now: datetime) -> list[float]:
+def allocation_series(
+    jobs: Iterable[Job],
+    grid: list[float],
+    *,
+    now: datetime,
+    resource: str | None = None,
+) -> list[float]:
     """GPUs held at each grid timestamp: a job counts from ``started_at`` until
-    ``finished_at`` (or now). Difference array: O(jobs + points)."""
+    ``finished_at`` (or now). With ``resource``, what the jobs held of that quota resource
+    (their demand), instead of every GPU and slice. Difference array: O(jobs + points)."""
     delta = [0.0] * (len(grid) + 1)
     for job in jobs:
         assert job.started_at is not None
@@ -77,8 +87,9 @@ def allocation_series(jobs: Iterable[Job], grid: list[float], *, now: datetime) 
             if job.finished_at is None
             else bisect.bisect_left(grid, job.finished_at.timestamp())
         )
-        delta[begin] += job.gpu_count
-        delta[end] -= job.gpu_count
+        held = job.gpu_count if resource is None else int(job.demand.get(resource, 0))
+        delta[begin] += held
+        delta[end] -= held
     values, running = [], 0.0
     for d in delta[:-1]:
         running += d
@@ -114,6 +125,7 @@ def team_usage_get(
         key=lambda r: (-r.gpu_hours, r.job.pk),
     )
     quotas = quota_usage(team=team)
+    gpu_quotas = {q.resource: q.limit for q in quotas if q.resource not in (CPU, MEMORY)}
     usage = TeamUsage(
         team=team,
         range_key=range_key,
@@ -121,7 +133,11 @@ def team_usage_get(
         quotas=quotas,
         timestamps=grid,
         allocated_gpus=allocation_series(in_range, grid, now=now),
-        quota_limits={q.resource: q.limit for q in quotas if q.resource not in (CPU, MEMORY)},
+        quota_limits=gpu_quotas,
+        allocated_by_resource={
+            resource: allocation_series(in_range, grid, now=now, resource=resource)
+            for resource in gpu_quotas
+        },
         jobs_by_gpu_hours=ranked[:20],
         gpu_hours_week=sum(_held(j, week_start, now, now) for j in this_period),
         gpu_hours_month=sum(_held(j, month_start, now, now) for j in this_period),
