@@ -36,7 +36,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     # Last: every other path under /api/ is a JSON 404, whatever DEBUG says.
-    re_path(r"^api/(?P<path>.*/)$", api_not_found),
+    re_path(r"^api/(?P<path>.*)/$", api_not_found),
 ]
 
 # JSON for unknown /api/ paths, the normal page elsewhere.
