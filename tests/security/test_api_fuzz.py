@@ -53,7 +53,6 @@ from tests.conftest import inference_spec, training_spec
 from tests.sandbox_process import SandboxProcess, start_sandbox
 
 EXAMPLES_PER_OPERATION = 20
-STATEFUL_SEQUENCES = 25
 
 
 @schemathesis.deserializer("text/yaml")
@@ -158,29 +157,3 @@ def test_every_operation_answers_as_documented(case: Any, bearer: dict[str, str]
     # Given a generated request for an operation, sent with alice's token
     # When the app answers, Then the answer is documented and never a server error
     case.call_and_validate(headers=bearer, checks=CHECKS)
-
-
-def test_sequences_of_operations_answer_as_documented(
-    api_schema: Any, bearer: dict[str, str]
-) -> None:
-    """The stateful phase: Schemathesis chains operations through the resources it infers
-    from the schema (a submitted job's ``id`` into its detail, manifest, events, logs and
-    cancel; the list's ids likewise) and checks every answer of every step."""
-    workflow = api_schema.as_state_machine()
-
-    class AliceWorkflow(workflow):  # type: ignore[misc, valid-type]
-        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
-            return {"headers": bearer}
-
-        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
-            case.validate_response(response, checks=CHECKS, headers=bearer)
-
-    AliceWorkflow.run(
-        settings=settings(
-            max_examples=STATEFUL_SEQUENCES,
-            stateful_step_count=6,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
-    )
