@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from cluster import kube
 from core.errors import ClusterUnavailable
 from scheduling import node_from_k8s, pod_from_k8s, pod_is_terminal
-from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL, MIG_PREFIX, SHARED_GPU, is_gpu_resource
+from scheduling.resources import (
+    ANY_GPU,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    MIG_PREFIX,
+    SHARED_GPU,
+    is_gpu_resource,
+)
 
 _UNREACHABLE_PREFIX = "cluster unreachable: "
 
@@ -45,6 +52,9 @@ class GpuNode:
     gpu_product: str
     gpus_allocatable: int  # nvidia.com/gpu (whole GPUs)
     gpus_allocated: int
+    # The GPUs in the machine (GFD's nvidia.com/gpu.count), however they are offered: whole,
+    # as MIG instances, or as time-sliced replicas
+    physical_gpus: int
     mig: list[ResourceUse]  # one per nvidia.com/mig-<profile> the node offers
     shared: ResourceUse | None  # nvidia.com/gpu.shared (time-slicing), when offered
     taints: list[NodeTaint]
@@ -86,6 +96,7 @@ def cluster_gpu_nodes() -> list[GpuNode]:
                 gpu_product=node.labels.get(GPU_PRODUCT_LABEL, ""),
                 gpus_allocatable=node.allocatable.get(ANY_GPU, 0),
                 gpus_allocated=used.get(ANY_GPU, 0),
+                physical_gpus=_physical_gpus(node.labels, node.allocatable.get(ANY_GPU, 0)),
                 mig=[
                     ResourceUse(resource, amount, used.get(resource, 0))
                     for resource, amount in sorted(gpu_resources.items())
@@ -101,3 +112,10 @@ def cluster_gpu_nodes() -> list[GpuNode]:
             )
         )
     return result
+
+
+def _physical_gpus(labels: dict[str, str], whole: int) -> int:
+    try:
+        return int(labels.get(GPU_COUNT_LABEL, whole))
+    except ValueError:
+        return whole

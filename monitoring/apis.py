@@ -109,7 +109,10 @@ class IdleOutput(serializers.Serializer):
 class ProductOutput(serializers.Serializer):
     product = serializers.CharField()
     nodes = serializers.IntegerField()
-    gpus_total = serializers.IntegerField()
+    physical_gpus = serializers.IntegerField(
+        help_text="GPUs in the machines (GFD's nvidia.com/gpu.count), however offered."
+    )
+    gpus_total = serializers.IntegerField(help_text="Offered as whole GPUs (nvidia.com/gpu).")
     gpus_allocated = serializers.IntegerField()
     gpus_free = serializers.IntegerField()
     mig_total = serializers.IntegerField()

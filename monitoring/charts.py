@@ -169,7 +169,10 @@ def gpu_heatmap(
 
 
 def capacity(products: Sequence[ProductCapacity]) -> Figure:
-    """Allocated and free whole GPUs per product (MIG and shared slices are in the table)."""
+    """Allocated and free whole GPUs per product (MIG and shared slices are in the table);
+    a product offered only as MIG slices or time-sliced replicas has no bar, not an empty
+    one."""
+    products = [p for p in products if p.gpus_total]
     names = [p.product for p in products]
     fig = go.Figure(
         [

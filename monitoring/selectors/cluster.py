@@ -23,9 +23,10 @@ from teams.selectors import teams_for_user
 
 @dataclass(frozen=True)
 class ProductCapacity:
-    product: str
+    product: str  # "Tesla-T4", or "Tesla-T4 (time-sliced)" for GFD's Tesla-T4-SHARED nodes
     nodes: int
-    gpus_total: int
+    physical_gpus: int  # the GPUs in the machines, however they are offered
+    gpus_total: int  # offered whole (nvidia.com/gpu)
     gpus_allocated: int
     mig_total: int
     mig_allocated: int
@@ -37,19 +38,30 @@ class ProductCapacity:
         return max(0, self.gpus_total - self.gpus_allocated)
 
 
+def _product_name(node: GpuNode) -> str:
+    if not node.gpu_product:
+        return "(no product label)"
+    if node.gpu_product.endswith("-SHARED"):
+        # GFD's name for a time-sliced node's GPUs: say what it means
+        return f"{node.gpu_product.removesuffix('-SHARED')} (time-sliced)"
+    return node.gpu_product
+
+
 def capacity_by_product(nodes: Iterable[GpuNode]) -> list[ProductCapacity]:
-    """Whole GPUs, MIG slices and time-sliced replicas per GPU product."""
-    rows: dict[str, list[int]] = defaultdict(lambda: [0] * 7)
+    """Per GPU product: the physical GPUs, and what is offered of them as whole GPUs, MIG
+    slices and time-sliced replicas (a time-sliced node's GPUs are a row of their own)."""
+    rows: dict[str, list[int]] = defaultdict(lambda: [0] * 8)
     for node in nodes:
-        row = rows[node.gpu_product or "(no product label)"]
+        row = rows[_product_name(node)]
         row[0] += 1
-        row[1] += node.gpus_allocatable
-        row[2] += node.gpus_allocated
-        row[3] += sum(m.allocatable for m in node.mig)
-        row[4] += sum(m.allocated for m in node.mig)
+        row[1] += node.physical_gpus
+        row[2] += node.gpus_allocatable
+        row[3] += node.gpus_allocated
+        row[4] += sum(m.allocatable for m in node.mig)
+        row[5] += sum(m.allocated for m in node.mig)
         if node.shared is not None:
-            row[5] += node.shared.allocatable
-            row[6] += node.shared.allocated
+            row[6] += node.shared.allocatable
+            row[7] += node.shared.allocated
     return [ProductCapacity(product, *row) for product, row in sorted(rows.items())]
 
 
