@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from teams.models import Team
@@ -79,6 +80,20 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def run_seconds(self) -> float | None:
+        """How long it has run (until it finished, or until now); None before it started."""
+        if self.started_at is None:
+            return None
+        end = self.finished_at or timezone.now()
+        return max(0.0, (end - self.started_at).total_seconds())
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """GPUs held × time run: what the job has cost in GPU-hours so far."""
+        seconds = self.run_seconds
+        return None if seconds is None else self.gpu_count * seconds / 3600
 
 
 class JobEvent(models.Model):

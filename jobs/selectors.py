@@ -51,6 +51,8 @@ JOB_LIST_FIELDS = (
     "state",
     "reason",
     "created_at",
+    "started_at",
+    "finished_at",
     "team__slug",
     "owner__username",
 )

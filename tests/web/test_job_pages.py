@@ -390,3 +390,48 @@ def test_teams_page_shows_own_team_quotas_only(client: Client, alice: User) -> N
     assert "team-vision" in page
     assert "NVIDIA-A100-SXM4-80GB" not in page
     assert "team-nlp" not in page
+
+
+def test_job_list_shows_how_long_each_job_ran_and_its_gpu_hours_and_refreshes_itself(
+    client: Client, alice: User, demo: dict[str, Any]
+) -> None:
+    # Given a 4-GPU job that ran 90 minutes, one running for 30 with 2 GPUs, one queued
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now, vision = timezone.now(), demo["teams"]["vision"]
+    done = JobFactory(
+        team=vision,
+        owner=alice,
+        state=JobState.SUCCEEDED,
+        gpu_count=4,
+        started_at=now - timedelta(hours=2),
+        finished_at=now - timedelta(minutes=30),
+    )
+    running = JobFactory(
+        team=vision,
+        owner=alice,
+        state=JobState.RUNNING,
+        gpu_count=2,
+        started_at=now - timedelta(minutes=30),
+    )
+    queued = JobFactory(team=vision, owner=alice, state=JobState.QUEUED)
+    logged_in(client, alice)
+
+    # When alice opens the job list
+    page = client.get("/jobs/").content.decode()
+
+    # Then each row says how long the job ran and the GPU-hours it held
+    def cells(job_id: int) -> list[str]:
+        row = re.search(rf"<tr>\s*<td>{job_id}</td>(.*?)</tr>", page, re.S)
+        assert row is not None
+        return [
+            html.unescape(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)
+        ]
+
+    assert cells(done.pk)[-2:] == ["1\xa0hour, 30\xa0minutes", "6.0"]
+    assert cells(running.pk)[-2:] == ["30\xa0minutes", "1.0"]
+    assert cells(queued.pk)[-2:] == ["—", "—"]
+    # And the table refreshes itself in place
+    assert 'id="job-table" hx-get="/jobs/" hx-trigger="every 15s" hx-select="#job-table"' in page
