@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from django.conf import settings
+
+from core.redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +22,8 @@ RECONCILE_KEY = "gpu-portal:metrics:reconcile"  # Redis hash: bucket counts, cou
 
 
 def reconcile_redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+    """The shared Redis client, with a one-second timeout: metrics must not hold up work."""
+    return redis_client(timeout=1.0)
 
 
 def reconcile_observe(seconds: float) -> None:
