@@ -1,96 +1,577 @@
-"""Admission: turn queued jobs into admitted ones while the team's quota allows.
+"""Admission: turn queued jobs into admitted ones while quota allows, borrowing what the
+team's cohort leaves idle, and evicting to give lenders their quota back.
 
-Race-free by construction: every admission for a team runs in one transaction
-holding the team row lock, then the team's quota rows (locked in resource
-order, the same order everywhere, so two transactions never deadlock). Usage
-is recomputed from committed rows under those locks, so concurrent submissions
-and concurrent workers can never admit more than the quota.
+The rules (Kueue's, ``shared/QUEUEING-NOTES.md``; the arithmetic is ``teams.sharing``):
+
+- Within a team, jobs go in priority order, then first come. The first job that does not
+  fit blocks the team's queue (StrictFIFO: a big job is never starved by small ones
+  behind it), whether it waits for nominal quota or to borrow.
+- Across the teams of a cohort, each team's first job competes: jobs that fit on nominal
+  quota first, then borrowers by lowest weighted share after admission, then priority,
+  then age. A blocked first job reserves nothing: the idle quota it cannot use is lent
+  (Kueue's #4809 trap avoided), and if that quota is its own it gets it back by reclaim.
+- A first job that would fit on its team's *nominal* quota, were borrowed quota returned
+  (or, for a preempting PriorityClass, were lower-priority jobs of its own team stopped),
+  evicts the fewest such jobs. Victims go back to the queue at their original place; the
+  preemptor is admitted by the pass that follows their objects' deletion. Only a job
+  within nominal preempts and only borrowed quota (or lower priority) is taken, so a
+  preemptor can never be a victim of the job it evicted: no ping-pong.
+- Inference deployments borrow only when their team allows it.
+
+Race-free: a pass holds the row locks of every team of the cohort (taken in id order, the
+same order everywhere, so two passes never deadlock) and then their quota rows, so one
+pass per cohort runs at a time; usage is recomputed from committed rows under the locks.
+The SQL a pass sends grows with the number of teams and of jobs it admits or evicts, not
+with the length of the queue.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
 from teams.models import GpuQuota, Team
+from teams.sharing import (
+    Cohort,
+    Fit,
+    FitKind,
+    Head,
+    ResourceQuota,
+    Running,
+    TeamShare,
+    next_head,
+    preemption_victims,
+    wait_reason,
+)
+
+ADMITTED_MESSAGE = "Admitted against the team's quota; waiting to be applied."
+BORROWING_MESSAGE = (
+    "Admitted on quota borrowed from cohort {cohort}; waiting to be applied. It may be "
+    "evicted and re-queued if a lending team needs its GPUs back."
+)
+# gpu-low's preemptionPolicy is Never: it waits instead of evicting its own team's jobs.
+_MAY_PREEMPT_ABOVE = PRIORITY_CLASS_VALUES["low"]
 
 
 @dataclass
 class AdmissionResult:
     admitted: list[int] = field(default_factory=list)
-    waiting: dict[int, str] = field(default_factory=dict)  # job id → reason
+    waiting: dict[int, str] = field(default_factory=dict)  # first job of a team → reason
+    evicted: list[int] = field(default_factory=list)
 
 
-def blocking_resource(
-    demand: dict[str, int], used: dict[str, int], limits: dict[str, int]
-) -> str | None:
-    for resource, amount in demand.items():
-        if resource in limits and used.get(resource, 0) + amount > quota_capacity(
-            resource, limits[resource]
-        ):
-            return resource
-    return None
+@dataclass(frozen=True)
+class _Queued:
+    job_id: int
+    team_id: int
+    kind: str
+    priority: int
+    created_at: datetime
+    demand: dict[str, int]
+
+
+@dataclass
+class _Pass:
+    """What one pass reads under its locks."""
+
+    teams: dict[int, Team]
+    cohort: Cohort
+    cohort_name: str | None
+    holders: list[dict[str, Any]]  # admitted, unfinished jobs
+    queues: dict[int, deque[_Queued]]
+
+
+def _lock_teams(team_id: int, *, lock: bool = True) -> list[Team]:
+    """Lock every team of ``team_id``'s cohort (just it, without one), in id order."""
+    while True:
+        team = Team.objects.filter(pk=team_id).only("cohort_id").first()
+        if team is None:
+            return []
+        members = Q(cohort_id=team.cohort_id) if team.cohort_id else Q(pk=team_id)
+        found = Team.objects.filter(members).select_related("cohort").order_by("pk")
+        teams = list(found.select_for_update(of=("self",)) if lock else found)
+        # Moved to another cohort between the two reads: lock that cohort instead.
+        if any(t.pk == team_id for t in teams):
+            return teams
+
+
+def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dict[str, Any]]]:
+    """The cohort's quotas (locked unless only previewing) and what admitted jobs hold."""
+    in_cohort = teams[0].cohort_id is not None
+    quotas: dict[int, dict[str, ResourceQuota]] = defaultdict(dict)
+    rows = GpuQuota.objects.filter(team__in=[t.pk for t in teams]).order_by("team_id", "resource")
+    for q in rows.select_for_update() if lock else rows:
+        base = quota_capacity(q.resource, 1)
+        quotas[q.team_id][q.resource] = ResourceQuota(
+            nominal=q.limit * base,
+            # Outside a cohort there is nothing to borrow from or lend to.
+            borrowing_limit=q.borrowing_limit * base
+            if in_cohort and q.borrowing_limit is not None
+            else None,
+            lending_limit=q.lending_limit * base
+            if in_cohort and q.lending_limit is not None
+            else None,
+        )
+    holders: list[dict[str, Any]] = [
+        {**row, "evicting": row["evicted_at"] is not None}
+        for row in Job.objects.filter(
+            team__in=[t.pk for t in teams], state__in=ACTIVE_STATES, admitted_at__isnull=False
+        )
+        .order_by("admitted_at", "pk")
+        .values(
+            "pk", "team_id", "demand", "priority_value", "admitted_at", "borrowing", "evicted_at"
+        )
+    ]
+    usage: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in teams}
+    for job in holders:
+        for resource, amount in job["demand"].items():
+            usage[job["team_id"]][resource] += int(amount)
+    cohort = Cohort(
+        {
+            t.slug: TeamShare(quotas[t.pk], usage[t.pk], float(t.weight) if in_cohort else 1.0)
+            for t in teams
+        }
+    )
+    return cohort, holders
+
+
+def _read(team_id: int, *, lock: bool = True) -> _Pass | None:
+    teams = _lock_teams(team_id, lock=lock)
+    if not teams:
+        return None
+    cohort, holders = _snapshot(teams, lock=lock)
+    queues: dict[int, deque[_Queued]] = {t.pk: deque() for t in teams}
+    rows = (
+        Job.objects.filter(
+            team__in=[t.pk for t in teams], state=JobState.QUEUED, admitted_at__isnull=True
+        )
+        .order_by("-priority_value", "created_at", "pk")
+        .values_list("pk", "team_id", "kind", "priority_value", "created_at", "demand")
+    )
+    for row in rows.iterator(chunk_size=5000):
+        queues[row[1]].append(_Queued(*row))
+    cohort_obj = teams[0].cohort
+    return _Pass(
+        teams={t.pk: t for t in teams},
+        cohort=cohort,
+        cohort_name=cohort_obj.slug if cohort_obj is not None else None,
+        holders=holders,
+        queues=queues,
+    )
+
+
+def _amount(resource: str, value: int) -> str:
+    return format_amount(resource, value)
+
+
+def _may_borrow(team: Team, job: _Queued) -> bool:
+    return job.kind != Job.Kind.INFERENCE or team.inference_may_borrow
+
+
+def _head(team: Team, job: _Queued) -> Head:
+    return Head(team.slug, job.job_id, job.priority, job.created_at, job.demand)
 
 
 def admission_run(*, team_id: int) -> AdmissionResult:
-    """Admit the team's queued jobs in priority order, then FIFO, while quota allows.
+    """One admission pass over the cohort of ``team_id`` (or the team alone).
 
-    1. Lock the team row, then its quota rows in resource order.
-    2. Sum what admitted, unfinished jobs hold.
-    3. Walk queued, not-yet-admitted jobs by (priority desc, created_at, id):
-       admit each that fits; the first that does not fit stops the walk
-       (strict order, so a large job is never starved by smaller ones behind it)
-       and every job from there on records why it waits.
+    1. Lock the cohort's team rows in id order, then their quota rows; read what admitted
+       jobs hold and every queued job, in queue order.
+    2. Admit: while some team's first queued job fits, admit the one ``next_head`` ranks
+       first and count it in the snapshot before the next decision. A first job that does
+       not fit blocks its team for the rest of the pass.
+    3. Preempt: for each blocked first job (highest priority, then oldest, first) that
+       would fit on nominal quota once evictions already under way finish, wait for them;
+       else choose the fewest victims (``preemption_victims``) and evict them.
+    4. Write: admitted jobs (and which of the cohort's jobs now run on borrowed quota),
+       victims, and why each blocked queue waits.
     """
     result = AdmissionResult()
     with transaction.atomic():
-        team = Team.objects.select_for_update().filter(pk=team_id).first()
-        if team is None:
+        state = _read(team_id)
+        if state is None:
             return result
-        limits = {
-            q.resource: q.limit
-            for q in GpuQuota.objects.select_for_update().filter(team=team).order_by("resource")
-        }
-        used: dict[str, int] = defaultdict(int)
-        for demand in Job.objects.filter(
-            team=team, state__in=ACTIVE_STATES, admitted_at__isnull=False
-        ).values_list("demand", flat=True):
-            for resource, amount in demand.items():
-                used[resource] += int(amount)
-        queue = list(
-            Job.objects.select_for_update()
-            .filter(team=team, state=JobState.QUEUED, admitted_at__isnull=True)
-            .order_by("-priority_value", "created_at", "id")
-        )
-        blocked_by: str | None = None
         now = timezone.now()
-        for position, job in enumerate(queue):
-            if blocked_by is None:
-                blocked_by = blocking_resource(job.demand, used, limits)
-                if blocked_by is None:
-                    for resource, amount in job.demand.items():
-                        used[resource] += int(amount)
-                    job.admitted_at = now
-                    job.reason = "Admitted"
-                    job.message = "Admitted against the team's quota; waiting to be applied."
-                    job.save(update_fields=["admitted_at", "reason", "message", "updated_at"])
-                    JobEvent.objects.create(job=job, reason="Admitted", message=job.message)
-                    result.admitted.append(job.pk)
-                    continue
-            assert blocked_by is not None
-            ahead = position - len(result.admitted)
-            message = (
-                f"team {team.slug} uses {format_amount(blocked_by, used.get(blocked_by, 0))} of "
-                f"{format_amount(blocked_by, quota_capacity(blocked_by, limits[blocked_by]))} "
-                f"{blocked_by}; {ahead} job{'s' if ahead != 1 else ''} ahead"
-            )
-            if job.reason != "QuotaExceeded" or job.message != message:
-                job.reason, job.message = "QuotaExceeded", message
-                job.save(update_fields=["reason", "message", "updated_at"])
-            result.waiting[job.pk] = message
+        admitted = _admit(state, result)
+        blocked = {tid: q[0] for tid, q in state.queues.items() if q}
+        evictions, reasons = _preempt(state, blocked, now)
+        _write_admitted(state, admitted, now)
+        _write_borrowing(state)
+        _write_evictions(state, evictions, now, result)
+        _write_waiting(state, reasons, result)
     return result
+
+
+def _admit(state: _Pass, result: AdmissionResult) -> list[tuple[_Queued, Fit]]:
+    admitted: list[tuple[_Queued, Fit]] = []
+    blocked: set[int] = set()
+    while True:
+        heads: dict[int, Head] = {}
+        for tid, queue in state.queues.items():
+            if tid in blocked or not queue:
+                continue
+            team, job = state.teams[tid], queue[0]
+            fit = state.cohort.fit(team.slug, job.demand)
+            if fit.kind is FitKind.NO or (
+                fit.kind is FitKind.BORROWING and not _may_borrow(team, job)
+            ):
+                blocked.add(tid)
+                continue
+            heads[tid] = _head(team, job)
+        chosen = next_head(state.cohort, heads.values())
+        if chosen is None:
+            return admitted
+        head, fit = chosen
+        tid = next(t for t, h in heads.items() if h is head)
+        job = state.queues[tid].popleft()
+        state.cohort.add(head.team, job.demand)
+        admitted.append((job, fit))
+        result.admitted.append(job.job_id)
+
+
+def _preempt(
+    state: _Pass, blocked: dict[int, _Queued], now: datetime
+) -> tuple[list[tuple[dict[str, Any], _Queued]], dict[int, str]]:
+    """Victims (holder row, preemptor) and, per blocked team, why its queue waits."""
+    # What the cohort will hold once the evictions under way have finished.
+    settled = state.cohort.copy()
+    slugs = {tid: t.slug for tid, t in state.teams.items()}
+    evicting = [h for h in state.holders if h["evicting"]]
+    for holder in evicting:
+        settled.remove(slugs[holder["team_id"]], holder["demand"])
+    chosen: set[int] = {h["pk"] for h in evicting}
+    victims: list[tuple[dict[str, Any], _Queued]] = []
+    reasons: dict[int, str] = {}
+    borrowing = _borrowing_ids(state)
+    for tid, job in sorted(
+        blocked.items(), key=lambda item: (-item[1].priority, item[1].created_at)
+    ):
+        team = state.teams[tid]
+        if evicting and settled.fit(team.slug, job.demand).kind is FitKind.NOMINAL:
+            settled.add(team.slug, job.demand)
+            reasons[tid] = (
+                f"Waiting for {len(evicting)} evicted job{'s' if len(evicting) != 1 else ''} "
+                "to stop; it is admitted as soon as their GPUs are free."
+            )
+            continue
+        candidates = _candidates(
+            state.holders, slugs, borrowing, team_id=tid, priority=job.priority, exclude=chosen
+        )
+        found = preemption_victims(
+            settled, team=team.slug, demand=job.demand, candidates=candidates
+        )
+        if found:
+            by_id = {h["pk"]: h for h in state.holders}
+            for victim in found:
+                settled.remove(victim.team, victim.demand)
+                chosen.add(victim.job_id)
+                victims.append((by_id[victim.job_id], job))
+            settled.add(team.slug, job.demand)
+            reasons[tid] = (
+                f"Evicting {len(found)} job{'s' if len(found) != 1 else ''} "
+                f"({', '.join(f'#{v.job_id}' for v in found)}) to run it; it is admitted as "
+                "soon as their GPUs are free."
+            )
+            continue
+        reasons[tid] = _wait_words(state, team, job)
+    return victims, reasons
+
+
+def _candidates(
+    holders: list[dict[str, Any]],
+    slugs: dict[int, str],
+    borrowing: set[int],
+    *,
+    team_id: int,
+    priority: int,
+    exclude: set[int],
+) -> list[Running]:
+    """Who a job of ``team_id`` at ``priority`` may evict: other teams' jobs running on
+    borrowed quota (reclaim), and its own team's lower-priority jobs unless its
+    PriorityClass never preempts (``gpu-low``)."""
+    return [
+        Running(slugs[h["team_id"]], h["pk"], h["priority_value"], h["admitted_at"], h["demand"])
+        for h in holders
+        if h["pk"] not in exclude
+        and (
+            (h["team_id"] != team_id and h["pk"] in borrowing)
+            or (
+                h["team_id"] == team_id
+                and priority > _MAY_PREEMPT_ABOVE
+                and h["priority_value"] < priority
+            )
+        )
+    ]
+
+
+def _wait_words(state: _Pass, team: Team, job: _Queued) -> str:
+    fit = state.cohort.fit(team.slug, job.demand)
+    if fit.kind is FitKind.BORROWING:
+        # It fits only by borrowing, which its kind may not do.
+        resource = next(iter(sorted(fit.borrowed)))
+        quota = state.cohort.quota(team.slug, resource)
+        assert quota is not None
+        used = state.cohort.usage(team.slug, resource)
+        return (
+            f"team {team.slug} uses {_amount(resource, used)} of "
+            f"{_amount(resource, quota.nominal)} {resource} (nominal); inference deployments of "
+            f"{team.slug} run on nominal quota only (a platform admin can let them borrow)"
+        )
+    words = wait_reason(
+        state.cohort,
+        team=team.slug,
+        demand=job.demand,
+        cohort_name=state.cohort_name,
+        amount=_amount,
+    )
+    return words or "waiting for admission to run"
+
+
+def _borrowing_ids(state: _Pass) -> set[int]:
+    """The admitted jobs that run on borrowed quota now: per team, in admission order, each
+    job that takes the team's use of some resource above its nominal quota."""
+    borrowing: set[int] = set()
+    if state.cohort_name is None:
+        return borrowing
+    running: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    slugs = {tid: t.slug for tid, t in state.teams.items()}
+    for holder in state.holders:
+        used = running[holder["team_id"]]
+        above = False
+        for resource, amount in holder["demand"].items():
+            used[resource] += int(amount)
+            quota = state.cohort.quota(slugs[holder["team_id"]], resource)
+            if quota is not None and used[resource] > quota.nominal:
+                above = True
+        if above:
+            borrowing.add(holder["pk"])
+    return borrowing
+
+
+def _write_admitted(state: _Pass, admitted: list[tuple[_Queued, Fit]], now: datetime) -> None:
+    for borrowing in (False, True):
+        ids = [job.job_id for job, fit in admitted if (fit.kind is FitKind.BORROWING) == borrowing]
+        if not ids:
+            continue
+        message = (
+            BORROWING_MESSAGE.format(cohort=state.cohort_name) if borrowing else ADMITTED_MESSAGE
+        )
+        # Conditional: a job cancelled since the queue was read stays cancelled.
+        Job.objects.filter(pk__in=ids, state=JobState.QUEUED, admitted_at__isnull=True).update(
+            admitted_at=now, reason="Admitted", message=message, updated_at=now
+        )
+        moved = list(Job.objects.filter(pk__in=ids, admitted_at=now).values_list("pk", flat=True))
+        JobEvent.objects.bulk_create(
+            JobEvent(job_id=pk, reason="Admitted", message=message) for pk in moved
+        )
+        state.holders.extend(
+            {
+                "pk": job.job_id,
+                "team_id": job.team_id,
+                "demand": job.demand,
+                "priority_value": job.priority,
+                "admitted_at": now,
+                "borrowing": False,
+                "evicting": False,
+            }
+            for job, fit in admitted
+            if job.job_id in moved
+        )
+
+
+def _write_borrowing(state: _Pass) -> None:
+    """Keep ``Job.borrowing`` true exactly while a job runs on borrowed quota."""
+    borrowing = _borrowing_ids(state)
+    holders = {h["pk"]: h for h in state.holders}
+    on = [pk for pk in borrowing if not holders[pk]["borrowing"]]
+    off = [pk for pk, h in holders.items() if h["borrowing"] and pk not in borrowing]
+    for ids, value in ((on, True), (off, False)):
+        if ids:
+            Job.objects.filter(pk__in=ids).update(borrowing=value)
+
+
+def _write_evictions(
+    state: _Pass,
+    victims: list[tuple[dict[str, Any], _Queued]],
+    now: datetime,
+    result: AdmissionResult,
+) -> None:
+    """Move each victim back to the queue (reason ``Preempted``) and queue the deletion of
+    its objects; its quota stays counted until they are gone (``jobs.eviction``)."""
+    if not victims:
+        return
+    slugs = {tid: t.slug for tid, t in state.teams.items()}
+    victim_ids = [holder["pk"] for holder, _ in victims]
+    rows = Job.objects.in_bulk(victim_ids)
+    for holder, preemptor in victims:
+        job = rows.get(holder["pk"])
+        if job is None:
+            continue
+        message = _eviction_words(state, job, holder, preemptor, slugs, now)
+        moved = Job.objects.filter(
+            pk=job.pk, state__in=ACTIVE_STATES, admitted_at__isnull=False, evicted_at__isnull=True
+        ).update(
+            state=JobState.QUEUED,
+            reason="Preempted",
+            message=message,
+            evicted_at=now,
+            evictions=job.evictions + 1,
+            updated_at=now,
+        )
+        if moved:
+            JobEvent.objects.create(job=job, type="Warning", reason="Preempted", message=message)
+            result.evicted.append(job.pk)  # the task queues the deletion of its objects
+
+
+def _eviction_words(
+    state: _Pass,
+    job: Job,
+    holder: dict[str, Any],
+    preemptor: _Queued,
+    slugs: dict[int, str],
+    now: datetime,
+) -> str:
+    """``evicted at 14:02: team robotics reclaimed 8 nvidia.com/gpu it had lent to vision;
+    re-queued, position 3``."""
+    at = timezone.localtime(now).strftime("%H:%M")
+    victim_team, preemptor_team = slugs[holder["team_id"]], slugs[preemptor.team_id]
+    gpus = {
+        r: a
+        for r, a in preemptor.demand.items()
+        if a and state.cohort.quota(preemptor_team, r) is not None and r in holder["demand"]
+    }
+    resource = next(iter(sorted(gpus, key=lambda r: (r in ("cpu", "memory"), r))), None)
+    what = f"{_amount(resource, gpus[resource])} {resource}" if resource else "its quota"
+    position = 1 + sum(
+        1
+        for queued in state.queues[holder["team_id"]]
+        if (-queued.priority, queued.created_at) < (-job.priority_value, job.created_at)
+    )
+    if victim_team == preemptor_team:
+        cause = (
+            f"job #{preemptor.job_id} of priority {_priority_name(preemptor.priority)} needed "
+            f"{what} of team {victim_team}'s quota"
+        )
+    else:
+        cause = f"team {preemptor_team} reclaimed {what} it had lent to {victim_team}"
+    return f"evicted at {at}: {cause}; re-queued, position {position}"
+
+
+def _priority_name(value: int) -> str:
+    return next((f"gpu-{n}" for n, v in PRIORITY_CLASS_VALUES.items() if v == value), str(value))
+
+
+_WAITING_SQL = """
+UPDATE jobs_job SET reason = %s, message = ranked.message, updated_at = %s
+FROM (
+    SELECT id, %s || '; ' || (row_number() OVER w - 1) ||
+           CASE WHEN row_number() OVER w = 2 THEN ' job ahead' ELSE ' jobs ahead' END AS message
+    FROM jobs_job
+    WHERE team_id = %s AND state = 'queued' AND admitted_at IS NULL
+    WINDOW w AS (ORDER BY priority_value DESC, created_at, id)
+) AS ranked
+WHERE jobs_job.id = ranked.id AND jobs_job.reason <> 'Preempted'
+  AND (jobs_job.reason <> %s OR jobs_job.message <> ranked.message)
+"""
+
+
+def _write_waiting(state: _Pass, reasons: dict[int, str], result: AdmissionResult) -> None:
+    """Each blocked queue's reason on all its jobs, with how many jobs are ahead of each:
+    one statement per team, rewriting only the rows whose words changed (an evicted job
+    keeps its ``Preempted`` words until it is admitted again)."""
+    now = timezone.now()
+    for tid, words in reasons.items():
+        head = state.queues[tid][0]
+        result.waiting[head.job_id] = words
+        reason = "QuotaExceeded"
+        with connection.cursor() as cursor:
+            cursor.execute(_WAITING_SQL, [reason, now, words, tid, reason])
+
+
+@dataclass(frozen=True)
+class QuotaVerdict:
+    """What admission would do with a job submitted now (the "will it fit?" preview)."""
+
+    kind: str  # nominal | borrowing | preempts | waits
+    message: str
+    victims: tuple[int, ...] = ()
+
+
+def admission_preview(
+    *, team_id: int, kind: str, priority: int, demand: dict[str, int]
+) -> QuotaVerdict:
+    """Would a job of this kind, priority and demand be admitted now, by borrowing, by
+    evicting, or wait? Read-only: takes no lock and changes nothing. It queues behind the
+    team's queued jobs of the same or higher priority, which go first."""
+    state = _read(team_id, lock=False)
+    assert state is not None, "the team exists: the spec check found it"
+    team, cohort = state.teams[team_id], state.cohort
+    job = _Queued(0, team_id, kind, priority, timezone.now(), demand)
+    ahead = [q for q in state.queues[team_id] if q.priority >= priority]
+    for position, queued in enumerate(ahead):
+        fit = cohort.fit(team.slug, queued.demand)
+        if fit.kind is FitKind.NO or (
+            fit.kind is FitKind.BORROWING and not _may_borrow(team, queued)
+        ):
+            waiting = len(ahead) - position
+            return QuotaVerdict(
+                "waits",
+                f"Waits for quota: {waiting} job{'s' if waiting != 1 else ''} of team "
+                f"{team.slug} queued ahead of it wait{'s' if waiting == 1 else ''} first "
+                f"({_wait_words(state, team, queued)}).",
+            )
+        cohort.add(team.slug, queued.demand)
+    fit = cohort.fit(team.slug, demand)
+    if fit.kind is FitKind.NOMINAL:
+        return QuotaVerdict("nominal", f"Fits team {team.slug}'s nominal quota.")
+    if fit.kind is FitKind.BORROWING and _may_borrow(team, job):
+        borrowed = ", ".join(f"{_amount(r, a)} {r}" for r, a in sorted(fit.borrowed.items()))
+        return QuotaVerdict(
+            "borrowing",
+            f"Fits by borrowing {borrowed} from cohort {state.cohort_name}; it may be evicted "
+            "and re-queued if a lending team needs its GPUs back.",
+        )
+    slugs = {tid: t.slug for tid, t in state.teams.items()}
+    evicting = {h["pk"] for h in state.holders if h["evicting"]}
+    for holder in state.holders:
+        if holder["pk"] in evicting:
+            cohort.remove(slugs[holder["team_id"]], holder["demand"])
+    victims = preemption_victims(
+        cohort,
+        team=team.slug,
+        demand=demand,
+        candidates=_candidates(
+            state.holders,
+            slugs,
+            _borrowing_ids(state),
+            team_id=team_id,
+            priority=priority,
+            exclude=evicting,
+        ),
+    )
+    if victims:
+        words = ", ".join(f"{v.team} #{v.job_id}" for v in victims)
+        own = all(v.team == team.slug for v in victims)
+        why = (
+            f"team {team.slug}'s lower-priority jobs"
+            if own
+            else f"the quota team {team.slug} lent (jobs running on it)"
+        )
+        return QuotaVerdict(
+            "preempts",
+            f"Fits on nominal quota by evicting {why}: {words}; they are re-queued.",
+            tuple(v.job_id for v in victims),
+        )
+    for holder in state.holders:
+        if holder["pk"] in evicting:
+            cohort.add(slugs[holder["team_id"]], holder["demand"])
+    return QuotaVerdict("waits", f"Waits for quota: {_wait_words(state, team, job)}.")

@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from core.api_errors import error_responses
 from core.apis import ApiView
+from jobs import cohort_selectors
 from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState
@@ -33,7 +34,7 @@ from jobs.selectors import (
     jobs_for_user,
     jobs_in_order,
     queued_count,
-    quota_usage,
+    quota_usage_for_teams,
 )
 from jobs.services import job_cancel, job_preview, job_submit
 from jobs.spec_input import JobSpecInput
@@ -66,6 +67,8 @@ class JobOutput(serializers.ModelSerializer):
             "advice",
             "placement",
             "exit_code",
+            "borrowing",
+            "evictions",
             "created_at",
             "admitted_at",
             "started_at",
@@ -104,6 +107,8 @@ class JobOutput(serializers.ModelSerializer):
             "advice": job.advice,
             "placement": job.placement,
             "exit_code": job.exit_code,
+            "borrowing": job.borrowing,
+            "evictions": job.evictions,
             "created_at": _datetime(job.created_at),
             "admitted_at": _datetime(job.admitted_at),
             "started_at": _datetime(job.started_at),
@@ -127,6 +132,11 @@ class FitOutput(serializers.Serializer):
     nodes = serializers.ListField(child=serializers.CharField())
     preempted_jobs = serializers.ListField(child=serializers.IntegerField())
     scheduler_message = serializers.CharField(allow_blank=True)
+    quota = serializers.ChoiceField(
+        choices=["nominal", "borrowing", "preempts", "waits", ""],
+        help_text="What admission would do in the team's cohort: run on nominal quota, run on "
+        "borrowed quota (evictable by a lender), evict jobs first, or wait.",
+    )
 
 
 class QueuePositionOutput(serializers.Serializer):
@@ -362,8 +372,17 @@ class JobCancelApi(APIView):
 
 class QuotaOutput(serializers.Serializer):
     resource = serializers.CharField()
-    limit = serializers.IntegerField()
+    limit = serializers.IntegerField(help_text="The nominal (guaranteed) quota; = nominal.")
+    nominal = serializers.IntegerField()
     used = serializers.IntegerField()
+    borrowed = serializers.IntegerField(help_text="Used above nominal, borrowed from the cohort.")
+    lent = serializers.IntegerField(help_text="Of nominal, what other teams of the cohort use.")
+    borrowing_limit = serializers.IntegerField(
+        allow_null=True, help_text="Most the team may borrow above nominal; null: no limit."
+    )
+    lending_limit = serializers.IntegerField(
+        allow_null=True, help_text="Most of nominal the team lends; null: all of it."
+    )
     percent = serializers.IntegerField()
 
 
@@ -372,6 +391,7 @@ class TeamOutput(serializers.Serializer):
     name = serializers.CharField()
     namespace = serializers.CharField()
     role = serializers.CharField(allow_null=True)
+    cohort = serializers.CharField(allow_null=True, help_text="The cohort's slug, or null.")
     queued_jobs = serializers.IntegerField()
     quotas = QuotaOutput(many=True)
 
@@ -381,15 +401,85 @@ class TeamListApi(APIView):
         operation_id="teams_list", responses={200: TeamOutput(many=True), **error_responses(401)}
     )
     def get(self, request: Request) -> Response:
-        teams = [
+        teams = list(teams_for_user(user=request.user).select_related("cohort"))
+        quotas = quota_usage_for_teams(teams=teams)
+        rows = [
             {
                 "slug": team.slug,
                 "name": team.name,
                 "namespace": team.namespace,
                 "role": membership_role(user=request.user, team=team),
+                "cohort": team.cohort.slug if team.cohort else None,
                 "queued_jobs": queued_count(team=team),
-                "quotas": quota_usage(team=team),
+                "quotas": quotas[team.pk],
             }
-            for team in teams_for_user(user=request.user)
+            for team in teams
         ]
-        return Response(TeamOutput(teams, many=True).data)
+        return Response(TeamOutput(rows, many=True).data)
+
+
+class CohortTeamOutput(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    weight = serializers.FloatField(help_text="Fair-sharing weight among borrowers.")
+    inference_may_borrow = serializers.BooleanField()
+    quotas = QuotaOutput(many=True)
+    borrowing_jobs = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Ids of its jobs running on borrowed quota."
+    )
+
+
+class CohortTotalOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    nominal = serializers.IntegerField()
+    used = serializers.IntegerField()
+    borrowed = serializers.IntegerField()
+    unused = serializers.IntegerField(help_text="Nominal quota no team of the cohort uses now.")
+
+
+class CohortOutput(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    teams = CohortTeamOutput(many=True)
+    totals = CohortTotalOutput(many=True)
+
+
+def _cohort_data(view: cohort_selectors.CohortView) -> dict[str, Any]:
+    return {
+        "slug": view.cohort.slug,
+        "name": view.cohort.name,
+        "description": view.cohort.description,
+        "teams": [
+            {
+                "slug": member.team.slug,
+                "name": member.team.name,
+                "weight": float(member.team.weight),
+                "inference_may_borrow": member.team.inference_may_borrow,
+                "quotas": member.quotas,
+                "borrowing_jobs": member.borrowing_jobs,
+            }
+            for member in view.teams
+        ],
+        "totals": view.totals,
+    }
+
+
+class CohortListApi(APIView):
+    @extend_schema(
+        operation_id="cohorts_list",
+        responses={200: CohortOutput(many=True), **error_responses(401)},
+    )
+    def get(self, request: Request) -> Response:
+        views = cohort_selectors.cohorts_for_user(user=request.user)
+        return Response(CohortOutput([_cohort_data(v) for v in views], many=True).data)
+
+
+class CohortDetailApi(APIView):
+    @extend_schema(
+        operation_id="cohorts_retrieve",
+        responses={200: CohortOutput, **error_responses(401, 404)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        view = cohort_selectors.cohort_get_for_user(user=request.user, slug=slug)
+        return Response(CohortOutput(_cohort_data(view)).data)

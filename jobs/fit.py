@@ -18,10 +18,8 @@ from django.conf import settings
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from cluster.priority_classes import PRIORITY_CLASSES
-from jobs.admission import blocking_resource
+from jobs.admission import admission_preview
 from jobs.models import Job
-from jobs.quota import format_amount, quota_capacity
-from jobs.selectors import team_usage
 from scheduling import (
     ClusterSnapshot,
     Pod,
@@ -31,7 +29,7 @@ from scheduling import (
     pod_is_terminal,
     schedule,
 )
-from teams.models import GpuQuota, Team
+from teams.models import Team
 
 
 def cluster_snapshot() -> ClusterSnapshot:
@@ -102,26 +100,29 @@ class FitPreview:
     nodes: list[str] = field(default_factory=list)
     preempted_jobs: list[int] = field(default_factory=list)
     scheduler_message: str = ""
-
-
-def _quota_wait(team: Team, demand: dict[str, int]) -> str | None:
-    limits = dict(GpuQuota.objects.filter(team=team).values_list("resource", "limit"))
-    used = team_usage(team=team)
-    resource = blocking_resource(demand, used, limits)
-    if resource is None:
-        return None
-    return (
-        f"Waits for quota: team {team.slug} uses {format_amount(resource, used.get(resource, 0))} "
-        f"of {format_amount(resource, quota_capacity(resource, limits[resource]))} {resource}; "
-        "it is admitted when the team's running jobs finish."
-    )
+    # What admission would do: nominal | borrowing | preempts | waits ("" when not asked).
+    quota: str = ""
 
 
 def job_fit_preview(
-    *, manifests: list[dict[str, Any]], team: Team, demand: dict[str, int]
+    *,
+    manifests: list[dict[str, Any]],
+    team: Team,
+    demand: dict[str, int],
+    kind: str = "training",
+    priority: int = 0,
 ) -> FitPreview:
-    """Would the job start now? Pods are placed one after another on the same snapshot,
-    so a 4-worker job must find room for all four."""
+    """Would the job start now? First the quota, as admission would decide it in the
+    team's cohort; then the cluster: pods are placed one after another on the same
+    snapshot, so a 4-worker job must find room for all four."""
+    quota = admission_preview(team_id=team.pk, kind=kind, priority=priority, demand=demand)
+    if quota.kind == "waits":
+        return FitPreview("waits-for-quota", quota.message, quota=quota.kind)
+    if quota.kind == "preempts":
+        return FitPreview(
+            "preempts", quota.message, preempted_jobs=list(quota.victims), quota=quota.kind
+        )
+    borrowing = f" {quota.message}" if quota.kind == "borrowing" else ""
     try:
         snapshot = recent_cluster_snapshot()
     except kube.ClusterError as exc:
@@ -144,10 +145,7 @@ def job_fit_preview(
             continue
         advice = explain(pod, result, snapshot)
         verdict = "waits" if advice.can_ever_fit else "never"
-        return FitPreview(verdict, advice.text, scheduler_message=result.message)
-    quota_message = _quota_wait(team, demand)
-    if quota_message:
-        return FitPreview("waits-for-quota", quota_message, nodes=sorted(set(placed)))
+        return FitPreview(verdict, advice.text, scheduler_message=result.message, quota=quota.kind)
     if victims:
         job_ids = sorted(
             {
@@ -161,12 +159,16 @@ def job_fit_preview(
         return FitPreview(
             "preempts",
             f"Fits on {', '.join(sorted(set(placed)))} by preempting lower-priority pods "
-            f"of: {who}.",
+            f"of: {who}.{borrowing}",
             nodes=sorted(set(placed)),
             preempted_jobs=job_ids,
+            quota=quota.kind,
         )
     if not pods:
-        return FitPreview("fits", "Nothing to schedule.")
+        return FitPreview("fits", f"Nothing to schedule.{borrowing}", quota=quota.kind)
     return FitPreview(
-        "fits", f"Fits now on {', '.join(sorted(set(placed)))}.", nodes=sorted(set(placed))
+        "fits",
+        f"Fits now on {', '.join(sorted(set(placed)))}.{borrowing}",
+        nodes=sorted(set(placed)),
+        quota=quota.kind,
     )

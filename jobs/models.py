@@ -54,6 +54,12 @@ class Job(models.Model):
     namespace = models.CharField(max_length=63)
     object_name = models.CharField(max_length=63, blank=True)
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+    # Admitted on quota the cohort lent: a lender reclaiming it may evict the job.
+    borrowing = models.BooleanField(default=False)
+    evictions = models.PositiveIntegerField(default=0, help_text="Times the portal evicted it.")
+    # Set while an eviction is under way: the job is queued again, but its objects (and the
+    # quota they hold) are not gone from the cluster yet.
+    evicted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     admitted_at = models.DateTimeField(null=True, blank=True)

@@ -51,6 +51,7 @@ class ReconcileReport:
     requeued_apply: list[int] = field(default_factory=list)
     requeued_admission: list[int] = field(default_factory=list)
     cleanup: list[int] = field(default_factory=list)
+    evictions: list[int] = field(default_factory=list)  # evicted jobs still to stop
     cluster_error: str = ""  # the cluster could not be read: nothing was tracked this run
     duration_seconds: float = 0.0
 
@@ -216,6 +217,9 @@ def _apply_observation(job: Job, seen: Observation, advice: str, report: Reconci
     )
     if moved:
         report.updated.append(job.pk)
+        if seen.state in FINAL_STATES and job.team_id not in report.requeued_admission:
+            # Its quota is free: the team's (and its cohort's) queue may move now.
+            report.requeued_admission.append(job.team_id)
 
 
 def _mark_lost(job: Job, report: ReconcileReport) -> None:
@@ -239,6 +243,7 @@ def _mark_lost(job: Job, report: ReconcileReport) -> None:
 
 # The fields a pass reads of each tracked job (``_apply_observation`` compares the rest).
 _TRACKED_FIELDS = (
+    "team",
     "kind",
     "namespace",
     "object_name",
@@ -337,8 +342,12 @@ def _recover_queue(report: ReconcileReport) -> None:
             state=JobState.QUEUED, admitted_at__isnull=True, updated_at__lt=cutoff
         ).values_list("team_id", flat=True)
     )
-    for team_id in sorted(teams):
+    for team_id in sorted(teams - set(report.requeued_admission)):
         report.requeued_admission.append(team_id)
+    stale_evictions = Job.objects.filter(state=JobState.QUEUED, evicted_at__lt=cutoff).values_list(
+        "pk", flat=True
+    )
+    report.evictions.extend(stale_evictions)
 
 
 def cluster_reconcile() -> ReconcileReport:

@@ -15,6 +15,7 @@ from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
 from teams.models import GpuQuota, Team
 from teams.selectors import teams_for_user
+from teams.sharing import Cohort, ResourceQuota, TeamShare
 
 
 def jobs_for_user(
@@ -119,37 +120,102 @@ def team_usage(*, team: Team) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class QuotaUse:
+    """One quota of a team, in the quota's own unit (devices, cores, GiB; rounded up)."""
+
     resource: str
-    limit: int  # in the quota's own unit (devices, cores, GiB)
-    used: int  # same unit, rounded up
+    limit: int  # = nominal, the guaranteed quota
+    used: int
     used_display: str
     limit_display: str
+    borrowed: int = 0  # used above nominal, on quota the cohort lends
+    lent: int = 0  # of the team's nominal, what other teams use now
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+    @property
+    def nominal(self) -> int:
+        return self.limit
 
     @property
     def percent(self) -> int:
         return min(100, round(100 * self.used / self.limit)) if self.limit else 100
 
 
+def _units(resource: str, base: int) -> int:
+    unit = quota_capacity(resource, 1)
+    return -(-base // unit)  # round up: 500m of cpu is "1 core in use"
+
+
+def _usage_by_team(team_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    totals: dict[int, dict[str, int]] = {pk: defaultdict(int) for pk in team_ids}
+    rows = Job.objects.filter(
+        team__in=team_ids, state__in=ACTIVE_STATES, admitted_at__isnull=False
+    ).values_list("team_id", "demand")
+    for team_id, demand in rows:
+        for resource, amount in demand.items():
+            totals[team_id][resource] += int(amount)
+    return totals
+
+
+def quota_usage_for_teams(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]:
+    """Each team's quotas with what its admitted jobs hold, and, in a cohort, what it
+    borrows and lends now (``teams.sharing``): three queries, however many teams."""
+    cohort_ids = {t.cohort_id for t in teams if t.cohort_id}
+    mates = list(Team.objects.filter(cohort_id__in=cohort_ids)) if cohort_ids else []
+    everyone = {t.pk: t for t in [*teams, *mates]}
+    quotas: dict[int, list[GpuQuota]] = defaultdict(list)
+    for quota in GpuQuota.objects.filter(team__in=list(everyone)).order_by("resource"):
+        quotas[quota.team_id].append(quota)
+    usage = _usage_by_team(list(everyone))
+    lent: dict[int, dict[str, int]] = defaultdict(dict)
+    for cohort_id in cohort_ids:
+        members = [t for t in everyone.values() if t.cohort_id == cohort_id]
+        snapshot = Cohort(
+            {
+                t.slug: TeamShare(
+                    {
+                        q.resource: ResourceQuota(
+                            nominal=quota_capacity(q.resource, q.limit),
+                            lending_limit=None
+                            if q.lending_limit is None
+                            else quota_capacity(q.resource, q.lending_limit),
+                        )
+                        for q in quotas[t.pk]
+                    },
+                    usage[t.pk],
+                )
+                for t in members
+            }
+        )
+        by_slug = snapshot.lent()
+        for t in members:
+            lent[t.pk] = by_slug[t.slug]
+    out: dict[int, list[QuotaUse]] = {}
+    for team in teams:
+        rows = []
+        for quota in quotas[team.pk]:
+            used_base = usage[team.pk].get(quota.resource, 0)
+            nominal_base = quota_capacity(quota.resource, quota.limit)
+            rows.append(
+                QuotaUse(
+                    resource=quota.resource,
+                    limit=quota.limit,
+                    used=_units(quota.resource, used_base),
+                    used_display=format_amount(quota.resource, used_base),
+                    limit_display=format_amount(quota.resource, nominal_base),
+                    borrowed=_units(quota.resource, max(0, used_base - nominal_base)),
+                    lent=_units(quota.resource, lent[team.pk].get(quota.resource, 0)),
+                    borrowing_limit=quota.borrowing_limit if team.cohort_id else None,
+                    lending_limit=quota.lending_limit if team.cohort_id else None,
+                )
+            )
+        out[team.pk] = rows
+    return out
+
+
 def quota_usage(*, team: Team) -> list[QuotaUse]:
     """Each quota of the team with its limit and what admitted jobs hold now."""
-    usage = team_usage(team=team)
-    rows = []
-    for quota in GpuQuota.objects.filter(team=team).order_by("resource"):
-        used_base = usage.get(quota.resource, 0)
-        unit = quota_capacity(quota.resource, 1)
-        used = -(-used_base // unit)  # round up: 500m of cpu is "1 core in use"
-        rows.append(
-            QuotaUse(
-                resource=quota.resource,
-                limit=quota.limit,
-                used=used,
-                used_display=format_amount(quota.resource, used_base),
-                limit_display=format_amount(
-                    quota.resource, quota_capacity(quota.resource, quota.limit)
-                ),
-            )
-        )
-    return rows
+    return quota_usage_for_teams(teams=[team])[team.pk]
 
 
 def queued_count(*, team: Team) -> int:

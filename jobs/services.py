@@ -221,7 +221,13 @@ def job_preview(*, user: User | AnonymousUser, data: Any, with_fit: bool = True)
     checked = job_spec_check(user=user, data=data)
     manifests = _manifests_for(checked, PREVIEW_JOB_ID)
     fit = (
-        job_fit_preview(manifests=manifests, team=checked.team, demand=checked.demand)
+        job_fit_preview(
+            manifests=manifests,
+            team=checked.team,
+            demand=checked.demand,
+            kind=checked.spec.kind,
+            priority=PRIORITY_CLASS_VALUES[checked.spec.priority],
+        )
         if with_fit
         else None
     )

@@ -20,7 +20,9 @@ from cluster.tasks import RETRY_TEMPORARY, ROBUST
 from core.redis_client import redis_client
 from jobs.admission import admission_run
 from jobs.apply import job_apply, job_cleanup
+from jobs.eviction import EvictOutcome, job_evict
 from jobs.metrics import reconcile_timer
+from jobs.models import Job
 from jobs.reconcile import ReconcileReport, cluster_reconcile
 
 logger = logging.getLogger(__name__)
@@ -41,10 +43,32 @@ def admission_task(team_id: int) -> list[int]:
         redis_client().delete(ADMISSION_QUEUED_KEY.format(team_id=team_id))
     except redis.RedisError as exc:
         logger.warning("admission mark not cleared (expires on its own): %s", exc)
-    admitted = admission_run(team_id=team_id).admitted
-    for job_id in admitted:
+    result = admission_run(team_id=team_id)
+    for job_id in result.evicted:
+        job_evict_task.delay(job_id)
+    for job_id in result.admitted:
         job_apply_task.delay(job_id)
-    return admitted
+    return result.admitted
+
+
+# An evicted job's pods take their grace period to stop: look again every few seconds,
+# for up to about ten minutes; after that the reconcile's recovery takes over.
+EVICT_POLL_SECONDS = 3
+EVICT_POLLS = 200
+
+
+@shared_task(bind=True, **ROBUST, **RETRY_TEMPORARY, soft_time_limit=60, time_limit=90)
+def job_evict_task(self: Any, job_id: int) -> str:
+    """Stop an evicted job's objects; once they are gone it is back in the queue, and the
+    admission of its team's cohort runs (the job that evicted it goes first)."""
+    outcome = job_evict(job_id=job_id)
+    if outcome is EvictOutcome.STOPPING:
+        raise self.retry(countdown=EVICT_POLL_SECONDS, max_retries=EVICT_POLLS)
+    if outcome is EvictOutcome.REQUEUED:
+        team_id = Job.objects.filter(pk=job_id).values_list("team_id", flat=True).first()
+        if team_id is not None:
+            admission_task.delay(team_id)
+    return outcome.value
 
 
 @shared_task(**ROBUST, **RETRY_TEMPORARY, soft_time_limit=60, time_limit=90)
@@ -75,6 +99,8 @@ def reconcile_requeue(report: ReconcileReport) -> None:
         admission_task.delay(team_id)
     for job_id in report.cleanup:
         job_cleanup_task.delay(job_id)
+    for job_id in report.evictions:
+        job_evict_task.delay(job_id)
 
 
 def admission_enqueue(*, team_id: int) -> None:

@@ -23,4 +23,6 @@ api_urlpatterns = [
     path("jobs/<int:job_id>/cancel/", apis.JobCancelApi.as_view(), name="api-job-cancel"),
     path("jobs/<int:job_id>/events/", apis.JobEventsApi.as_view(), name="api-job-events"),
     path("jobs/<int:job_id>/logs/", apis.JobLogsApi.as_view(), name="api-job-logs"),
+    path("cohorts/", apis.CohortListApi.as_view(), name="api-cohorts"),
+    path("cohorts/<slug:slug>/", apis.CohortDetailApi.as_view(), name="api-cohort"),
 ]

@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 DNS_LABEL = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
     "Use lower-case letters, digits and '-', starting and ending with a letter or digit.",
 )
+
+
+class Cohort(models.Model):
+    """A group of teams that lend each other the quota they leave unused (Kueue's cohort).
+
+    A team belongs to at most one; a team without a cohort uses its own quota only.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=40, unique=True, validators=[DNS_LABEL])
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
 
 
 class Team(models.Model):
@@ -23,6 +43,27 @@ class Team(models.Model):
         help_text="Kubernetes namespace of the team's jobs; team-<slug> when left empty.",
     )
     description = models.TextField(blank=True)
+    cohort = models.ForeignKey(
+        Cohort,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="teams",
+        help_text="Teams of a cohort borrow each other's unused quota.",
+    )
+    weight = models.DecimalField(
+        max_digits=6,
+        decimal_places=2,
+        default=Decimal(1),
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="Fair-sharing weight among the cohort's borrowers: a team of weight 2 may "
+        "borrow twice the share of a team of weight 1 before it yields. 0: borrows last.",
+    )
+    inference_may_borrow = models.BooleanField(
+        default=False,
+        help_text="Let inference deployments run on borrowed quota (a lender reclaiming its "
+        "GPUs may then evict them). Training jobs always may.",
+    )
     members: models.ManyToManyField[models.Model, Membership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )
@@ -68,18 +109,42 @@ class GpuQuota(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
     resource = models.CharField(max_length=100)
-    limit = models.PositiveIntegerField(help_text="Whole number: GPUs, slices, cores or GiB.")
+    limit = models.PositiveIntegerField(
+        "nominal", help_text="Guaranteed quota. Whole number: GPUs, slices, cores or GiB."
+    )
+    borrowing_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="How much above nominal the team may borrow from its cohort; "
+        "empty: as much as the cohort leaves unused.",
+    )
+    lending_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="How much of its nominal quota the team lends its cohort; empty: all of it.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["team", "resource"], name="quota_unique_team_resource")
+            models.UniqueConstraint(fields=["team", "resource"], name="quota_unique_team_resource"),
+            models.CheckConstraint(
+                condition=models.Q(lending_limit__isnull=True)
+                | models.Q(lending_limit__lte=models.F("limit")),
+                name="quota_lending_within_nominal",
+                violation_error_message="The lending limit cannot be more than the nominal "
+                "quota: a team lends only what it has.",
+            ),
         ]
         ordering = ["team__slug", "resource"]
         verbose_name = "GPU quota"
 
     def __str__(self) -> str:
         return f"{self.team}: {self.limit} × {self.resource}"
+
+    @property
+    def nominal(self) -> int:
+        return self.limit
 
 
 class AuditLog(models.Model):

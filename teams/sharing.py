@@ -345,37 +345,43 @@ class Running:
     demand: Amounts
 
 
-def reclaim_victims(
+def preemption_victims(
     cohort: Cohort, *, team: str, demand: Amounts, candidates: Sequence[Running]
 ) -> list[Running] | None:
-    """The fewest jobs of *other* teams to evict so that ``team`` gets back quota it lent,
-    or None when evicting cannot make the job fit on its nominal quota. ``candidates`` are
-    the jobs admitted on borrowed quota (a job admitted within its team's nominal quota is
-    never evicted by a reclaim).
+    """The fewest admitted jobs to evict so that a job of ``team`` fits on its nominal
+    quota, or None when evicting cannot do it. [] when it fits already.
 
-    Only a job that would run within the team's nominal quota may reclaim, and only jobs of
-    teams over their own nominal quota on a contested resource are candidates; a team
-    within its nominal quota is never evicted from. Kueue's order: lower priority first,
-    then the most recently admitted. Candidates are removed from a copy of the snapshot in
-    that order (skipping one whose team is no longer over nominal) until the job fits; then
-    every removed job whose return still lets it fit is put back, newest removal first.
+    ``candidates`` are what the caller allows: jobs of other teams running on borrowed
+    quota (a *reclaim*), and jobs of ``team`` itself of lower priority (preemption within
+    the team). Only a job that will run within its team's nominal quota preempts: a job
+    that would borrow waits for quota instead, so a preemptor can never be a reclaim
+    victim itself (no loop).
+
+    Kueue's order: other teams' jobs before the team's own, lower priority first, then the
+    most recently admitted. Candidates are removed from a copy of the snapshot in that
+    order (skipping another team's job once that team is no longer over its nominal quota
+    on a contested resource: a team within its nominal quota is never evicted from) until
+    the job fits; then every removed job whose return still lets it fit is put back,
+    newest removal first.
     """
-    quotas = {
-        r: q for r, amount in demand.items() if amount and (q := cohort.quota(team, r)) is not None
-    }
-    contested = set(quotas)
-    if any(cohort.usage(team, r) + int(demand[r]) > q.nominal for r, q in quotas.items()):
-        return None  # it would borrow: it waits for quota, it does not reclaim
-    if cohort.fit(team, demand).fits:
+    if cohort.fit(team, demand).kind is FitKind.NOMINAL:
         return []
+    contested = {r for r, amount in demand.items() if amount and cohort.quota(team, r) is not None}
+    own = [c for c in candidates if c.team == team and contested & set(c.demand)]
+    for resource in contested:
+        quota = cohort.quota(team, resource)
+        assert quota is not None
+        floor = cohort.usage(team, resource) - sum(int(c.demand.get(resource, 0)) for c in own)
+        if floor + int(demand[resource]) > quota.nominal:
+            return None  # it would borrow even alone: it waits for quota, it never evicts
     simulated = cohort.copy()
     order = sorted(
-        (c for c in candidates if c.team != team and contested & set(c.demand)),
-        key=lambda c: (c.priority, -c.admitted_at.timestamp(), -c.job_id),
+        (c for c in candidates if contested & set(c.demand)),
+        key=lambda c: (c.team == team, c.priority, -c.admitted_at.timestamp(), -c.job_id),
     )
     removed: list[Running] = []
     for candidate in order:
-        if not any(
+        if candidate.team != team and not any(
             simulated.borrowed(candidate.team, r) > 0 for r in contested if r in candidate.demand
         ):
             continue

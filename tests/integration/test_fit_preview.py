@@ -76,10 +76,15 @@ def test_full_cluster_waits_preempts_or_waits_for_quota(
     low = preview(carol_api, team="nlp", gpu=a100, priority="low")
     assert low["verdict"] == "waits"
     assert "finish" in low["message"]
-    # and vision's own next job waits for its quota first
-    mine = preview(alice_api, gpu={"count": 8}, priority="high")
-    assert mine["verdict"] == "waits-for-quota"
+    # and vision's own next low-priority job waits for its quota first
+    mine = preview(alice_api, gpu={"count": 8}, priority="low")
+    assert (mine["verdict"], mine["quota"]) == ("waits-for-quota", "waits")
     assert "uses 16 of 16 nvidia.com/gpu" in mine["message"]
+    # while its high-priority one would evict the newest of its own low-priority jobs
+    urgent = preview(alice_api, gpu={"count": 8}, priority="high")
+    assert (urgent["verdict"], urgent["quota"]) == ("preempts", "preempts")
+    assert urgent["preempted_jobs"] == [low_jobs[1].pk]
+    assert "team vision's lower-priority jobs: vision #" in urgent["message"]
     for kind in ("Job",):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             kube.delete(kind, obj["metadata"]["name"], obj["metadata"]["namespace"])

@@ -15,7 +15,7 @@ from teams.sharing import (
     Running,
     TeamShare,
     next_head,
-    reclaim_victims,
+    preemption_victims,
     wait_reason,
 )
 
@@ -166,7 +166,7 @@ def test_a_reclaim_evicts_the_fewest_borrowing_jobs_lowest_priority_then_newest(
         running("vision", 4, 2, priority=1000, minute=7),
     ]
     # When robotics asks for 4 GPUs of its own quota (only 2 are idle)
-    victims = reclaim_victims(shared, team="robotics", demand={GPU: 4}, candidates=jobs)
+    victims = preemption_victims(shared, team="robotics", demand={GPU: 4}, candidates=jobs)
     # Then exactly one 2-GPU job goes: the newest of the lowest priority
     assert [v.job_id for v in victims or []] == [3]
 
@@ -179,7 +179,7 @@ def test_the_minimal_set_puts_back_a_victim_not_needed_after_all() -> None:
         running("vision", 2, 2, priority=1, minute=9),
         running("vision", 3, 4, priority=5, minute=1),
     ]
-    victims = reclaim_victims(shared, team="robotics", demand={GPU: 6}, candidates=jobs)
+    victims = preemption_victims(shared, team="robotics", demand={GPU: 6}, candidates=jobs)
     # 2 idle + 4 freed = 6: the 4-GPU job alone is enough, the 2-GPU one stays
     assert [v.job_id for v in victims or []] == [3]
 
@@ -188,17 +188,17 @@ def test_no_reclaim_from_a_team_within_its_nominal_quota_or_for_a_job_that_would
     shared = cohort(vision=team(8, used=8), robotics=team(8, used=8))
     jobs = [running("vision", 1, 8)]
     # vision is within its nominal quota: nothing of it may be evicted
-    assert reclaim_victims(shared, team="robotics", demand={GPU: 1}, candidates=jobs) is None
+    assert preemption_victims(shared, team="robotics", demand={GPU: 1}, candidates=jobs) is None
     # robotics asking for more than its nominal waits; it never evicts to borrow
     lender = cohort(vision=team(8, used=10), robotics=team(8, used=6))
     jobs = [running("vision", 2, 2)]
-    assert reclaim_victims(lender, team="robotics", demand={GPU: 3}, candidates=jobs) is None
+    assert preemption_victims(lender, team="robotics", demand={GPU: 3}, candidates=jobs) is None
 
 
 def test_a_job_that_fits_already_evicts_nobody() -> None:
     shared = cohort(vision=team(8, used=10), robotics=team(8, used=2))
     jobs = [running("vision", 1, 2)]
-    assert reclaim_victims(shared, team="robotics", demand={GPU: 4}, candidates=jobs) == []
+    assert preemption_victims(shared, team="robotics", demand={GPU: 4}, candidates=jobs) == []
 
 
 def test_a_team_back_within_its_nominal_quota_loses_no_more_jobs() -> None:
@@ -211,7 +211,7 @@ def test_a_team_back_within_its_nominal_quota_loses_no_more_jobs() -> None:
         running("speech", 3, 2, priority=100, minute=1),
     ]
     # When robotics reclaims
-    victims = reclaim_victims(shared, team="robotics", demand={GPU: 4}, candidates=borrowing)
+    victims = preemption_victims(shared, team="robotics", demand={GPU: 4}, candidates=borrowing)
     # Then vision gives back only what it borrowed; speech gives the rest
     assert [v.job_id for v in victims or []] == [1, 3]
 

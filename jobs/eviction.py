@@ -1,0 +1,78 @@
+"""Evicted jobs: stop their objects in the cluster, then put them back in the queue.
+
+Admission marks a victim (``state`` queued, reason ``Preempted``, ``evicted_at`` set) in
+the transaction that chose it; its quota stays counted (``admitted_at`` is kept) until
+its pods are gone, so the GPUs it frees go to the job that evicted it and no one else.
+
+We delete the Job (or Deployment) rather than suspend it: a re-admitted job is created
+again from its stored manifests, exactly as the first time, and no suspended object is
+left holding a name. The names are deterministic, so the second create must not find the
+first object still being deleted: the job is released only when every object and pod of
+it is gone. Safe to run twice: deletes of what is gone count as done, and the release is
+a conditional UPDATE on the ``evicted_at`` this eviction set.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from django.utils import timezone
+
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL
+from jobs.models import Job, JobState
+from jobs.transitions import job_transition
+
+
+class EvictOutcome(StrEnum):
+    NOT_DUE = "not-due"
+    STOPPING = "stopping"  # deleted; pods still terminating: try again shortly
+    REQUEUED = "requeued"
+
+
+def _remaining(job: Job) -> int:
+    """How many of the job's objects and pods the cluster still has."""
+    left = 0
+    for manifest in job.manifests:
+        meta = manifest["metadata"]
+        try:
+            kube.get(manifest["kind"], meta["name"], meta.get("namespace"))
+            left += 1
+        except kube.ObjectNotFound:
+            pass
+    pods = kube.list_all("Pod", namespace=job.namespace, label_selector=f"{JOB_ID_LABEL}={job.pk}")
+    return left + sum(1 for _ in pods)
+
+
+def job_evict(*, job_id: int) -> EvictOutcome:
+    """1. Re-read the job: return unless it is an eviction under way.
+    2. Delete its objects (background propagation: the pods follow).
+    3. While any object or pod remains, return ``STOPPING`` (the task tries again).
+    4. Release it: no longer admitted or applied, back in its team's queue at its
+       original place (its submission time), with its eviction on the timeline.
+    """
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None or job.state != JobState.QUEUED or job.evicted_at is None:
+        return EvictOutcome.NOT_DUE
+    for manifest in reversed(job.manifests):
+        meta = manifest["metadata"]
+        kube.delete(manifest["kind"], meta["name"], meta.get("namespace"))
+    if _remaining(job):
+        return EvictOutcome.STOPPING
+    released = job_transition(
+        job=job,
+        where={"state": JobState.QUEUED, "evicted_at": job.evicted_at},
+        changes={
+            "admitted_at": None,
+            "applied_at": None,
+            "started_at": None,
+            "evicted_at": None,
+            "borrowing": False,
+            "placement": {},
+            "advice": "",
+        },
+        event_reason="Requeued",
+        event_message="Its objects are gone from the cluster; back in the queue at its place "
+        f"(submitted {timezone.localtime(job.created_at):%Y-%m-%d %H:%M}).",
+    )
+    return EvictOutcome.REQUEUED if released else EvictOutcome.NOT_DUE
