@@ -13,11 +13,11 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from jobs.cohort_selectors import cohort_views
 from jobs.models import Job, JobEvent
-from jobs.quota import format_amount
-from jobs.selectors import team_usage
-from teams.admin import GpuQuotaAdmin, GpuQuotaInline, MembershipInline, TeamAdmin
-from teams.models import GpuQuota, Team
+from jobs.selectors import QuotaUse, quota_usage
+from teams.admin import CohortAdmin, GpuQuotaAdmin, GpuQuotaInline, MembershipInline, TeamAdmin
+from teams.models import Cohort, GpuQuota, Team
 
 
 class JobEventInline(admin.TabularInline):
@@ -43,9 +43,11 @@ class JobAdmin(admin.ModelAdmin):
         "priority",
         "state",
         "reason",
+        "borrowing",
+        "evictions",
         "created_at",
     ]
-    list_filter = ["state", "kind", "priority", "team"]
+    list_filter = ["state", "kind", "priority", "borrowing", "team"]
     search_fields = ["name", "owner__username", "team__slug", "object_name"]
     list_select_related = ["team", "owner"]
     date_hierarchy = "created_at"
@@ -58,33 +60,83 @@ class JobAdmin(admin.ModelAdmin):
         return False
 
 
-def _in_use(quota: GpuQuota) -> str:
+def _use(quota: GpuQuota) -> QuotaUse | None:
     if quota.pk is None:
-        return "—"
-    return format_amount(quota.resource, team_usage(team=quota.team).get(quota.resource, 0))
+        return None
+    return next((q for q in quota_usage(team=quota.team) if q.resource == quota.resource), None)
 
 
-class GpuQuotaInUseInline(GpuQuotaInline):
-    fields = [*GpuQuotaInline.fields, "in_use"]
-    readonly_fields = ["in_use"]
+def _in_use(quota: GpuQuota) -> str:
+    use = _use(quota)
+    return "—" if use is None else use.used_display
 
+
+def _borrowed(quota: GpuQuota) -> str:
+    use = _use(quota)
+    return "—" if use is None else str(use.borrowed)
+
+
+def _lent(quota: GpuQuota) -> str:
+    use = _use(quota)
+    return "—" if use is None else str(use.lent)
+
+
+class _QuotaUseColumns:
     @admin.display(description="In use")
     def in_use(self, quota: GpuQuota) -> str:
         return _in_use(quota)
+
+    @admin.display(description="Borrowed")
+    def borrowed(self, quota: GpuQuota) -> str:
+        return _borrowed(quota)
+
+    @admin.display(description="Lent")
+    def lent(self, quota: GpuQuota) -> str:
+        return _lent(quota)
+
+
+class GpuQuotaInUseInline(_QuotaUseColumns, GpuQuotaInline):
+    fields = [*GpuQuotaInline.fields, "in_use", "borrowed", "lent"]
+    readonly_fields = ["in_use", "borrowed", "lent"]
 
 
 class TeamInUseAdmin(TeamAdmin):
     inlines = [MembershipInline, GpuQuotaInUseInline]
 
 
-class GpuQuotaInUseAdmin(GpuQuotaAdmin):
-    list_display = ["team", "resource", "limit", "in_use", "updated_at"]
+class GpuQuotaInUseAdmin(_QuotaUseColumns, GpuQuotaAdmin):
+    list_display = [
+        "team",
+        "resource",
+        "limit",
+        "borrowing_limit",
+        "lending_limit",
+        "in_use",
+        "borrowed",
+        "lent",
+        "updated_at",
+    ]
 
-    @admin.display(description="In use")
-    def in_use(self, quota: GpuQuota) -> str:
-        return _in_use(quota)
+
+class CohortInUseAdmin(CohortAdmin):
+    list_display = [*CohortAdmin.list_display[:-1], "quota_totals", "created_at"]
+
+    @admin.display(description="Nominal / in use / borrowed / unused")
+    def quota_totals(self, cohort: Cohort) -> str:
+        views = cohort_views(slug=cohort.slug)
+        if not views:
+            return "—"
+        return (
+            "; ".join(
+                f"{t['resource']}: {t['nominal']} / {t['used']} / {t['borrowed']} / {t['unused']}"
+                for t in views[0].totals
+            )
+            or "—"
+        )
 
 
+admin.site.unregister(Cohort)
+admin.site.register(Cohort, CohortInUseAdmin)
 admin.site.unregister(Team)
 admin.site.register(Team, TeamInUseAdmin)
 admin.site.unregister(GpuQuota)

@@ -74,16 +74,22 @@ def _views(cohorts: list[Cohort]) -> list[CohortView]:
     return views
 
 
-def cohorts_for_user(*, user: User | AnonymousUser, slug: str | None = None) -> list[CohortView]:
-    """The cohorts of the user's teams (platform admins: every cohort), by slug."""
-    if not user.is_authenticated:
-        return []
+def cohort_views(*, slug: str | None = None, user: User | None = None) -> list[CohortView]:
+    """Every cohort (or the one named ``slug``), by slug; with ``user``, only those of
+    the user's teams."""
     cohorts = Cohort.objects.order_by("slug")
     if slug is not None:
         cohorts = cohorts.filter(slug=slug)
-    if not getattr(user, "is_superuser", False):
+    if user is not None:
         cohorts = cohorts.filter(teams__in=teams_for_user(user=user)).distinct()
     return _views(list(cohorts))
+
+
+def cohorts_for_user(*, user: User | AnonymousUser, slug: str | None = None) -> list[CohortView]:
+    """The cohorts of the user's teams (platform admins: every cohort), by slug."""
+    if not isinstance(user, User):
+        return []
+    return cohort_views(slug=slug, user=None if user.is_superuser else user)
 
 
 def cohort_get_for_user(*, user: User | AnonymousUser, slug: str) -> CohortView:

@@ -63,13 +63,21 @@ class QuotaProblem:
 
 
 def quota_never_fits(
-    spec: JobSpec, demand: Mapping[str, int], limits: Mapping[str, int], *, team: str
+    spec: JobSpec,
+    demand: Mapping[str, int],
+    limits: Mapping[str, int],
+    *,
+    team: str,
+    ceilings: Mapping[str, int] | None = None,
+    cohort: str | None = None,
 ) -> QuotaProblem | None:
     """Why this job could never be admitted under these limits, or None.
 
     1. Its GPUs must be covered by at least one quota (a team without any
        quota for a kind of GPU may not use it).
-    2. Every demanded resource that has a quota must fit inside the limit.
+    2. Every demanded resource that has a quota must fit inside what the team could ever
+       hold: its nominal quota (``limits``) or, in a cohort, its ``ceilings`` (nominal
+       plus what it may borrow).
     """
     keys = gpu_quota_keys(spec)
     if keys and not any(key in limits for key in keys):
@@ -86,10 +94,11 @@ def quota_never_fits(
             f"Team {team} has no quota for {what}.{hint} Choose a GPU the team has quota for, "
             "or ask a platform admin for quota.",
         )
+    ceilings = ceilings or limits
     for resource, amount in demand.items():
         if resource not in limits:
             continue
-        capacity = quota_capacity(resource, limits[resource])
+        capacity = quota_capacity(resource, ceilings.get(resource, limits[resource]))
         if amount > capacity:
             per_pod = amount // max(spec.pod_count, 1)
             pods = (
@@ -97,6 +106,17 @@ def quota_never_fits(
                 if spec.pod_count > 1
                 else ""
             )
+            extra = capacity - quota_capacity(resource, limits[resource])
+            if extra > 0 and cohort:
+                nominal = format_amount(resource, quota_capacity(resource, limits[resource]))
+                return QuotaProblem(
+                    resource,
+                    f"Team {team} can hold at most {format_amount(resource, capacity)} of "
+                    f"{resource} ({nominal} nominal and {format_amount(resource, extra)} it may "
+                    f"borrow in cohort {cohort}); this job asks for "
+                    f"{format_amount(resource, amount)}{pods}, so it could never be admitted. "
+                    "Ask for less, or ask a platform admin for more quota.",
+                )
             return QuotaProblem(
                 resource,
                 f"Team {team}'s quota allows at most {format_amount(resource, capacity)} of "

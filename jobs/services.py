@@ -32,8 +32,8 @@ from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
 from scheduling import cpu_millis, memory_bytes
 from scheduling.quantity import human_number, human_quantity
-from teams.models import Membership, Team
-from teams.selectors import membership_role, team_quotas_for_user
+from teams.models import Cohort, Membership, Team
+from teams.selectors import cohort_pool, membership_role, team_quotas_for_user
 from teams.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -172,7 +172,13 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     pod_cpu, pod_memory = cpu_millis(requests["cpu"]), memory_bytes(requests["memory"])
     _check_node_capacity(spec, catalog, cpu_millis=pod_cpu, memory_bytes=pod_memory)
     demand = job_demand(spec, cpu_millis=pod_cpu, memory_bytes=pod_memory)
-    problem = quota_never_fits(spec, demand, found.limits, team=team.slug)
+    ceilings, cohort = None, None
+    if team.cohort_id is not None and (spec.kind == "training" or team.inference_may_borrow):
+        ceilings = found.ceilings(cohort_pool(cohort_id=team.cohort_id))
+        cohort = Cohort.objects.filter(pk=team.cohort_id).values_list("slug", flat=True).first()
+    problem = quota_never_fits(
+        spec, demand, found.limits, team=team.slug, ceilings=ceilings, cohort=cohort
+    )
     if problem is not None:
         field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
         raise _field_error(field, problem.message)

@@ -15,8 +15,10 @@ from django.db.models import QuerySet
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
-from teams.models import AuditLog, GpuQuota, Membership, Team
+from teams.models import AuditLog, Cohort, GpuQuota, Membership, Team
 from teams.services import (
+    cohort_delete,
+    cohort_save,
     membership_delete,
     membership_set,
     quota_delete,
@@ -34,7 +36,7 @@ class MembershipInline(admin.TabularInline):
 class GpuQuotaInline(admin.TabularInline):
     model = GpuQuota
     extra = 1
-    fields = ["resource", "limit"]
+    fields = ["resource", "limit", "borrowing_limit", "lending_limit"]
 
 
 def _quota_form_save(request: HttpRequest, form: ModelForm, team: Team) -> GpuQuota:
@@ -47,7 +49,14 @@ def _quota_form_save(request: HttpRequest, form: ModelForm, team: Team) -> GpuQu
     ):
         old = Team.objects.get(pk=old_team) if old_team is not None else team
         quota_delete(actor=request.user, team=old, resource=str(old_resource))
-    return quota_set(actor=request.user, team=team, resource=quota.resource, limit=quota.limit)
+    return quota_set(
+        actor=request.user,
+        team=team,
+        resource=quota.resource,
+        limit=quota.limit,
+        borrowing_limit=quota.borrowing_limit,
+        lending_limit=quota.lending_limit,
+    )
 
 
 def _membership_form_save(request: HttpRequest, form: ModelForm, team: Team) -> Membership:
@@ -64,13 +73,28 @@ def _membership_form_save(request: HttpRequest, form: ModelForm, team: Team) -> 
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "namespace", "member_count", "quota_summary", "created_at"]
+    list_display = [
+        "slug",
+        "name",
+        "namespace",
+        "cohort",
+        "weight",
+        "member_count",
+        "quota_summary",
+        "created_at",
+    ]
+    list_filter = ["cohort"]
     search_fields = ["slug", "name", "namespace"]
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline, GpuQuotaInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
-        return super().get_queryset(request).prefetch_related("quotas", "memberships")
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("cohort")
+            .prefetch_related("quotas", "memberships")
+        )
 
     @admin.display(description="Members")
     def member_count(self, team: Team) -> int:
@@ -113,9 +137,48 @@ class TeamAdmin(admin.ModelAdmin):
         super().save_formset(request, form, formset, change)
 
 
+class CohortTeamInline(admin.TabularInline):
+    """The cohort's teams, read-only: a team joins or leaves on its own page (audited)."""
+
+    model = Team
+    fields = ["slug", "name", "weight", "inference_may_borrow"]
+    readonly_fields = ["slug", "name", "weight", "inference_may_borrow"]
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Cohort)
+class CohortAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "team_list", "created_at"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ("name",)}
+    inlines = [CohortTeamInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Cohort]:
+        return super().get_queryset(request).prefetch_related("teams")
+
+    @admin.display(description="Teams")
+    def team_list(self, cohort: Cohort) -> str:
+        return ", ".join(t.slug for t in cohort.teams.all()) or "—"
+
+    def save_model(self, request: HttpRequest, obj: Cohort, form: ModelForm, change: bool) -> None:
+        cohort_save(actor=request.user, cohort=obj)
+
+    def delete_model(self, request: HttpRequest, obj: Cohort) -> None:
+        cohort_delete(actor=request.user, cohort=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Cohort]) -> None:
+        for cohort in queryset:
+            self.delete_model(request, cohort)
+
+
 @admin.register(GpuQuota)
 class GpuQuotaAdmin(admin.ModelAdmin):
-    list_display = ["team", "resource", "limit", "updated_at"]
+    list_display = ["team", "resource", "limit", "borrowing_limit", "lending_limit", "updated_at"]
     list_filter = ["team", "resource"]
     search_fields = ["team__slug", "team__name", "resource"]
     list_select_related = ["team"]

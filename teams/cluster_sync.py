@@ -16,6 +16,7 @@ from cluster.selectors import Catalog, catalog_get
 from scheduling import parse_quantity
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.models import GpuQuota, Team
+from teams.selectors import TeamQuotas, cohort_pool
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,23 @@ def priority_classes_sync() -> dict[str, str]:
     }
 
 
+def team_quota_ceilings(*, team: Team) -> dict[str, int]:
+    """What the team's ResourceQuota allows: its nominal quota, or in a cohort the most it
+    may legitimately reach by borrowing (nominal + borrowing limit, or what the cohort
+    lends when there is no limit). The portal's admission stays the guard of the cohort's
+    total; the ResourceQuota only stops what the portal would never admit."""
+    rows = list(GpuQuota.objects.filter(team=team))
+    quotas = TeamQuotas(
+        team=team,
+        limits={q.resource: q.limit for q in rows},
+        borrowing_limits={q.resource: q.borrowing_limit for q in rows},
+        lending_limits={q.resource: q.lending_limit for q in rows},
+    )
+    if team.cohort_id is None:
+        return quotas.limits
+    return quotas.ceilings(cohort_pool(cohort_id=team.cohort_id))
+
+
 def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     """Namespace, ResourceQuota and LimitRange of one team, plus the PriorityClasses.
 
@@ -170,7 +188,7 @@ def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     """
     team = Team.objects.get(pk=team_id)
     catalog = catalog_get()
-    limits = dict(GpuQuota.objects.filter(team=team).values_list("resource", "limit"))
+    limits = team_quota_ceilings(team=team)
     outcome = {
         f"Namespace/{team.namespace}": kube.ensure(
             namespace_manifest(team), compare=_namespace_same

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from core.errors import NotFound
-from teams.models import Membership, Team
+from teams.models import GpuQuota, Membership, Team
+from teams.sharing import ResourceQuota
 
 
 def teams_for_user(*, user: User | AnonymousUser) -> QuerySet[Team]:
@@ -25,14 +26,36 @@ def teams_for_user(*, user: User | AnonymousUser) -> QuerySet[Team]:
 @dataclass(frozen=True)
 class TeamQuotas:
     team: Team
-    limits: dict[str, int]  # resource → limit, as the team's GpuQuota rows say
+    limits: dict[str, int]  # resource → limit (nominal), as the team's GpuQuota rows say
+    borrowing_limits: dict[str, int | None] = field(default_factory=dict)
+    lending_limits: dict[str, int | None] = field(default_factory=dict)
+
+    def ceilings(self, pool: dict[str, int]) -> dict[str, int]:
+        """The most of each resource the team could ever hold, given what its cohort lends
+        (``pool``; empty without a cohort): Kueue's ``min(nominal + borrowing limit,
+        guarded + pool)``."""
+        out = {}
+        for resource, nominal in self.limits.items():
+            if resource not in pool:
+                out[resource] = nominal
+                continue
+            quota = ResourceQuota(
+                nominal, self.borrowing_limits.get(resource), self.lending_limits.get(resource)
+            )
+            ceiling = quota.guarded + pool[resource]
+            if quota.borrowing_limit is not None:
+                ceiling = min(ceiling, nominal + quota.borrowing_limit)
+            out[resource] = max(nominal, ceiling)
+        return out
 
 
 # The team by slug with its quota rows (none: one row of NULLs). Plain SQL that PostgreSQL
 # and SQLite both run; the membership condition is added for everyone but platform admins.
 _TEAM_QUOTAS_SQL = """
-SELECT t.id, t.name, t.slug, t.namespace, t.description, t.created_at,
-       q.resource AS quota_resource, q."limit" AS quota_limit
+SELECT t.id, t.name, t.slug, t.namespace, t.description, t.created_at, t.cohort_id,
+       t.weight, t.inference_may_borrow,
+       q.resource AS quota_resource, q."limit" AS quota_limit,
+       q.borrowing_limit AS quota_borrowing_limit, q.lending_limit AS quota_lending_limit
 FROM teams_team t LEFT JOIN teams_gpuquota q ON q.team_id = t.id
 WHERE t.slug = %s
 """
@@ -58,12 +81,32 @@ def team_quotas_for_user(*, user: User | AnonymousUser, slug: str) -> TeamQuotas
         rows = list(Team.objects.raw(_TEAM_QUOTAS_SQL + _MEMBER_SQL, [slug, user.pk]))
     if not rows:
         return None
-    limits = {
-        getattr(r, "quota_resource"): getattr(r, "quota_limit")  # noqa: B009 - raw() columns
-        for r in rows
-        if getattr(r, "quota_resource") is not None  # noqa: B009
-    }
-    return TeamQuotas(team=rows[0], limits=limits)
+    quotas = [r for r in rows if getattr(r, "quota_resource") is not None]  # noqa: B009
+    # raw() columns that are not fields of Team, read by name.
+    return TeamQuotas(
+        team=rows[0],
+        limits={getattr(r, "quota_resource"): getattr(r, "quota_limit") for r in quotas},  # noqa: B009
+        borrowing_limits={
+            getattr(r, "quota_resource"): getattr(r, "quota_borrowing_limit")  # noqa: B009
+            for r in quotas
+        },
+        lending_limits={
+            getattr(r, "quota_resource"): getattr(r, "quota_lending_limit")  # noqa: B009
+            for r in quotas
+        },
+    )
+
+
+def cohort_pool(*, cohort_id: int) -> dict[str, int]:
+    """What the cohort's teams lend, per resource, in quota units (Kueue's pool: the sum
+    of each team's nominal quota, or of its lending limit where one is set)."""
+    pool: dict[str, int] = {}
+    rows = GpuQuota.objects.filter(team__cohort_id=cohort_id).values_list(
+        "resource", "limit", "lending_limit"
+    )
+    for resource, limit, lending_limit in rows:
+        pool[resource] = pool.get(resource, 0) + ResourceQuota(limit, None, lending_limit).lendable
+    return pool
 
 
 @dataclass(frozen=True)

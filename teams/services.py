@@ -6,12 +6,14 @@ change is audited the same way and mirrored into the cluster on commit.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 
-from teams.models import AuditLog, GpuQuota, Membership, Team
+from core.errors import ApplicationError
+from teams.models import AuditLog, Cohort, GpuQuota, Membership, Team
 from teams.tasks import team_sync_enqueue
 
 Actor = User | AnonymousUser | None
@@ -36,43 +38,102 @@ def audit_record(
     )
 
 
+_QUOTA_FIELDS = ("limit", "borrowing_limit", "lending_limit")
+# The old audit entries said only the limit: keep "old"/"new" for it, add the rest.
+_UNSET = object()
+
+
 def _quota_audit(
-    *, actor: Actor, team: Team, resource: str, old_limit: int | None, new_limit: int | None
+    *,
+    actor: Actor,
+    team: Team,
+    resource: str,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
 ) -> None:
-    if old_limit == new_limit:
+    if old == new:
         return
-    action = (
-        "quota.create"
-        if old_limit is None
-        else "quota.delete"
-        if new_limit is None
-        else "quota.update"
-    )
-    audit_record(
-        actor=actor,
-        action=action,
-        target=f"{team.slug}/{resource}",
-        changes={"team": team.slug, "resource": resource, "old": old_limit, "new": new_limit},
-    )
+    action = "quota.create" if old is None else "quota.delete" if new is None else "quota.update"
+    changes: dict[str, Any] = {
+        "team": team.slug,
+        "resource": resource,
+        "old": old["limit"] if old else None,
+        "new": new["limit"] if new else None,
+    }
+    for name in _QUOTA_FIELDS[1:]:
+        before, after = (old or {}).get(name), (new or {}).get(name)
+        if before != after:
+            changes[name] = {"old": before, "new": after}
+    audit_record(actor=actor, action=action, target=f"{team.slug}/{resource}", changes=changes)
+
+
+def _sync_with_cohort(team: Team, *also: int | None) -> None:
+    """Mirror the team into the cluster, and every team of its cohort (and of the cohorts
+    in ``also``): what a team may borrow, so its ResourceQuota, depends on the others'."""
+    cohorts = {c for c in (team.cohort_id, *also) if c is not None}
+    ids = {team.pk}
+    if cohorts:
+        ids |= set(Team.objects.filter(cohort_id__in=cohorts).values_list("pk", flat=True))
+    for team_id in sorted(ids):
+        team_sync_enqueue(team_id=team_id)
+
+
+def _check_limits(limit: int, borrowing_limit: int | None, lending_limit: int | None) -> None:
+    if lending_limit is not None and lending_limit > limit:
+        raise ApplicationError(
+            f"lending_limit: a team lends at most its nominal quota ({limit}); set "
+            f"{limit} or less, or leave it empty to lend all of it.",
+            field_errors={"lending_limit": ["Must not be more than the nominal quota."]},
+        )
+    for name, value in (("borrowing_limit", borrowing_limit), ("lending_limit", lending_limit)):
+        if value is not None and value < 0:
+            raise ApplicationError(
+                f"{name}: must be 0 or more, or empty for no limit.",
+                field_errors={name: ["Must be 0 or more."]},
+            )
+
+
+def _given(value: object, old: int | None) -> int | None:
+    if value is _UNSET:
+        return old
+    assert value is None or isinstance(value, int)
+    return value
 
 
 @transaction.atomic
-def quota_set(*, actor: Actor, team: Team, resource: str, limit: int) -> GpuQuota:
-    """Create or change a team's quota on one resource; audited, mirrored into the cluster.
+def quota_set(
+    *,
+    actor: Actor,
+    team: Team,
+    resource: str,
+    limit: int,
+    borrowing_limit: int | object | None = _UNSET,
+    lending_limit: int | object | None = _UNSET,
+) -> GpuQuota:
+    """Create or change a team's quota on one resource: its nominal ``limit`` and, in a
+    cohort, its borrowing and lending limits (left as they are when not given); audited,
+    mirrored into the cluster with the rest of the cohort.
 
     The row is locked while it changes, so two admins saving at once both land in the
-    audit log with the limit each of them replaced.
+    audit log with the values each of them replaced.
     """
     quota = GpuQuota.objects.select_for_update().filter(team=team, resource=resource).first()
-    old = quota.limit if quota else None
+    old = {f: getattr(quota, f) for f in _QUOTA_FIELDS} if quota else None
+    new: dict[str, int | None] = {
+        "limit": limit,
+        "borrowing_limit": _given(borrowing_limit, (old or {}).get("borrowing_limit")),
+        "lending_limit": _given(lending_limit, (old or {}).get("lending_limit")),
+    }
+    _check_limits(limit, new["borrowing_limit"], new["lending_limit"])
     if quota is None:
-        quota = GpuQuota.objects.create(team=team, resource=resource, limit=limit)
-    elif quota.limit != limit:
-        quota.limit = limit
-        quota.save(update_fields=["limit", "updated_at"])
-    _quota_audit(actor=actor, team=team, resource=resource, old_limit=old, new_limit=limit)
-    if old != limit:
-        team_sync_enqueue(team_id=team.pk)
+        quota = GpuQuota.objects.create(team=team, resource=resource, **new)
+    elif old != new:
+        for name, value in new.items():
+            setattr(quota, name, value)
+        quota.save(update_fields=[*_QUOTA_FIELDS, "updated_at"])
+    _quota_audit(actor=actor, team=team, resource=resource, old=old, new=new)
+    if old != new:
+        _sync_with_cohort(team)
     return quota
 
 
@@ -83,22 +144,85 @@ def quota_delete(*, actor: Actor, team: Team, resource: str) -> None:
     if quota is None:
         return
     quota.delete()
-    _quota_audit(actor=actor, team=team, resource=resource, old_limit=quota.limit, new_limit=None)
-    team_sync_enqueue(team_id=team.pk)
+    old = {f: getattr(quota, f) for f in _QUOTA_FIELDS}
+    _quota_audit(actor=actor, team=team, resource=resource, old=old, new=None)
+    _sync_with_cohort(team)
+
+
+# Team fields whose changes the audit log records (old → new).
+_TEAM_AUDITED = ("cohort_id", "weight", "inference_may_borrow")
 
 
 @transaction.atomic
 def team_save(*, actor: Actor, team: Team) -> Team:
     """Create or change a team: its namespace defaults to ``team-<slug>``; a new team is
-    audited; either way its namespace, ResourceQuota and LimitRange follow on commit."""
+    audited, and so is a change of its cohort, weight or borrowing choice (old → new);
+    either way its namespace, ResourceQuota and LimitRange (and those of the cohorts it
+    leaves or joins) follow on commit."""
     created = team.pk is None
+    before = Team.objects.filter(pk=team.pk).values(*_TEAM_AUDITED).first() if not created else None
     if not team.namespace:
         team.namespace = f"team-{team.slug}"
     team.save()
     if created:
         audit_record(actor=actor, action="team.create", target=team)
-    team_sync_enqueue(team_id=team.pk)
+    elif before is not None:
+        changes = {
+            name.removesuffix("_id"): {
+                "old": _plain(before[name]),
+                "new": _plain(getattr(team, name)),
+            }
+            for name in _TEAM_AUDITED
+            if before[name] != getattr(team, name)
+        }
+        if "cohort" in changes:
+            slugs = dict(Cohort.objects.values_list("pk", "slug"))
+            changes["cohort"] = {k: slugs.get(v) for k, v in changes["cohort"].items()}
+        if changes:
+            audit_record(actor=actor, action="team.update", target=team, changes=changes)
+    _sync_with_cohort(team, before["cohort_id"] if before else None)
     return team
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, Decimal) else value
+
+
+@transaction.atomic
+def cohort_save(*, actor: Actor, cohort: Cohort) -> Cohort:
+    """Create or change a cohort; audited (old → new for its name and description)."""
+    before = (
+        Cohort.objects.filter(pk=cohort.pk).values("name", "slug", "description").first()
+        if cohort.pk
+        else None
+    )
+    cohort.save()
+    if before is None:
+        audit_record(actor=actor, action="cohort.create", target=cohort)
+    else:
+        changes = {
+            k: {"old": v, "new": getattr(cohort, k)}
+            for k, v in before.items()
+            if v != getattr(cohort, k)
+        }
+        if changes:
+            audit_record(actor=actor, action="cohort.update", target=cohort, changes=changes)
+    return cohort
+
+
+@transaction.atomic
+def cohort_delete(*, actor: Actor, cohort: Cohort) -> None:
+    """Dissolve a cohort: its teams keep their quotas and stop borrowing from each other."""
+    team_ids = list(cohort.teams.values_list("pk", flat=True))
+    audit_record(
+        actor=actor,
+        action="cohort.delete",
+        target=cohort,
+        changes={"teams": list(cohort.teams.values_list("slug", flat=True))},
+    )
+    cohort.delete()
+    for team_id in team_ids:
+        team_sync_enqueue(team_id=team_id)
 
 
 @transaction.atomic

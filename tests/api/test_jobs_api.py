@@ -251,7 +251,7 @@ def test_owner_cancels_a_queued_job(alice_api: APIClient) -> None:
 def test_member_cannot_cancel_a_teammates_job_but_the_lead_can(
     alice_api: APIClient, bob_api: APIClient, demo: dict[str, Any]
 ) -> None:
-    dave = User.objects.create_user("dave", password="pw-for-tests-1")
+    dave = User.objects.create_user("erin", password="pw-for-tests-1")
     demo["teams"]["vision"].memberships.create(user=dave, role="member")
     job = submit(alice_api, training_spec())
 

@@ -61,6 +61,7 @@ def test_platform_admins_lead_every_team(admin_user: User) -> None:
     assert body["is_platform_admin"] is True
     assert [(t["slug"], t["role"]) for t in body["teams"]] == [
         ("nlp", "lead"),
+        ("robotics", "lead"),
         ("speech", "lead"),
         ("vision", "lead"),
     ]

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from cluster.models import GpuProduct, MigProfile
 from portal.models import ApiToken
-from teams.models import GpuQuota, Membership, Team
+from teams.models import Cohort, GpuQuota, Membership, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -45,14 +45,14 @@ def test_seed_demo_is_idempotent() -> None:
     # Then nothing is duplicated and the demo passwords still work
     assert counts() == first
     assert first == {
-        "teams": 3,
-        "users": 4,
-        "memberships": 3,
-        "quotas": 5,
+        "teams": 4,
+        "users": 5,
+        "memberships": 4,
+        "quotas": 6,
         "products": 3,
         "mig_profiles": 3,
     }
-    for username in ("alice", "bob", "carol", "admin"):
+    for username in ("alice", "bob", "carol", "dave", "admin"):
         assert User.objects.get(username=username).check_password("demo"), username
 
 
@@ -80,7 +80,16 @@ def test_seeded_quotas_are_exactly_the_demo_ones() -> None:
         ("vision", "nvidia.com/gpu.shared", 8),
         ("nlp", "NVIDIA-A100-SXM4-80GB", 8),
         ("speech", "nvidia.com/gpu.shared", 4),
+        ("robotics", "nvidia.com/gpu", 8),
     }
+    # and vision and robotics lend each other their unused quota, with no limits
+    research = Cohort.objects.get(slug="research")
+    assert sorted(research.teams.values_list("slug", flat=True)) == ["robotics", "vision"]
+    assert not (
+        GpuQuota.objects.filter(team__cohort=research)
+        .exclude(borrowing_limit=None, lending_limit=None)
+        .exists()
+    )
 
 
 def test_seed_demo_refuses_production_settings() -> None:

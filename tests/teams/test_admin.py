@@ -226,9 +226,9 @@ def test_new_team_without_namespace_gets_team_slug(client: Client, admin_user: U
     admin_client(client, admin_user)
     data = form_fields(client.get("/admin/teams/team/add/").content.decode(), "team_form")
     # When a team is saved with no namespace
-    data.update(name="Robotics", slug="robotics", namespace="", _save="Save")
+    data.update(name="Perception", slug="perception", namespace="", _save="Save")
     response = client.post("/admin/teams/team/add/", data)
     # Then its namespace is team-<slug>
     assert response.status_code == 302, response.content.decode()[:2000]
-    assert Team.objects.get(slug="robotics").namespace == "team-robotics"
+    assert Team.objects.get(slug="perception").namespace == "team-perception"
     assert AuditLog.objects.filter(action="team.create", actor=admin_user).exists()

@@ -10,8 +10,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from cluster.models import CatalogSettings, GpuProduct, MigProfile
-from teams.models import Membership, Team
-from teams.services import quota_set
+from teams.models import Cohort, Membership, Team
+from teams.services import cohort_save, quota_set, team_save
 
 DEMO_PASSWORD = "demo"  # noqa: S105 - the documented demo password, refused in production
 
@@ -22,12 +22,15 @@ PRODUCTS = [
     ("Tesla-T4", 15360, 4),
 ]
 MIG_PROFILES = [("1g.10gb", 10, 56), ("2g.20gb", 20, 24), ("3g.40gb", 40, 16)]
-TEAMS = [("vision", "Vision"), ("nlp", "NLP"), ("speech", "Speech")]
+TEAMS = [("vision", "Vision"), ("nlp", "NLP"), ("speech", "Speech"), ("robotics", "Robotics")]
+# Teams that lend each other their unused quota; no borrowing or lending limits.
+COHORTS = [("research", "Research", ["vision", "robotics"])]
 USERS = [
     # (username, team, role, is_staff/superuser)
     ("alice", "vision", Membership.Role.MEMBER, False),
     ("bob", "vision", Membership.Role.LEAD, False),
     ("carol", "nlp", Membership.Role.MEMBER, False),
+    ("dave", "robotics", Membership.Role.MEMBER, False),
     ("admin", None, None, True),
 ]
 QUOTAS = [
@@ -36,6 +39,7 @@ QUOTAS = [
     ("vision", "nvidia.com/gpu.shared", 8),
     ("nlp", "NVIDIA-A100-SXM4-80GB", 8),
     ("speech", "nvidia.com/gpu.shared", 4),
+    ("robotics", "nvidia.com/gpu", 8),
 ]
 
 
@@ -53,6 +57,7 @@ class Command(BaseCommand):
             self._users(teams)
             for slug, resource, limit in QUOTAS:
                 quota_set(actor=None, team=teams[slug], resource=resource, limit=limit)
+            self._cohorts(teams)
         self.stdout.write(
             self.style.SUCCESS("Demo data ready. Log in at http://127.0.0.1:8000/ with:")
         )
@@ -80,6 +85,17 @@ class Command(BaseCommand):
             )
             teams[slug] = team
         return teams
+
+    def _cohorts(self, teams: dict[str, Team]) -> None:
+        for slug, name, members in COHORTS:
+            cohort = Cohort.objects.filter(slug=slug).first() or cohort_save(
+                actor=None, cohort=Cohort(slug=slug, name=name)
+            )
+            for member in members:
+                team = teams[member]
+                if team.cohort_id != cohort.pk:
+                    team.cohort = cohort
+                    team_save(actor=None, team=team)
 
     def _users(self, teams: dict[str, Team]) -> None:
         User = get_user_model()
