@@ -16,7 +16,7 @@ from cluster.models import CatalogSettings, GpuProduct
 from jobs.admission import admission_run
 from jobs.models import Job
 from jobs.services import job_submit
-from teams.models import GpuQuota, Membership, Team
+from teams.models import Cohort, GpuQuota, Membership, Team
 from tests.conftest import training_spec
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,3 +123,104 @@ def test_admission_waits_for_a_concurrent_admission_of_the_same_team() -> None:
     second.join(timeout=10)
 
     assert order == ["first admission committed", "second admission done"]
+
+
+def test_concurrent_submissions_across_a_cohort_never_exceed_any_limit() -> None:
+    # Given cohort lab: team a (nominal 8, may borrow 4) and team b (nominal 8, may borrow 2)
+    GpuProduct.objects.create(name="NVIDIA-A100-SXM4-80GB", memory_mib=81920, gpus_per_node=8)
+    CatalogSettings.objects.create()
+    lab = Cohort.objects.create(slug="lab", name="Lab")
+    users, teams = {}, {}
+    for slug, borrowing_limit in (("a", 4), ("b", 2)):
+        teams[slug] = Team.objects.create(
+            name=slug, slug=slug, namespace=f"team-{slug}", cohort=lab
+        )
+        GpuQuota.objects.create(
+            team=teams[slug], resource="nvidia.com/gpu", limit=8, borrowing_limit=borrowing_limit
+        )
+        users[slug] = User.objects.create_user(f"racer-{slug}", password="pw-for-tests-1")
+        Membership.objects.create(user=users[slug], team=teams[slug])
+    start = threading.Event()
+
+    def submit_and_admit(i: int) -> None:
+        slug = "ab"[i % 2]
+        start.wait()
+        try:
+            job_submit(
+                user=users[slug],
+                data=training_spec(team=slug, name=f"r{i}", gpu={"count": 1 + i % 3}),
+            )
+            for round_ in range(ADMISSION_ROUNDS):
+                admission_run(team_id=teams["ab"[(i + round_) % 2]].pk)
+        finally:
+            connection.close()
+
+    # When 100 submissions and admission runs for both teams race each other
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        futures = [pool.submit(submit_and_admit, i) for i in range(SUBMISSIONS)]
+        start.set()
+        for future in futures:
+            future.result()
+
+    # Then what the jobs hold (evicted ones too, until their pods are gone) never passes a
+    # team's nominal + borrowing limit, nor the cohort's 16
+    held = {
+        slug: sum(
+            j.demand["nvidia.com/gpu"]
+            for j in Job.objects.filter(team=team, admitted_at__isnull=False)
+        )
+        for slug, team in teams.items()
+    }
+    assert held["a"] <= 12 and held["b"] <= 10, held
+    assert held["a"] + held["b"] <= 16, held
+    # and the cohort is used: a queue that can move has moved
+    assert held["a"] + held["b"] >= 14, held
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+def test_admission_for_one_team_waits_for_a_pass_over_another_team_of_its_cohort() -> None:
+    # The mechanism behind the test above: a pass locks every team of the cohort, so a
+    # pass started for team a cannot decide while one for team b (same GPUs to lend)
+    # holds the cohort.
+    lab = Cohort.objects.create(slug="lab", name="Lab")
+    a = Team.objects.create(name="A", slug="a", namespace="team-a", cohort=lab)
+    b = Team.objects.create(name="B", slug="b", namespace="team-b", cohort=lab)
+    outsider = Team.objects.create(name="C", slug="c", namespace="team-c")
+    locked, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def hold_team_b() -> None:
+        try:
+            with transaction.atomic():
+                Team.objects.select_for_update().get(pk=b.pk)
+                locked.set()
+                release.wait(timeout=10)
+                order.append("pass over b committed")
+        finally:
+            connection.close()
+
+    def admit(team: Team, what: str) -> None:
+        try:
+            admission_run(team_id=team.pk)
+            order.append(what)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_team_b)
+    holder.start()
+    assert locked.wait(timeout=10)
+    other = threading.Thread(target=admit, args=(outsider, "pass over c (no cohort) done"))
+    other.start()
+    other.join(timeout=5)
+    second = threading.Thread(target=admit, args=(a, "pass over a done"))
+    second.start()
+    second.join(timeout=1)
+    release.set()
+    holder.join(timeout=10)
+    second.join(timeout=10)
+
+    assert order == [
+        "pass over c (no cohort) done",
+        "pass over b committed",
+        "pass over a done",
+    ]
