@@ -412,11 +412,26 @@ def _write_evictions(
     slugs = {tid: t.slug for tid, t in state.teams.items()}
     victim_ids = [holder["pk"] for holder, _ in victims]
     rows = Job.objects.in_bulk(victim_ids)
+    # What each preemptor takes back from each team: the sum of its victims' holdings.
+    taken: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for holder, preemptor in victims:
+        for resource, amount in holder["demand"].items():
+            taken[(preemptor.job_id, holder["team_id"])][resource] += int(amount)
+    # Where each victim goes back in its team's queue (the others evicted now included).
+    order: dict[int, list[tuple[int, datetime]]] = defaultdict(list)
+    for tid, queue in state.queues.items():
+        order[tid] = [(-q.priority, q.created_at) for q in queue]
+    for pk in victim_ids:
+        if pk in rows:
+            order[rows[pk].team_id].append((-rows[pk].priority_value, rows[pk].created_at))
     for holder, preemptor in victims:
         job = rows.get(holder["pk"])
         if job is None:
             continue
-        message = _eviction_words(state, job, holder, preemptor, slugs, now)
+        key = (-job.priority_value, job.created_at)
+        position = 1 + sum(1 for other in order[job.team_id] if other < key)
+        amounts = taken[(preemptor.job_id, holder["team_id"])]
+        message = _eviction_words(state, amounts, holder, preemptor, slugs, now, position)
         moved = Job.objects.filter(
             pk=job.pk, state__in=ACTIVE_STATES, admitted_at__isnull=False, evicted_at__isnull=True
         ).update(
@@ -434,28 +449,30 @@ def _write_evictions(
 
 def _eviction_words(
     state: _Pass,
-    job: Job,
+    taken: dict[str, int],
     holder: dict[str, Any],
     preemptor: _Queued,
     slugs: dict[int, str],
     now: datetime,
+    position: int,
 ) -> str:
     """``evicted at 14:02: team robotics reclaimed 8 nvidia.com/gpu it had lent to vision;
-    re-queued, position 3``."""
+    re-queued, position 3``: the resource is the first the preemptor needs (GPUs before
+    cpu and memory), the amount what this preemption takes back from the victim's team."""
     at = timezone.localtime(now).strftime("%H:%M")
     victim_team, preemptor_team = slugs[holder["team_id"]], slugs[preemptor.team_id]
-    gpus = {
-        r: a
+    contested = [
+        r
         for r, a in preemptor.demand.items()
-        if a and state.cohort.quota(preemptor_team, r) is not None and r in holder["demand"]
-    }
-    resource = next(iter(sorted(gpus, key=lambda r: (r in ("cpu", "memory"), r))), None)
-    what = f"{_amount(resource, gpus[resource])} {resource}" if resource else "its quota"
-    position = 1 + sum(
-        1
-        for queued in state.queues[holder["team_id"]]
-        if (-queued.priority, queued.created_at) < (-job.priority_value, job.created_at)
-    )
+        if a and state.cohort.quota(preemptor_team, r) is not None and taken.get(r)
+    ]
+    resource = min(contested, key=lambda r: (r in ("cpu", "memory"), r), default=None)
+    if victim_team == preemptor_team and resource is not None:
+        what = f"{_amount(resource, preemptor.demand[resource])} {resource}"
+    elif resource is not None:
+        what = f"{_amount(resource, taken[resource])} {resource}"
+    else:
+        what = "its quota"
     if victim_team == preemptor_team:
         cause = (
             f"job #{preemptor.job_id} of priority {_priority_name(preemptor.priority)} needed "

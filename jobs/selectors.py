@@ -54,6 +54,8 @@ JOB_LIST_FIELDS = (
     "created_at",
     "started_at",
     "finished_at",
+    "borrowing",
+    "evictions",
     "team__slug",
     "owner__username",
 )

@@ -21,7 +21,7 @@ from jobs.selectors import (
     job_get_for_user,
     job_list_page,
     queued_count,
-    quota_usage,
+    quota_usage_for_teams,
 )
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
 from jobs.spec import spec_yaml
@@ -173,13 +173,15 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
 
 @login_required
 def team_list(request: HttpRequest) -> HttpResponse:
+    found = list(teams_for_user(user=request.user).select_related("cohort"))
+    quotas = quota_usage_for_teams(teams=found)
     teams = [
         {
             "team": team,
             "role": membership_role(user=request.user, team=team),
-            "quotas": quota_usage(team=team),
+            "quotas": quotas[team.pk],
             "queued": queued_count(team=team),
         }
-        for team in teams_for_user(user=request.user)
+        for team in found
     ]
     return render(request, "portal/teams.html", {"teams": teams})

@@ -26,6 +26,7 @@ from django.utils import timezone
 from monitoring.prometheus import Series
 from monitoring.queries import JOB_METRICS
 from monitoring.selectors.cluster import ClusterOverview, GpuCell, ProductCapacity
+from monitoring.selectors.cohort import CohortUsage, SharingSeries
 from monitoring.selectors.common import device_name
 from monitoring.selectors.job import JobGpus
 from monitoring.selectors.team import TeamUsage
@@ -268,6 +269,82 @@ def team_usage(usage: TeamUsage) -> Figure:
     return _dict(fig)
 
 
+def sharing(
+    series: SharingSeries, timestamps: Sequence[float], *, teams: Sequence[str], title: str
+) -> Figure:
+    """Each team's use of one quota resource, stacked: its own (nominal) quota, then what
+    it borrowed on top; what each lent as dotted lines; the teams' nominal total dashed."""
+    x = _times(timestamps)
+    fig = go.Figure()
+    for index, team in enumerate(teams):
+        color = _PALETTE[index % len(_PALETTE)]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=series.own[team],
+                name=f"{team}: own quota",
+                mode="lines",
+                line_shape="hv",
+                stackgroup="use",
+                line={"color": color, "width": 1},
+                legendgroup=team,
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=series.borrowed[team],
+                name=f"{team}: borrowed",
+                mode="lines",
+                line_shape="hv",
+                stackgroup="use",
+                line={"color": color, "width": 1, "dash": "dot"},
+                fillpattern={"shape": "/"},
+                legendgroup=team,
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=series.lent[team],
+                name=f"{team}: lent",
+                mode="lines",
+                line_shape="hv",
+                line={"color": color, "dash": "dot", "width": 2},
+                legendgroup=team,
+            )
+        )
+    total = sum(series.nominal[team] for team in teams)
+    fig.add_trace(
+        go.Scatter(
+            x=[x[0], x[-1]] if x else [],
+            y=[total, total],
+            name="nominal quota" if len(teams) == 1 else "the teams' nominal quota",
+            mode="lines",
+            line={"dash": "dash", "width": 1, "color": "#495057"},
+        )
+    )
+    fig.update_layout(
+        **_layout(
+            title, height=340, yaxis={"title": {"text": series.resource}, "rangemode": "tozero"}
+        )
+    )
+    return _dict(fig)
+
+
+def cohort_figures(usage: CohortUsage) -> dict[str, Figure]:
+    teams = [member.team.slug for member in usage.view.teams]
+    return {
+        f"cohort-{index}": sharing(
+            series,
+            usage.timestamps,
+            teams=[t for t in teams if t in series.nominal],
+            title=f"{series.resource}: own, borrowed and lent, last {usage.range_key}",
+        )
+        for index, series in enumerate(usage.resources)
+    }
+
+
 # --- One figure set per page (id → figure), for the templates ---------------------------
 
 
@@ -305,6 +382,21 @@ def cluster_figures(overview: ClusterOverview) -> dict[str, Figure]:
 
 def team_figures(usage: TeamUsage) -> dict[str, Figure]:
     return {"team-usage": team_usage(usage)}
+
+
+def team_sharing_figures(usage: TeamUsage, cohort: CohortUsage) -> dict[str, Figure]:
+    """The team's own line of its cohort's sharing charts."""
+    figures = {}
+    for index, series in enumerate(cohort.resources):
+        if usage.team.slug in series.nominal:
+            figures[f"team-sharing-{index}"] = sharing(
+                series,
+                cohort.timestamps,
+                teams=[usage.team.slug],
+                title=f"{series.resource} in cohort {cohort.view.cohort.slug}: own, "
+                f"borrowed and lent",
+            )
+    return figures
 
 
 def job_figures(result: JobGpus) -> dict[str, Figure]:

@@ -18,6 +18,7 @@ from jobs.selectors import job_get_for_user
 from monitoring import charts, metrics
 from monitoring.queries import RANGES, RangeError, parse_range
 from monitoring.selectors.cluster import cluster_overview_get
+from monitoring.selectors.cohort import cohort_usage_get
 from monitoring.selectors.job import job_gpus_get
 from monitoring.selectors.team import team_usage_get
 from teams.selectors import team_get_for_user
@@ -72,10 +73,19 @@ def team_usage(request: HttpRequest, slug: str) -> HttpResponse:
         return _bad_range(exc)
     team = team_get_for_user(user=request.user, slug=slug)
     usage = team_usage_get(team=team, user=request.user, range_key=range_key)
+    cohort = (
+        cohort_usage_get(user=request.user, slug=team.cohort.slug, range_key=range_key)
+        if team.cohort is not None
+        else None
+    )
     context = {
         "team": team,
         "usage": usage,
+        "cohort": cohort,
         "figures": _figure_list(charts.team_figures(usage)),
+        "sharing_figures": _figure_list(charts.team_sharing_figures(usage, cohort))
+        if cohort
+        else [],
         "ranges": list(RANGES),
         "range_key": range_key,
         "prometheus_url": settings.PROMETHEUS_URL,
@@ -83,6 +93,25 @@ def team_usage(request: HttpRequest, slug: str) -> HttpResponse:
     if _refreshing(request, "team-panels"):
         return render(request, "monitoring/_team_panels.html", context)
     return render(request, "monitoring/team.html", context)
+
+
+@login_required
+@require_GET
+def cohort_usage(request: HttpRequest, slug: str) -> HttpResponse:
+    try:
+        range_key, _ = parse_range(request.GET.get("range"))
+    except RangeError as exc:
+        return _bad_range(exc)
+    usage = cohort_usage_get(user=request.user, slug=slug, range_key=range_key)
+    context = {
+        "usage": usage,
+        "figures": _figure_list(charts.cohort_figures(usage)),
+        "ranges": list(RANGES),
+        "range_key": range_key,
+    }
+    if _refreshing(request, "cohort-panels"):
+        return render(request, "monitoring/_cohort_panels.html", context)
+    return render(request, "monitoring/cohort.html", context)
 
 
 @login_required

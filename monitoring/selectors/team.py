@@ -49,7 +49,7 @@ class TeamUsage:
     metrics_error: str | None = None
 
 
-def _running_between(team: Team, start: datetime, end: datetime) -> QuerySet[Job]:
+def team_jobs_between(team: Team, start: datetime, end: datetime) -> QuerySet[Job]:
     """The team's jobs that held GPUs at some point in [start, end)."""
     return (
         Job.objects.filter(team=team, gpu_count__gt=0, started_at__isnull=False)
@@ -112,14 +112,14 @@ def team_usage_get(
     _, seconds = queries.parse_range(range_key)
     window = Window.last(seconds, now=now)
     grid = window.grid()
-    in_range = list(_running_between(team, window.start, window.end))
+    in_range = list(team_jobs_between(team, window.start, window.end))
     local = timezone.localtime(now)
     month_start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     week_start = (local - timedelta(days=local.weekday())).replace(
         hour=0, minute=0, second=0, microsecond=0
     )
     since = min(month_start, week_start)
-    this_period = list(_running_between(team, since, now))
+    this_period = list(team_jobs_between(team, since, now))
     ranked = sorted(
         (JobGpuHours(job, _held(job, window.start, window.end, now)) for job in in_range),
         key=lambda r: (-r.gpu_hours, r.job.pk),

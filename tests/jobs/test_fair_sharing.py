@@ -238,9 +238,11 @@ def test_a_lender_reclaims_from_the_fewest_lowest_priority_newest_borrowing_jobs
     assert (victim.state, victim.reason, victim.evictions) == (JobState.QUEUED, "Preempted", 1)
     assert re.fullmatch(
         r"evicted at \d\d:\d\d: team robotics reclaimed 4 nvidia.com/gpu it had lent to "
-        r"vision; re-queued, position 1",
+        r"vision; re-queued, position 2",
         victim.message,
     ), victim.message
+    # behind the other evicted job, submitted before it
+    assert fresh(borrowers[2]).message.endswith("re-queued, position 1")
     assert victim.events.filter(reason="Preempted").count() == 1
     # and robotics' job waits for their GPUs, which stay counted until the pods are gone
     assert fresh(mine).admitted_at is None
