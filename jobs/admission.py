@@ -33,7 +33,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
@@ -79,6 +80,30 @@ class _Queued:
     demand: dict[str, int]
 
 
+# How much of each team's queue a pass reads at a time: a pass admits a few jobs per team
+# (quota is the limit), so reading 10,000 queued rows to admit 20 of them is waste.
+QUEUE_PAGE = 50
+
+_QUEUE_ORDER = ("-priority_value", "created_at", "pk")
+_QUEUE_FIELDS = ("pk", "team_id", "kind", "priority_value", "created_at", "demand")
+
+
+def _queued(team_ids: list[int]) -> Any:
+    return Job.objects.filter(
+        team__in=team_ids, state=JobState.QUEUED, admitted_at__isnull=True
+    ).order_by(*_QUEUE_ORDER)
+
+
+def _after(job: _Queued) -> Q:
+    """Queued jobs behind ``job`` in queue order."""
+    same = Q(priority_value=job.priority)
+    return (
+        Q(priority_value__lt=job.priority)
+        | (same & Q(created_at__gt=job.created_at))
+        | (same & Q(created_at=job.created_at, pk__gt=job.job_id))
+    )
+
+
 @dataclass
 class _Pass:
     """What one pass reads under its locks."""
@@ -87,7 +112,25 @@ class _Pass:
     cohort: Cohort
     cohort_name: str | None
     holders: list[dict[str, Any]]  # admitted, unfinished jobs
-    queues: dict[int, deque[_Queued]]
+    queues: dict[int, deque[_Queued]]  # the first jobs of each team's queue
+    # Teams whose queue holds more than was read, and the last job read of each.
+    more: dict[int, _Queued] = field(default_factory=dict)
+
+    def head(self, team_id: int) -> _Queued | None:
+        """The team's first queued job not yet admitted in this pass (reading the next
+        page of its queue when the one read is used up)."""
+        queue = self.queues[team_id]
+        if not queue and team_id in self.more:
+            last = self.more.pop(team_id)
+            rows = list(
+                _queued([team_id])
+                .filter(_after(last))
+                .values_list(*_QUEUE_FIELDS)[: QUEUE_PAGE + 1]
+            )
+            queue.extend(_Queued(*row) for row in rows[:QUEUE_PAGE])
+            if len(rows) > QUEUE_PAGE:
+                self.more[team_id] = queue[-1]
+        return queue[0] if queue else None
 
 
 def _lock_teams(team_id: int, *, lock: bool = True) -> list[Team]:
@@ -144,21 +187,32 @@ def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dic
     return cohort, holders
 
 
-def _read(team_id: int, *, lock: bool = True) -> _Pass | None:
+def _read(team_id: int, *, lock: bool = True, page: int | None = QUEUE_PAGE) -> _Pass | None:
+    """The pass's snapshot: the cohort's teams (locked), quotas, holders, and the first
+    ``page`` jobs of each team's queue (one statement: a window over the queue order), or
+    every queued job with ``page=None``."""
     teams = _lock_teams(team_id, lock=lock)
     if not teams:
         return None
     cohort, holders = _snapshot(teams, lock=lock)
     queues: dict[int, deque[_Queued]] = {t.pk: deque() for t in teams}
-    rows = (
-        Job.objects.filter(
-            team__in=[t.pk for t in teams], state=JobState.QUEUED, admitted_at__isnull=True
-        )
-        .order_by("-priority_value", "created_at", "pk")
-        .values_list("pk", "team_id", "kind", "priority_value", "created_at", "demand")
-    )
-    for row in rows.iterator(chunk_size=5000):
+    rows = _queued([t.pk for t in teams])
+    if page is not None:
+        rows = rows.annotate(
+            place=Window(
+                RowNumber(),
+                partition_by=[F("team_id")],
+                order_by=[F("priority_value").desc(), F("created_at"), F("pk")],
+            )
+        ).filter(place__lte=page + 1)
+    for row in rows.values_list(*_QUEUE_FIELDS).iterator(chunk_size=5000):
         queues[row[1]].append(_Queued(*row))
+    more = {}
+    if page is not None:
+        for tid, queue in queues.items():
+            if len(queue) > page:
+                queue.pop()
+                more[tid] = queue[-1]
     cohort_obj = teams[0].cohort
     return _Pass(
         teams={t.pk: t for t in teams},
@@ -166,6 +220,7 @@ def _read(team_id: int, *, lock: bool = True) -> _Pass | None:
         cohort_name=cohort_obj.slug if cohort_obj is not None else None,
         holders=holders,
         queues=queues,
+        more=more,
     )
 
 
@@ -202,7 +257,7 @@ def admission_run(*, team_id: int) -> AdmissionResult:
             return result
         now = timezone.now()
         admitted = _admit(state, result)
-        blocked = {tid: q[0] for tid, q in state.queues.items() if q}
+        blocked = {tid: head for tid in state.queues if (head := state.head(tid)) is not None}
         evictions, reasons = _preempt(state, blocked, now)
         _write_admitted(state, admitted, now)
         _write_borrowing(state)
@@ -216,10 +271,11 @@ def _admit(state: _Pass, result: AdmissionResult) -> list[tuple[_Queued, Fit]]:
     blocked: set[int] = set()
     while True:
         heads: dict[int, Head] = {}
-        for tid, queue in state.queues.items():
-            if tid in blocked or not queue:
+        for tid in state.queues:
+            job = None if tid in blocked else state.head(tid)
+            if job is None:
                 continue
-            team, job = state.teams[tid], queue[0]
+            team = state.teams[tid]
             fit = state.cohort.fit(team.slug, job.demand)
             if fit.kind is FitKind.NO or (
                 fit.kind is FitKind.BORROWING and not _may_borrow(team, job)
@@ -417,19 +473,25 @@ def _write_evictions(
     for holder, preemptor in victims:
         for resource, amount in holder["demand"].items():
             taken[(preemptor.job_id, holder["team_id"])][resource] += int(amount)
-    # Where each victim goes back in its team's queue (the others evicted now included).
-    order: dict[int, list[tuple[int, datetime]]] = defaultdict(list)
-    for tid, queue in state.queues.items():
-        order[tid] = [(-q.priority, q.created_at) for q in queue]
+    # Where each victim goes back in its team's queue: behind the queued jobs ahead of it
+    # and the other jobs evicted now that are ahead of it.
+    evicted_keys: dict[int, list[tuple[int, datetime]]] = defaultdict(list)
     for pk in victim_ids:
         if pk in rows:
-            order[rows[pk].team_id].append((-rows[pk].priority_value, rows[pk].created_at))
+            evicted_keys[rows[pk].team_id].append((-rows[pk].priority_value, rows[pk].created_at))
     for holder, preemptor in victims:
         job = rows.get(holder["pk"])
         if job is None:
             continue
         key = (-job.priority_value, job.created_at)
-        position = 1 + sum(1 for other in order[job.team_id] if other < key)
+        ahead = Q(priority_value__gt=job.priority_value) | Q(
+            priority_value=job.priority_value, created_at__lt=job.created_at
+        )
+        position = (
+            1
+            + _queued([job.team_id]).filter(ahead).count()
+            + sum(1 for other in evicted_keys[job.team_id] if other < key)
+        )
         amounts = taken[(preemptor.job_id, holder["team_id"])]
         message = _eviction_words(state, amounts, holder, preemptor, slugs, now, position)
         moved = Job.objects.filter(
@@ -529,7 +591,7 @@ def admission_preview(
     """Would a job of this kind, priority and demand be admitted now, by borrowing, by
     evicting, or wait? Read-only: takes no lock and changes nothing. It queues behind the
     team's queued jobs of the same or higher priority, which go first."""
-    state = _read(team_id, lock=False)
+    state = _read(team_id, lock=False, page=None)
     assert state is not None, "the team exists: the spec check found it"
     team, cohort = state.teams[team_id], state.cohort
     job = _Queued(0, team_id, kind, priority, timezone.now(), demand)

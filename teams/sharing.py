@@ -102,6 +102,19 @@ class Cohort:
         self._quotas = {slug: dict(t.quotas) for slug, t in teams.items()}
         self._usage = {slug: dict(t.usage) for slug, t in teams.items()}
         self._weights = {slug: t.weight for slug, t in teams.items()}
+        # The pool and its use, per resource, kept as usage changes: an admission pass asks
+        # for them for every head of every team after each decision (50 teams × hundreds
+        # of decisions), and summing over the teams each time was most of a pass's time.
+        self._pool: dict[str, int] = {}
+        self._pool_used: dict[str, int] = {}
+        for quotas in self._quotas.values():
+            for resource, quota in quotas.items():
+                self._pool[resource] = self._pool.get(resource, 0) + quota.lendable
+        for resource in self._pool:
+            self._pool_used[resource] = sum(
+                max(0, self.usage(team, resource) - self._guarded(team, resource))
+                for team in self._quotas
+            )
 
     # --- the figures ---------------------------------------------------------------------
 
@@ -116,15 +129,14 @@ class Cohort:
 
     def pool(self, resource: str) -> int:
         """The quota of ``resource`` the cohort's teams lend."""
-        return sum(q[resource].lendable for q in self._quotas.values() if resource in q)
+        return self._pool.get(resource, 0)
 
     def pool_usage(self, resource: str) -> int:
         """How much of the pool is in use (by its owners or by borrowers)."""
-        total = 0
-        for team, quotas in self._quotas.items():
-            guarded = quotas[resource].guarded if resource in quotas else 0
-            total += max(0, self.usage(team, resource) - guarded)
-        return total
+        if resource not in self._pool_used:
+            # Only teams without a quota row for it use it: all of that comes from the pool.
+            return sum(self.usage(team, resource) for team in self._quotas)
+        return self._pool_used[resource]
 
     def available(self, team: str, resource: str) -> int:
         """How much more of ``resource`` the team can take now."""
@@ -220,11 +232,24 @@ class Cohort:
 
     def add(self, team: str, demand: Amounts) -> None:
         for resource, amount in demand.items():
-            self._usage[team][resource] = self.usage(team, resource) + int(amount)
+            self._use(team, resource, int(amount))
 
     def remove(self, team: str, demand: Amounts) -> None:
         for resource, amount in demand.items():
-            self._usage[team][resource] = self.usage(team, resource) - int(amount)
+            self._use(team, resource, -int(amount))
+
+    def _guarded(self, team: str, resource: str) -> int:
+        quota = self._quotas[team].get(resource)
+        return quota.guarded if quota is not None else 0
+
+    def _use(self, team: str, resource: str, amount: int) -> None:
+        before = self.usage(team, resource)
+        self._usage[team][resource] = before + amount
+        if resource in self._pool_used:
+            guarded = self._guarded(team, resource)
+            self._pool_used[resource] += max(0, before + amount - guarded) - max(
+                0, before - guarded
+            )
 
 
 def _spread(total: int, weights: Mapping[str, int]) -> dict[str, int]:

@@ -14,6 +14,8 @@ from kubernetes import client, config
 
 from jobs.models import Job, JobState
 from jobs.services import job_cancel, job_submit
+from teams.models import Team
+from teams.services import team_save
 from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
@@ -24,6 +26,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def users(worker: WorkerProcess) -> dict[str, User]:
     call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
+    # vision's 16 GPUs as a hard limit (tests/integration/test_reclaim.py covers cohorts)
+    vision = Team.objects.get(slug="vision")
+    vision.cohort = None
+    team_save(actor=None, team=vision)
     return {u.username: u for u in User.objects.all()}
 
 

@@ -43,7 +43,10 @@ def test_team_bootstrap_creates_everything_once_then_changes_nothing(
     namespace = core.read_namespace("team-vision")
     assert namespace.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
     quota = core.read_namespaced_resource_quota("gpu-portal-quota", "team-vision")
-    assert quota.spec.hard["requests.nvidia.com/gpu"] == "16"
+    # 16 of its own and the 8 robotics lends in cohort research: the ResourceQuota allows
+    # what vision may legitimately reach; the portal's admission guards the cohort's total
+    assert quota.spec.hard["requests.nvidia.com/gpu"] == "24"
+    # no one in the cohort lends MIG slices or time-sliced GPUs: those stay at nominal
     assert quota.spec.hard["requests.nvidia.com/mig-1g.10gb"] == "8"
     assert quota.spec.hard["requests.nvidia.com/gpu.shared"] == "8"
     assert quota.spec.hard["requests.nvidia.com/mig-2g.20gb"] == "0"

@@ -11,6 +11,7 @@ from django.utils import timezone
 from jobs.admission import admission_run
 from jobs.models import Job, JobState
 from jobs.services import job_submit
+from teams.services import quota_set
 from tests.conftest import training_spec
 
 pytestmark = pytest.mark.django_db
@@ -78,3 +79,19 @@ def test_admission_runs_twice_without_admitting_twice(alice: User, demo: dict[st
     assert admission_run(team_id=vision.pk).admitted == [job.pk]
     assert admission_run(team_id=vision.pk).admitted == []
     assert Job.objects.get(pk=job.pk).events.filter(reason="Admitted").count() == 1
+
+
+def test_a_long_queue_is_read_page_by_page_and_admitted_in_order(
+    alice: User, demo: dict[str, Any]
+) -> None:
+    # Given 70 one-GPU jobs queued for a quota of 60: more than one page of the queue
+    vision = demo["teams"]["vision"]
+    quota_set(actor=None, team=vision, resource="nvidia.com/gpu", limit=60)
+    jobs = [submit(alice, name=f"j{i}") for i in range(70)]
+
+    result = admission_run(team_id=vision.pk)
+
+    # Then the first 60 in queue order are admitted, and the rest wait in order
+    assert result.admitted == [j.pk for j in jobs[:60]]
+    assert Job.objects.get(pk=jobs[60].pk).message.endswith("; 0 jobs ahead")
+    assert Job.objects.get(pk=jobs[69].pk).message.endswith("; 9 jobs ahead")

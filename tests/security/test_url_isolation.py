@@ -108,6 +108,7 @@ def test_another_teams_user_gets_nothing(victim_job: Job, carol: User, method: s
             "/api/v1/jobs/",
             "/api/v1/me/",
             "/api/v1/teams/",
+            "/api/v1/cohorts/",
             "/api/v1/cluster/nodes/",
             "/jobs/new/preview/",
             "/api/v1/jobs/preview/",
