@@ -639,15 +639,19 @@ def admission_preview(
     )
     if victims:
         words = ", ".join(f"{v.team} #{v.job_id}" for v in victims)
-        own = all(v.team == team.slug for v in victims)
-        why = (
-            f"team {team.slug}'s lower-priority jobs"
-            if own
-            else f"the quota team {team.slug} lent (jobs running on it)"
-        )
+        if all(v.team == team.slug for v in victims):
+            message = (
+                f"Fits on nominal quota by evicting team {team.slug}'s lower-priority jobs: "
+                f"{words}; they are re-queued."
+            )
+        else:
+            message = (
+                f"Fits on team {team.slug}'s nominal quota by taking back what it lent: it "
+                f"evicts {words}, running on borrowed quota; they are re-queued."
+            )
         return QuotaVerdict(
             "preempts",
-            f"Fits on nominal quota by evicting {why}: {words}; they are re-queued.",
+            message,
             tuple(v.job_id for v in victims),
         )
     for holder in state.holders:

@@ -126,7 +126,13 @@ def job_fit_preview(
     try:
         snapshot = recent_cluster_snapshot()
     except kube.ClusterError as exc:
-        return FitPreview("unknown", f"Cannot check the cluster now: {exc.message}")
+        return FitPreview(
+            "unknown",
+            f"Cannot check the cluster now: {exc.message}"
+            + (f"; {quota.message}" if borrowing else ""),
+            quota=quota.kind,
+        )
+
     pods = job_pods(manifests)
     placed: list[str] = []
     victims: list[Pod] = []

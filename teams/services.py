@@ -185,7 +185,7 @@ def team_save(*, actor: Actor, team: Team) -> Team:
 
 
 def _plain(value: Any) -> Any:
-    return str(value) if isinstance(value, Decimal) else value
+    return str(value.quantize(Decimal("0.01"))) if isinstance(value, Decimal) else value
 
 
 @transaction.atomic

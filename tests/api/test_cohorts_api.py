@@ -137,3 +137,45 @@ def test_jobs_say_whether_they_borrow_and_how_often_they_were_evicted(
         1,
     )
     assert "team robotics reclaimed 4 nvidia.com/gpu it had lent to vision" in evicted["message"]
+
+
+def test_the_preview_answers_with_the_cohort_in_mind(borrowed: dict[str, Any]) -> None:
+    users = borrowed["users"]
+    # vision, at 20 of 16 with a borrowing limit of 4, cannot borrow more
+    vision = api_client_for(users["alice"]).post(
+        "/api/v1/jobs/preview/", training_spec(name="more", gpu={"count": 1}), format="json"
+    )
+    assert vision.json()["fit"]["quota"] == "waits"
+    assert vision.json()["fit"]["message"] == (
+        "Waits for quota: team vision uses 20 of 16 nvidia.com/gpu (nominal); would exceed "
+        "vision's borrowing limit (4)."
+    )
+    # robotics asking for its own 8 would take back the 4 it lent
+    robotics = api_client_for(users["dave"]).post(
+        "/api/v1/jobs/preview/",
+        training_spec(team="robotics", name="mine", gpu={"count": 8}),
+        format="json",
+    )
+    fit = robotics.json()["fit"]
+    last = borrowed["jobs"][2].pk
+    assert (fit["verdict"], fit["quota"], fit["preempted_jobs"]) == ("preempts", "preempts", [last])
+    assert fit["message"] == (
+        f"Fits on team robotics's nominal quota by taking back what it lent: it evicts "
+        f"vision #{last}, running on borrowed quota; they are re-queued."
+    )
+    # and without its borrowing limit, vision's next GPU fits on what robotics leaves idle
+    quota_set(
+        actor=None,
+        team=borrowed["teams"]["vision"],
+        resource="nvidia.com/gpu",
+        limit=16,
+        borrowing_limit=None,
+    )
+    more = api_client_for(users["alice"]).post(
+        "/api/v1/jobs/preview/", training_spec(name="more", gpu={"count": 1}), format="json"
+    )
+    assert more.json()["fit"]["quota"] == "borrowing"
+    assert (
+        "Fits by borrowing 1 nvidia.com/gpu from cohort research; it may be evicted and "
+        "re-queued if a lending team needs its GPUs back." in more.json()["fit"]["message"]
+    )

@@ -103,6 +103,7 @@ def admin_client(client: Client, user: User) -> Client:
     "model",
     [
         "teams/team",
+        "teams/cohort",
         "teams/gpuquota",
         "teams/membership",
         "cluster/gpuproduct",
