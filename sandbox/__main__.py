@@ -6,12 +6,13 @@ the DCGM history of a simulated workload as OpenMetrics (see ``sandbox.history``
 On start it prints one ready line and writes a JSON ports file, so a test fixture that
 asked for port 0 can find the ports it got::
 
-    SANDBOX READY api=http://127.0.0.1:6443 metrics=http://127.0.0.1:9400/metrics ...
+    SANDBOX READY api=https://127.0.0.1:6443 metrics=http://127.0.0.1:9400/metrics ...
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from sandbox.controllers.manager import ControllerManager
 from sandbox.profiles import load_profile
 from sandbox.server import ApiServer, MetricsServer
 from sandbox.store import Store
+from sandbox.tls import certificates
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,15 +53,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=60.0,
         help="simulated seconds a training container runs without an annotation",
     )
+    p.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="serve the API over plain HTTP (kubectl and helm then send no token: every "
+        "call is 401); the default is HTTPS with a throwaway CA written into the kubeconfig",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
 
-def kubeconfig(server: str, token: str) -> dict[str, Any]:
+def kubeconfig(server: str, token: str, ca_pem: bytes | None = None) -> dict[str, Any]:
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "sandbox", "cluster": {"server": server}}],
+        "clusters": [{"name": "sandbox", "cluster": cluster}],
         "users": [{"name": "sandbox-admin", "user": {"token": token}}],
         "contexts": [
             {
@@ -91,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     cluster = Cluster(store, options)
     bootstrap(cluster, profile)
-    api = ApiServer((args.host, args.port), cluster)
+    certs = None if args.insecure_http else certificates(Path(args.state).parent / "pki", args.host)
+    api = ApiServer((args.host, args.port), cluster, certs.server_context() if certs else None)
     metrics = MetricsServer((args.host, args.metrics_port), cluster)
     manager = ControllerManager(cluster)
     manager.start()
@@ -105,13 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     metrics_url = f"http://{args.host}:{metrics.server_address[1]}/metrics"
     kc_path = Path(args.kubeconfig)
     kc_path.parent.mkdir(parents=True, exist_ok=True)
-    kc_path.write_text(yaml.safe_dump(kubeconfig(api_url, args.token), sort_keys=False))
+    kc_path.write_text(
+        yaml.safe_dump(
+            kubeconfig(api_url, args.token, certs.ca_pem if certs else None), sort_keys=False
+        )
+    )
     info = {
         "api_port": api.server_address[1],
         "metrics_port": metrics.server_address[1],
         "api_url": api_url,
         "metrics_url": metrics_url,
         "kubeconfig": str(kc_path),
+        "ca_file": str(certs.cert_file.parent / "ca.crt") if certs else None,
         "token": args.token,
         "pid": os.getpid(),
     }

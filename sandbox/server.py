@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
+import sys
 import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,20 +25,39 @@ from sandbox.errors import ApiError, unauthorized
 from sandbox.selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
 
 log = logging.getLogger("sandbox.http")
+HANDSHAKE_TIMEOUT_SECONDS = 10
 
 
 class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], cluster: Cluster) -> None:
+    def __init__(
+        self, address: tuple[str, int], cluster: Cluster, tls: ssl.SSLContext | None = None
+    ) -> None:
         super().__init__(address, ApiHandler)
         self.cluster = cluster
+        self.tls = tls
+        if tls is not None:
+            # The handshake runs in each connection's own thread (``ApiHandler.setup``), so
+            # a slow or refusing client never holds up the accept loop.
+            self.socket = tls.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     @property
     def url(self) -> str:
         host, port = str(self.server_address[0]), int(self.server_address[1])
-        return f"http://{host}:{port}"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that does not trust our CA, or hangs up mid-handshake, is its problem.
+        if isinstance(sys.exc_info()[1], (ssl.SSLError, ConnectionError, TimeoutError)):
+            log.debug("connection from %s dropped: %s", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
 
 
 class _Base(BaseHTTPRequestHandler):
@@ -65,6 +86,13 @@ class _Base(BaseHTTPRequestHandler):
 
 class ApiHandler(_Base):
     server: ApiServer
+
+    def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(HANDSHAKE_TIMEOUT_SECONDS)
+            self.request.do_handshake()
+            self.request.settimeout(None)
+        super().setup()
 
     def do_GET(self) -> None:
         self._dispatch()

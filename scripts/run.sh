@@ -40,7 +40,8 @@ if [ -z "${KUBECONFIG:-}" ]; then
     exit 1
   fi
   export KUBECONFIG="$PWD/var/sandbox-kubeconfig"
-  CLUSTER="sandbox cluster (profile ${SANDBOX_PROFILE:-default}, logs var/log/sandbox.log)"
+  CLUSTER="sandbox cluster (profile ${SANDBOX_PROFILE:-default}, logs var/log/sandbox.log; try KUBECONFIG=var/sandbox-kubeconfig .venv/bin/kubectl get nodes)"
+  $BIN/python scripts/install_kube_tools.py || echo "kubectl/helm not installed (see above)." >&2
 else
   CLUSTER="cluster of KUBECONFIG=$KUBECONFIG"
 fi

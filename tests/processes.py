@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -55,9 +56,9 @@ def wait_ready(
     raise TimeoutError(f"{what} not ready after {timeout:.0f}s:\n{tail(log_file)}")
 
 
-def http_ok(url: str) -> bool:
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return bool(response.status == 200)
     except OSError:
         return False

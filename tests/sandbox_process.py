@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -33,6 +34,8 @@ class SandboxProcess:
     token: str = "test-token"
     api_port: int = 0
     metrics_port: int = 0
+    api_url: str = ""  # https://127.0.0.1:<port> (http:// with --insecure-http)
+    ca_file: Path | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -51,9 +54,11 @@ class SandboxProcess:
     def log_file(self) -> Path:
         return self.workdir / "sandbox.log"
 
-    @property
-    def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client context that trusts this sandbox's CA (None over plain HTTP)."""
+        if self.ca_file is None:
+            return None
+        return ssl.create_default_context(cafile=str(self.ca_file))
 
     @property
     def metrics_url(self) -> str:
@@ -98,7 +103,9 @@ class SandboxProcess:
             return False
         info = json.loads(self.ports_file.read_text())
         self.api_port, self.metrics_port = info["api_port"], info["metrics_port"]
-        return http_ok(f"{self.api_url}/readyz")
+        self.api_url = info["api_url"]
+        self.ca_file = Path(info["ca_file"]) if info.get("ca_file") else None
+        return http_ok(f"{self.api_url}/readyz", context=self.ssl_context())
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM and wait: the clean shutdown path."""

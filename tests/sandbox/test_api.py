@@ -23,7 +23,7 @@ def test_requests_without_the_bearer_token_get_401(sandbox):
     req = urllib.request.Request(f"{sandbox.api_url}/api/v1/namespaces")
     # then the server answers 401 with an Unauthorized Status
     with pytest.raises(urllib.error.HTTPError) as info:
-        urllib.request.urlopen(req, timeout=5)
+        urllib.request.urlopen(req, timeout=5, context=sandbox.ssl_context())
     assert info.value.code == 401
     body = json.loads(info.value.read())
     assert (body["kind"], body["reason"], body["message"]) == (
@@ -35,7 +35,7 @@ def test_requests_without_the_bearer_token_get_401(sandbox):
         f"{sandbox.api_url}/version", headers={"Authorization": "Bearer nope"}
     )
     with pytest.raises(urllib.error.HTTPError) as info:
-        urllib.request.urlopen(wrong, timeout=5)
+        urllib.request.urlopen(wrong, timeout=5, context=sandbox.ssl_context())
     assert info.value.code == 401
 
 
