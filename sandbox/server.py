@@ -132,6 +132,7 @@ class ApiHandler(_Base):
                 body,
                 self.headers.get("Content-Type", "application/json"),
                 self.server.url,
+                self.headers.get("Accept", "application/json"),
             )
             with cluster.store.serving():
                 resp = handle(cluster, req)

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from sandbox import logs
-from sandbox.api import discovery, objects
+from sandbox.api import discovery, objects, openapi, printing
 from sandbox.api.patch import merge_patch
 from sandbox.api.resources import BY_PATH, ResourceType
 from sandbox.clock import parse_rfc3339
@@ -29,6 +29,7 @@ class Request:
     body: bytes
     content_type: str
     server_url: str
+    accept: str = "application/json"
 
 
 @dataclass
@@ -81,7 +82,19 @@ def resolve(group: str, version: str, rest: list[str]) -> Target:
     raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
 
 
+def not_found_path() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
 def _json_body(req: Request) -> Any:
+    if "protobuf" in req.content_type:
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types "
+            "include: application/json, application/yaml, "
+            "application/apply-patch+yaml",
+        )
     try:
         if "yaml" in req.content_type:
             return yaml.safe_load(req.body)
@@ -104,6 +117,11 @@ def handle(cluster: Cluster, req: Request) -> Response:
 
 
 def _discovery(path: str, server: str) -> Any:
+    if path.startswith("/openapi/"):
+        doc = openapi.document(path)
+        if doc is None:
+            raise not_found_path()
+        return doc
     if path == "/version":
         return discovery.VERSION
     if path == "/api":
@@ -127,7 +145,11 @@ def _resource(cluster: Cluster, req: Request, t: Target) -> Response:
     dry_run = bool(q.get("dryRun"))
     if t.sub:
         return _subresource(cluster, req, t)
+    as_table = method == "GET" and printing.wants_table(req.accept)
     if t.name is None:
+        if as_table:
+            listing = objects.list_objects(cluster, rt, t.namespace, q)
+            return Response(200, _table(cluster, rt, listing["items"], listing["metadata"], q))
         if method == "GET":
             return Response(200, objects.list_encoded(cluster, rt, t.namespace, q))
         if method == "POST":
@@ -151,6 +173,10 @@ def _resource(cluster: Cluster, req: Request, t: Target) -> Response:
                 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
             )
         raise method_not_allowed()
+    if as_table:
+        obj = objects.get(cluster, rt, ns, t.name)
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        return Response(200, _table(cluster, rt, [obj], meta, q))
     if method == "GET":
         return Response(200, objects.get(cluster, rt, ns, t.name))
     if method == "PUT":
@@ -167,6 +193,14 @@ def _resource(cluster: Cluster, req: Request, t: Target) -> Response:
         obj, warnings = objects.delete(cluster, rt, ns, t.name, _delete_options(req))
         return Response(200, obj, warnings=warnings)
     raise method_not_allowed()
+
+
+def _table(
+    cluster: Cluster, rt: ResourceType, items: list[Any], meta: dict[str, Any], q: dict[str, str]
+) -> dict[str, Any]:
+    return printing.table(
+        rt, items, meta, now=cluster.now(), include=q.get("includeObject", "Metadata")
+    )
 
 
 def _delete_options(req: Request) -> dict[str, Any]:
