@@ -90,6 +90,7 @@ RESOURCES: list[ResourceType] = [
         ("rs",),
         subresources=("scale", "status"),
     ),
+    ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", True),
     ResourceType(
         "priorityclasses",
         "priorityclass",

@@ -13,7 +13,7 @@ import threading
 import time
 
 from sandbox.cluster import Cluster
-from sandbox.controllers import deployment, gc, job, kubelet
+from sandbox.controllers import deployment, gc, job, kubelet, lease
 from sandbox.controllers.scheduler import Scheduler
 
 log = logging.getLogger("sandbox.controllers")
@@ -45,6 +45,7 @@ class ControllerManager:
             lambda: deployment.reconcile(self.cluster),
             self.scheduler.reconcile,
             lambda: kubelet.reconcile(self.cluster),
+            lambda: lease.reconcile(self.cluster),
             lambda: gc.reconcile(self.cluster),
         )
         for step in steps:
