@@ -29,7 +29,7 @@ from sandbox.cluster import Cluster, Options
 from sandbox.controllers.manager import ControllerManager
 from sandbox.profiles import load_profile
 from sandbox.server import ApiServer, MetricsServer
-from sandbox.store import Store
+from sandbox.store import WATCH_WINDOW, Store
 from sandbox.tls import certificates
 
 
@@ -52,6 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=60.0,
         help="simulated seconds a training container runs without an annotation",
+    )
+    p.add_argument(
+        "--watch-window",
+        type=int,
+        default=WATCH_WINDOW,
+        help="changes the watch cache keeps; a watch from an older version gets 410 Gone",
     )
     p.add_argument(
         "--insecure-http",
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     profile = load_profile(args.profile)
-    store = Store(args.state, reset=args.reset)
+    store = Store(args.state, reset=args.reset, watch_window=args.watch_window)
     options = Options(
         token=args.token,
         seed=args.seed,

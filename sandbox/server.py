@@ -18,14 +18,18 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from sandbox import dcgm
-from sandbox.api import objects
+from sandbox.api import objects, printing
 from sandbox.api.handlers import Request, Response, handle, parse_target, resolve
 from sandbox.cluster import Cluster
-from sandbox.errors import ApiError, unauthorized
+from sandbox.errors import ApiError, bad_request, expired, unauthorized
 from sandbox.selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
 
 log = logging.getLogger("sandbox.http")
 HANDSHAKE_TIMEOUT_SECONDS = 10
+# A watch without timeoutSeconds ends after this long, as the API server's
+# --min-request-timeout (30 min) does; clients reconnect from their last version.
+WATCH_DEFAULT_TIMEOUT = 1800.0
+BOOKMARK_SECONDS = 5.0
 
 
 class ApiServer(ThreadingHTTPServer):
@@ -122,7 +126,7 @@ class ApiHandler(_Base):
             auth = self.headers.get("Authorization", "")
             if auth != f"Bearer {cluster.options.token}":
                 raise unauthorized()
-            if self.command == "GET" and query.get("watch") in ("true", "1"):
+            if self.command == "GET" and query.get("watch", "").lower() in ("true", "1"):
                 self._watch(split.path, query)
                 return
             req = Request(
@@ -154,63 +158,100 @@ class ApiHandler(_Base):
             self._send(resp.status, data, "application/json", headers)
 
     def _watch(self, path: str, query: dict[str, str]) -> None:
-        """A minimal watch: diff the matching objects every 100 ms, stream JSON lines."""
-        cluster = self.server.cluster
+        """``?watch=true``: stream changes as newline-delimited JSON events, from the
+        store's watch cache (``Store.changes_since``).
+
+        1. No ``resourceVersion`` (or ``0``), or ``sendInitialEvents=true``: every
+           matching object first as ``ADDED``; with ``sendInitialEvents`` a ``BOOKMARK``
+           annotated ``k8s.io/initial-events-end`` marks the end of them (client-go's
+           WatchList, which kubectl 1.35 uses).
+        2. A ``resourceVersion`` the cache still covers: the changes after it; an older
+           one: one ``ERROR`` event with a 410 ``Expired`` Status (the client relists).
+        3. Then every change as it happens, ``BOOKMARK`` events every few seconds when
+           ``allowWatchBookmarks`` is set, until ``timeoutSeconds``.
+        """
+        cluster, store = self.server.cluster, self.server.cluster.store
         parsed = parse_target(path)
         if parsed is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         target = resolve(*parsed)
+        rt = target.rt
         if target.name is not None:
             query = dict(query)
             query["fieldSelector"] = f"metadata.name={target.name}"
         label_reqs = parse_label_selector(query.get("labelSelector", ""))
-        field_reqs = parse_field_selector(query.get("fieldSelector", ""), target.rt.key)
-        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
-        since_rv = int(query.get("resourceVersion") or 0)
+        field_reqs = parse_field_selector(query.get("fieldSelector", ""), rt.key)
+        timeout = float(query.get("timeoutSeconds") or WATCH_DEFAULT_TIMEOUT)
+        deadline = time.monotonic() + timeout
+        bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        initial_events = query.get("sendInitialEvents", "").lower() in ("true", "1")
+        as_table = printing.wants_table(self.headers.get("Accept", ""))
+        asked = query.get("resourceVersion", "")
 
-        def snapshot() -> dict[tuple[str, str], dict[str, Any]]:
-            with cluster.store.serving():
-                items = cluster.store.list(target.rt.key, target.namespace)
-                return {
-                    (o["metadata"].get("namespace", ""), o["metadata"]["name"]): json.loads(
-                        json.dumps(o)
-                    )
-                    for o in items
-                    if labels_match(label_reqs, o["metadata"].get("labels") or {})
-                    and fields_match(field_reqs, o)
-                }
+        def matches(obj: dict[str, Any]) -> bool:
+            meta = obj["metadata"]
+            if target.namespace is not None and meta.get("namespace") != target.namespace:
+                return False
+            return labels_match(label_reqs, meta.get("labels") or {}) and fields_match(
+                field_reqs, obj
+            )
 
+        with store.serving():
+            since = int(store.current_rv())
+            initial: list[dict[str, Any]] = []
+            if initial_events or asked in ("", "0"):
+                initial = [
+                    json.loads(json.dumps(o))
+                    for o in store.list(rt.key, target.namespace)
+                    if matches(o)
+                ]
+            else:
+                try:
+                    since = int(asked)
+                except ValueError:
+                    raise bad_request(f'invalid resource version "{asked}"') from None
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
 
         def emit(kind: str, obj: dict[str, Any]) -> None:
-            line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+            if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
+                meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                obj = printing.table(rt, [obj], meta, now=cluster.now())
+            line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode()
+            line += b"\n"
             self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
             self.wfile.flush()
 
+        def bookmark(rv: int, annotations: dict[str, str] | None = None) -> None:
+            meta: dict[str, Any] = {"resourceVersion": str(rv)}
+            if annotations:
+                meta["annotations"] = annotations
+            emit("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta})
+
         try:
-            seen = snapshot()
-            for obj in seen.values():
-                if since_rv == 0 or int(obj["metadata"]["resourceVersion"]) > since_rv:
-                    emit("ADDED" if since_rv == 0 else "MODIFIED", obj)
-            while time.monotonic() < deadline:
-                time.sleep(0.1)
-                now = snapshot()
-                for key, obj in now.items():
-                    old = seen.get(key)
-                    if old is None:
-                        emit("ADDED", obj)
-                    elif old["metadata"]["resourceVersion"] != obj["metadata"]["resourceVersion"]:
-                        emit("MODIFIED", obj)
-                for key, obj in seen.items():
-                    if key not in now:
-                        obj["metadata"]["resourceVersion"] = cluster.store.current_rv()
-                        emit("DELETED", obj)
-                seen = now
+            for obj in initial:
+                emit("ADDED", obj)
+            if initial_events:
+                bookmark(since, {"k8s.io/initial-events-end": "true"})
+            last_bookmark = time.monotonic()
+            while (left := deadline - time.monotonic()) > 0:
+                found = store.changes_since(since, rt.key, timeout=min(1.0, left))
+                if found is None:
+                    oldest = store.oldest_rv()
+                    emit("ERROR", expired(f"too old resource version: {since} ({oldest})").status())
+                    break
+                changes, since = found
+                for change in changes:
+                    obj = json.loads(change.body)
+                    if matches(obj):
+                        emit(change.type, obj)
+                if bookmarks and time.monotonic() - last_bookmark >= BOOKMARK_SECONDS:
+                    bookmark(since)
+                    last_bookmark = time.monotonic()
             self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             pass
         self.close_connection = True
 

@@ -9,12 +9,14 @@ once (WAL, no fsync) so a killed process loses at most the change in flight.
 
 from __future__ import annotations
 
+import bisect
 import json
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,26 @@ ObjList = list[Obj]
 StrList = list[str]
 KeyedList = list[tuple[str, Obj]]
 
+# Changes the watch cache keeps (all resources together). A real API server keeps a few
+# minutes per resource; a client further behind than this relists.
+WATCH_WINDOW = 20_000
+
+
+@dataclass(frozen=True)
+class Change:
+    rv: int
+    res: str
+    type: str  # ADDED | MODIFIED | DELETED
+    body: str  # the object's JSON at that version
+
+
+ChangeList = list[Change]
+
 
 class Store:
-    def __init__(self, path: str | Path, reset: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, reset: bool = False, watch_window: int = WATCH_WINDOW
+    ) -> None:
         self.lock = threading.RLock()
         self._waiting = 0  # API requests blocked on ``lock`` (see ``serving``)
         self._waiting_guard = threading.Lock()
@@ -77,6 +96,12 @@ class Store:
         # process never restarts with its clock behind timestamps it already handed out.
         self.clock_fn: Callable[[], float] | None = None
         self._clock_saved = 0.0
+        # The watch cache: the last changes, oldest first, each (resourceVersion, resource,
+        # event type, the object's JSON then). A watch resumes from any version still in
+        # it; an older one is told 410 Gone, as a real API server's watch cache does.
+        self._history: ChangeList = []
+        self._window = watch_window
+        self._history_cond = threading.Condition()
 
     # -- sharing the lock between API requests and controllers --------------------------
     @contextmanager
@@ -222,16 +247,49 @@ class Store:
         meta = obj["metadata"]
         meta["resourceVersion"] = self.next_rv()
         ns = meta.get("namespace", "")
+        existed = (ns, meta["name"]) in self._objects.get(res, {})
         self._objects.setdefault(res, {})[(ns, meta["name"])] = obj
         self._index_owner(res, (ns, meta["name"]), obj)
         self._changed(res)
+        body = json.dumps(obj, separators=(",", ":"))
         self._db.execute(
             "INSERT OR REPLACE INTO objects (res, ns, name, body) VALUES (?, ?, ?, ?)",
-            (res, ns, meta["name"], json.dumps(obj, separators=(",", ":"))),
+            (res, ns, meta["name"], body),
         )
         self._save_rv()
         self.generation += 1
+        self._record(res, "MODIFIED" if existed else "ADDED", body)
         return obj
+
+    # -- the watch cache ------------------------------------------------------------------
+    def _record(self, res: str, kind: str, body: str) -> None:
+        with self._history_cond:
+            self._history.append(Change(self._rv, res, kind, body))
+            if len(self._history) > 2 * self._window:
+                del self._history[: -self._window]  # amortised: one move per window
+            self._history_cond.notify_all()
+
+    def changes_since(self, rv: int, res: str, timeout: float) -> tuple[ChangeList, int] | None:
+        """The changes of ``res`` after ``rv``, waiting up to ``timeout`` seconds for one,
+        and the version they bring the caller up to (every change of ``res`` up to it is
+        in the list); None when ``rv`` is older than the window holds (relist)."""
+        deadline = time.monotonic() + timeout
+        with self._history_cond:
+            while True:
+                if rv < self.oldest_rv():
+                    return None
+                start = bisect.bisect_right(self._history, rv, key=lambda c: c.rv)
+                found = [c for c in self._history[start:] if c.res == res]
+                upto = self._history[-1].rv if self._history else rv
+                left = deadline - time.monotonic()
+                if found or left <= 0:
+                    return found, max(rv, upto)
+                self._history_cond.wait(left)
+
+    def oldest_rv(self) -> int:
+        """The oldest version a watch can resume from: every change after it is held."""
+        with self._history_cond:
+            return self._history[0].rv - 1 if self._history else self._rv
 
     def _save_clock(self) -> None:
         if self.clock_fn is None:
@@ -257,6 +315,8 @@ class Store:
             self.next_rv()
             self._save_rv()
             self.generation += 1
+            gone = dict(obj, metadata={**obj["metadata"], "resourceVersion": str(self._rv)})
+            self._record(res, "DELETED", json.dumps(gone, separators=(",", ":")))
         return obj
 
     # -- sandbox-private state (device assignments, clock, controller bookkeeping) --------

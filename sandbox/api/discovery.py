@@ -65,16 +65,19 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["categories"] = ["all"]
         items.append(entry)
         for sub in r.subresources:
-            verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
-            items.append(
-                {
-                    "name": f"{r.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": r.namespaced,
-                    "kind": "Scale" if sub == "scale" else r.kind,
-                    "verbs": verbs,
-                }
-            )
+            verbs = {"log": ["get"], "eviction": ["create"]}.get(sub, ["get", "patch", "update"])
+            entry = {
+                "name": f"{r.plural}/{sub}",
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": {"scale": "Scale", "eviction": "Eviction"}.get(sub, r.kind),
+                "verbs": verbs,
+            }
+            if sub == "scale":
+                entry.update(group="autoscaling", version="v1")
+            elif sub == "eviction":
+                entry.update(group="policy", version="v1")
+            items.append(entry)
     group_version = f"{group}/{version}" if group else version
     return {
         "kind": "APIResourceList",

@@ -220,6 +220,25 @@ def _delete_options(req: Request) -> dict[str, Any]:
     return opts
 
 
+def _evict(cluster: Cluster, req: Request, t: Target) -> Response:
+    """``POST pods/<name>/eviction`` with a ``policy/v1`` ``Eviction`` (``kubectl drain``):
+    the pod is deleted gracefully, as the eviction API does when no PodDisruptionBudget
+    stands in the way (the sandbox serves none)."""
+    if req.method != "POST":
+        raise method_not_allowed()
+    body = _json_body(req)
+    if not isinstance(body, dict) or body.get("kind") != "Eviction":
+        raise bad_request("the body of the request was in an unknown format - expected Eviction")
+    if (body.get("metadata") or {}).get("name") not in (None, t.name):
+        raise bad_request("name in URL does not match name in Eviction object")
+    options = dict(body.get("deleteOptions") or {})
+    objects.delete(cluster, t.rt, t.namespace or "", t.name or "", options)
+    return Response(
+        201,
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+    )
+
+
 def _subresource(cluster: Cluster, req: Request, t: Target) -> Response:
     rt, ns, name, sub = t.rt, t.namespace or "", t.name or "", t.sub
     if sub not in rt.subresources:
@@ -228,6 +247,8 @@ def _subresource(cluster: Cluster, req: Request, t: Target) -> Response:
         if req.method != "GET":
             raise method_not_allowed()
         return Response(200, pod_log(cluster, ns, name, req.query), "text/plain")
+    if sub == "eviction":
+        return _evict(cluster, req, t)
     if sub == "status":
         if req.method == "GET":
             return Response(200, objects.get(cluster, rt, ns, name))

@@ -42,7 +42,9 @@ RESOURCES: list[ResourceType] = [
         ("status",),
     ),
     ResourceType("nodes", "node", "Node", "", "v1", False, ("no",), subresources=("status",)),
-    ResourceType("pods", "pod", "Pod", "", "v1", True, ("po",), subresources=("log", "status")),
+    ResourceType(
+        "pods", "pod", "Pod", "", "v1", True, ("po",), subresources=("eviction", "log", "status")
+    ),
     ResourceType("events", "event", "Event", "", "v1", True, ("ev",)),
     ResourceType(
         "services",
