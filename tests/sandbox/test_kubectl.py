@@ -127,6 +127,8 @@ def test_cordon_drain_and_uncordon_a_node(kubectl, namespace):  # type: ignore[n
 def test_priority_classes_print_as_a_table(kubectl):  # type: ignore[no-untyped-def]
     classes = rows(kubectl("get", "priorityclass"))
     assert classes[0] == ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTION-POLICY"]
-    assert ["system-node-critical", "2000001000", "false"] == next(
-        r[:3] for r in classes if r[0] == "system-node-critical"
-    )
+    assert next(r[:3] for r in classes if r[0] == "system-node-critical") == [
+        "system-node-critical",
+        "2000001000",
+        "false",
+    ]
