@@ -195,15 +195,15 @@ def _apply_observation(job: Job, seen: Observation, advice: str, report: Reconci
             changes[name] = value
     if job.advice != advice:
         changes["advice"] = advice
-    # The cluster's timestamps are exact, but never later than now: a node's clock ahead of
-    # ours (or the sandbox's accelerated clock) must not put a start in the future.
+    # The cluster's own timestamps (the API server's clock, as kubectl shows them); now only
+    # when the cluster gives none.
     now = timezone.now()
     if seen.started_at and job.started_at is None:
-        changes["started_at"] = min(seen.started_at, now)
+        changes["started_at"] = seen.started_at
     if seen.state == JobState.RUNNING and job.started_at is None and "started_at" not in changes:
         changes["started_at"] = now
     if seen.state in FINAL_STATES and job.finished_at is None:
-        changes["finished_at"] = min(seen.finished_at or now, now)
+        changes["finished_at"] = seen.finished_at or now
     if not changes:
         return
     # Conditional: a concurrent cancel (or another run) wins; we never undo it.

@@ -6,7 +6,6 @@ from typing import Any
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.clock import rfc3339
 from sandbox.cluster import Cluster
 from sandbox.profiles import build_nodes
 
@@ -47,7 +46,7 @@ def bootstrap(cluster: Cluster, profile: dict[str, Any]) -> None:
         if store.count("nodes"):
             return
         now = cluster.now()
-        ts = rfc3339(now)
+        ts = cluster.stamp(now)
         store.meta_set("cluster_created", now)
         store.meta_set("profile", profile.get("name", ""))
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):

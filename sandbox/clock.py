@@ -1,7 +1,14 @@
-"""The simulated clock every controller, duration and metric curve reads.
+"""The simulated clock every controller, duration and metric curve reads, and the wall
+clock every timestamp the API serves is in.
 
 Simulated time runs ``speed`` times faster than the wall clock and is persisted, so a
-restarted sandbox resumes where it stopped: running pods keep their elapsed time.
+restarted sandbox resumes where it stopped: running pods keep their elapsed time. With
+``--speed 10`` a "90s" training run finishes after 9 real seconds.
+
+Timestamps (creation, start, finish, conditions, events, leases) are wall-clock times, as a
+real API server's are: ``wall(t)`` maps a simulated moment onto the wall clock through the
+anchors taken when this process started, and ``sim(t)`` maps back. So a client compares
+them with its own clock (kubectl's ages) and never sees a time in the future.
 """
 
 from __future__ import annotations
@@ -17,11 +24,20 @@ class SimClock:
         self._lock = threading.Lock()
         self._sim_base = start
         self._real_base = time.monotonic()
+        self._wall_base = time.time()
         self.speed = speed
 
     def now(self) -> float:
         with self._lock:
             return self._sim_base + (time.monotonic() - self._real_base) * self.speed
+
+    def wall(self, sim_time: float) -> float:
+        """The wall-clock time at which the simulation reaches ``sim_time``."""
+        return self._wall_base + (sim_time - self._sim_base) / self.speed
+
+    def sim(self, wall_time: float) -> float:
+        """The simulated time at wall-clock ``wall_time``."""
+        return self._sim_base + (wall_time - self._wall_base) * self.speed
 
     def real_seconds(self, sim_seconds: float) -> float:
         return sim_seconds / self.speed

@@ -51,7 +51,22 @@ class Cluster:
         return self.clock.now()
 
     def timestamp(self) -> str:
-        return rfc3339(self.now())
+        return self.stamp(self.now())
+
+    def wall_now(self) -> float:
+        return self.clock.wall(self.now())
+
+    def stamp(self, sim_time: float) -> str:
+        """The API timestamp (``metav1.Time``, wall clock) of a simulated moment."""
+        return rfc3339(self.clock.wall(sim_time))
+
+    def stamp_micro(self, sim_time: float) -> str:
+        """``metav1.MicroTime`` of a simulated moment."""
+        return rfc3339_micro(self.clock.wall(sim_time))
+
+    def sim_time(self, timestamp: str) -> float:
+        """The simulated moment of an API timestamp."""
+        return self.clock.sim(parse_rfc3339(timestamp))
 
     def new_uid(self) -> str:
         return str(uuidlib.UUID(int=self._rng.getrandbits(128), version=4))
@@ -128,11 +143,11 @@ class Cluster:
                 series = existing.get("series") or {"count": 1}
                 existing["series"] = {
                     "count": int(series.get("count", 1)) + 1,
-                    "lastObservedTime": rfc3339_micro(now),
+                    "lastObservedTime": self.stamp_micro(now),
                 }
             else:
                 existing["count"] = int(existing.get("count", 1)) + 1
-                existing["lastTimestamp"] = rfc3339(now)
+                existing["lastTimestamp"] = self.stamp(now)
             existing["involvedObject"] = involved
             return self.store.put("events", existing)
         name = f"{meta['name']}.{int(now * 1e9):x}"[:253]
@@ -143,7 +158,7 @@ class Cluster:
                 "name": name,
                 "namespace": ns,
                 "uid": self.new_uid(),
-                "creationTimestamp": rfc3339(now),
+                "creationTimestamp": self.stamp(now),
             },
             "involvedObject": involved,
             "reason": reason,
@@ -156,7 +171,7 @@ class Cluster:
                     "source": {},
                     "firstTimestamp": None,
                     "lastTimestamp": None,
-                    "eventTime": rfc3339_micro(now),
+                    "eventTime": self.stamp_micro(now),
                     "action": action,
                     "reportingComponent": component,
                     "reportingInstance": f"{component}-sandbox-control-plane",
@@ -169,8 +184,8 @@ class Cluster:
             event.update(
                 {
                     "source": source,
-                    "firstTimestamp": rfc3339(now),
-                    "lastTimestamp": rfc3339(now),
+                    "firstTimestamp": self.stamp(now),
+                    "lastTimestamp": self.stamp(now),
                     "count": 1,
                     "eventTime": None,
                     "reportingComponent": component,
@@ -193,7 +208,7 @@ class Cluster:
         cutoff = now - self.options.event_ttl
         oldest = now
         for event in self.store.iter("events"):
-            created = parse_rfc3339(event["metadata"]["creationTimestamp"])
+            created = self.sim_time(event["metadata"]["creationTimestamp"])
             if created < cutoff:
                 self.store.delete(
                     "events", event["metadata"]["namespace"], event["metadata"]["name"]

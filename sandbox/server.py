@@ -218,7 +218,7 @@ class ApiHandler(_Base):
         def emit(kind: str, obj: dict[str, Any]) -> None:
             if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
                 meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-                obj = printing.table(rt, [obj], meta, now=cluster.now())
+                obj = printing.table(rt, [obj], meta, now=cluster.wall_now())
             line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode()
             line += b"\n"
             self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")

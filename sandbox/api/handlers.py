@@ -16,7 +16,6 @@ from sandbox import logs
 from sandbox.api import discovery, objects, openapi, printing
 from sandbox.api.patch import merge_patch
 from sandbox.api.resources import BY_PATH, ResourceType
-from sandbox.clock import parse_rfc3339
 from sandbox.cluster import Cluster
 from sandbox.errors import ApiError, bad_request, method_not_allowed, not_found
 
@@ -199,7 +198,7 @@ def _table(
     cluster: Cluster, rt: ResourceType, items: list[Any], meta: dict[str, Any], q: dict[str, str]
 ) -> dict[str, Any]:
     return printing.table(
-        rt, items, meta, now=cluster.now(), include=q.get("includeObject", "Metadata")
+        rt, items, meta, now=cluster.wall_now(), include=q.get("includeObject", "Metadata")
     )
 
 
@@ -350,13 +349,15 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
     if q.get("sinceSeconds"):
         since = cluster.now() - float(q["sinceSeconds"])
     elif q.get("sinceTime"):
-        since = parse_rfc3339(q["sinceTime"])
+        since = cluster.sim_time(q["sinceTime"])
     tail = int(q["tailLines"]) if q.get("tailLines") not in (None, "") else None
     if tail is not None and tail < 0:
         tail = None
     lines = logs.render(tl, cluster.now(), tail, since)
     if tail is not None:
         lines = lines[-tail:] if tail else []
+    # Lines are stamped on the wall clock, as the API's timestamps are.
+    lines = [(cluster.clock.wall(t), text) for t, text in lines]
     text = logs.format_lines(lines, q.get("timestamps", "").lower() == "true")
     if q.get("limitBytes"):
         text = text.encode()[: int(q["limitBytes"])].decode(errors="ignore")

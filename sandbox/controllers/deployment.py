@@ -16,7 +16,6 @@ from typing import Any
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.clock import parse_rfc3339, rfc3339
 from sandbox.cluster import Cluster
 from sandbox.controllers.common import (
     condition,
@@ -87,7 +86,7 @@ def _scale(cluster: Cluster, d: Obj, rs: Obj, replicas: int) -> None:
 def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
     """Sync one Deployment; True while its rollout is unfinished (progressDeadlineSeconds)."""
     now = cluster.now()
-    ts = rfc3339(now)
+    ts = cluster.stamp(now)
     meta, spec = d["metadata"], d["spec"]
     ns, name = meta["namespace"], meta["name"]
     status = d.setdefault("status", {})
@@ -203,7 +202,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
             probe=False,
         )
     else:
-        started = parse_rfc3339(progressing["lastTransitionTime"]) if progressing else now
+        started = cluster.sim_time(progressing["lastTransitionTime"]) if progressing else now
         deadline = float(spec.get("progressDeadlineSeconds", 600))
         if now - started > deadline:
             set_condition(
@@ -243,7 +242,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
 def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> bool:
     """Sync one ReplicaSet; True while it lacks pods (creation may be backing off)."""
     now = cluster.now()
-    ts = rfc3339(now)
+    ts = cluster.stamp(now)
     meta, spec = rs["metadata"], rs["spec"]
     ns, name = meta["namespace"], meta["name"]
     status = rs.setdefault("status", {})

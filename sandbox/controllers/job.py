@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.clock import parse_rfc3339, rfc3339
 from sandbox.cluster import Cluster
 from sandbox.controllers.common import (
     condition,
@@ -78,7 +77,7 @@ class _JobSync:
     def __init__(self, cluster: Cluster, job: Obj) -> None:
         self.cluster, self.job = cluster, job
         self.now = cluster.now()
-        self.ts = rfc3339(self.now)
+        self.ts = cluster.stamp(self.now)
         meta, self.spec = job["metadata"], job["spec"]
         self.status: dict[str, Any] = job.setdefault("status", {})
         self.uid, self.ns, self.name = meta["uid"], meta["namespace"], meta["name"]
@@ -242,7 +241,9 @@ class _JobSync:
         deadline = self.spec.get("activeDeadlineSeconds")
         if self.failed + self._restarts() > int(self.spec.get("backoffLimit", 6)):
             return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
-        if deadline and self.now - parse_rfc3339(self.status["startTime"]) >= float(deadline):
+        if deadline and self.now - self.cluster.sim_time(self.status["startTime"]) >= float(
+            deadline
+        ):
             return "DeadlineExceeded", "Job was active longer than specified deadline"
         return None
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import annotations as ann
-from sandbox.clock import parse_duration, rfc3339
+from sandbox.clock import parse_duration
 from sandbox.cluster import Cluster
 from sandbox.dcgm import bank_energy
 from sandbox.store import Obj
@@ -180,7 +180,7 @@ class _Tick:
         self.uid, self.ns, self.name = meta["uid"], meta["namespace"], meta["name"]
         self.node_name: str = self.pod["spec"]["nodeName"]
         self.life_key = f"life/{self.uid}"
-        self.ts = rfc3339(self.now)
+        self.ts = self.cluster.stamp(self.now)
         self.containers: list[Obj] = self.pod["spec"].get("containers") or []
 
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -325,8 +325,8 @@ def _exit_containers(tick: _Tick, life: dict[str, Any]) -> None:
         "terminated": {
             "exitCode": code,
             "reason": "Completed" if code == 0 else ("OOMKilled" if code == 137 else "Error"),
-            "startedAt": rfc3339(life["started"]),
-            "finishedAt": rfc3339(finished),
+            "startedAt": tick.cluster.stamp(life["started"]),
+            "finishedAt": tick.cluster.stamp(finished),
             "containerID": f"containerd://{tick.uid.replace('-', '')}",
         }
     }

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.clock import rfc3339_micro
 from sandbox.cluster import Cluster
 
 NAMESPACE = "kube-node-lease"
@@ -44,13 +43,13 @@ def reconcile(cluster: Cluster) -> None:
                     "spec": {
                         "holderIdentity": name,
                         "leaseDurationSeconds": LEASE_SECONDS,
-                        "renewTime": rfc3339_micro(now),
+                        "renewTime": cluster.stamp_micro(now),
                     },
                 },
                 check_schema=False,
             )
         else:
             lease = dict(lease)
-            lease["spec"] = {**lease.get("spec", {}), "renewTime": rfc3339_micro(now)}
+            lease["spec"] = {**lease.get("spec", {}), "renewTime": cluster.stamp_micro(now)}
             objects.update(cluster, rt, NAMESPACE, name, lease, check_schema=False)
         renewed[name] = (now,)

@@ -25,6 +25,12 @@ class FixedClock:
     def now(self) -> float:
         return self.t
 
+    def wall(self, sim_time: float) -> float:
+        return sim_time  # stopped: simulated and wall time are one
+
+    def sim(self, wall_time: float) -> float:
+        return wall_time
+
 
 def _parse(path: Path) -> dict[tuple[str, str, int], str]:
     """(family, labels without job/instance, timestamp) → value text."""

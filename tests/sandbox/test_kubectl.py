@@ -3,11 +3,13 @@ kubeconfig it writes, unchanged: what a platform engineer sees in a second termi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,13 @@ def test_create_apply_wait_logs_and_delete_a_job(kubectl, namespace):  # type: i
     jobs = rows(kubectl("get", "jobs", "-n", namespace))
     assert jobs[0] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
     assert jobs[1][:3] == [name, "Complete", "1/1"]
+    # --speed 60 shortens the work, not the clock: its 60 s ran about one real second,
+    # and no timestamp lies ahead of this machine's clock
+    assert int(jobs[1][3].removesuffix("s")) <= 5, jobs[1]
+    created = json.loads(kubectl("get", "job", name, "-n", namespace, "-o", "json"))
+    status = created["status"]
+    for stamp in (created["metadata"]["creationTimestamp"], status["completionTime"]):
+        assert datetime.fromisoformat(stamp.replace("Z", "+00:00")) <= datetime.now(UTC)
     pods = rows(kubectl("get", "pods", "-n", namespace))
     assert pods[0] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert pods[1][1:4] == ["0/1", "Completed", "0"]
