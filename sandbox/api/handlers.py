@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from sandbox import logs
-from sandbox.api import discovery, objects, openapi, printing
+from sandbox.api import discovery, objects, openapi, printing, protobuf
 from sandbox.api.patch import merge_patch
 from sandbox.api.resources import BY_PATH, ResourceType
 from sandbox.cluster import Cluster
@@ -87,13 +87,7 @@ def not_found_path() -> ApiError:
 
 def _json_body(req: Request) -> Any:
     if "protobuf" in req.content_type:
-        raise ApiError(
-            415,
-            "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types "
-            "include: application/json, application/yaml, "
-            "application/apply-patch+yaml",
-        )
+        return protobuf.decode(req.body)
     try:
         if "yaml" in req.content_type:
             return yaml.safe_load(req.body)

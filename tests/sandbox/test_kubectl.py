@@ -141,3 +141,26 @@ def test_priority_classes_print_as_a_table(kubectl):  # type: ignore[no-untyped-
         "2000001000",
         "false",
     ]
+
+
+def test_imperative_generators_send_protobuf_and_it_is_understood(kubectl):  # type: ignore[no-untyped-def]
+    # kubectl create <thing> sends protobuf bodies; each object arrives as kubectl built it
+    ns = f"gen-{uuid.uuid4().hex[:6]}"
+    assert f"namespace/{ns} created" in kubectl("create", "namespace", ns)
+    try:
+        kubectl("create", "deployment", "web", "--image=nginx:1.27", "--replicas=2", "-n", ns)
+        kubectl("create", "job", "once", "--image=busybox", "-n", ns, "--", "echo", "hi")
+        kubectl("create", "configmap", "cfg", "--from-literal=a=1", "-n", ns)
+        kubectl("create", "secret", "generic", "s1", "--from-literal=p=x", "-n", ns)
+        deployment = json.loads(kubectl("get", "deployment", "web", "-n", ns, "-o", "json"))
+        assert deployment["spec"]["replicas"] == 2
+        assert deployment["spec"]["selector"] == {"matchLabels": {"app": "web"}}
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert (container["name"], container["image"]) == ("nginx", "nginx:1.27")
+        job = json.loads(kubectl("get", "job", "once", "-n", ns, "-o", "json"))
+        assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["echo", "hi"]
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+        assert kubectl("get", "configmap", "cfg", "-n", ns, "-o", "jsonpath={.data.a}") == "1"
+        assert kubectl("get", "secret", "s1", "-n", ns, "-o", "jsonpath={.data.p}") == "eA=="
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false")
