@@ -84,15 +84,21 @@ def is_ready(pod: Obj) -> bool:
     )
 
 
-def condition(ctype: str, status: str, reason: str, message: str, ts: str) -> dict[str, Any]:
-    return {
-        "type": ctype,
-        "status": status,
-        "lastProbeTime": ts,
-        "lastTransitionTime": ts,
-        "reason": reason,
-        "message": message,
-    }
+def condition(
+    ctype: str,
+    status: str,
+    reason: str,
+    message: str,
+    ts: str,
+    probe_field: str | None = "lastProbeTime",
+) -> dict[str, Any]:
+    """A status condition. Its "last checked" time is named per kind: ``lastProbeTime``
+    (Job, Pod), ``lastUpdateTime`` (Deployment); a ReplicaSet's has none (None)."""
+    cond: dict[str, Any] = {"type": ctype, "status": status}
+    if probe_field:
+        cond[probe_field] = ts
+    cond.update(lastTransitionTime=ts, reason=reason, message=message)
+    return cond
 
 
 def set_condition(obj: Obj, cond: dict[str, Any], probe: bool = True) -> None:
@@ -102,12 +108,12 @@ def set_condition(obj: Obj, cond: dict[str, Any], probe: bool = True) -> None:
         if old["type"] == cond["type"]:
             if old.get("status") == cond["status"]:
                 cond["lastTransitionTime"] = old.get("lastTransitionTime")
-                if old.get("reason") == cond.get("reason") and old.get("message") == cond.get(
+                same = old.get("reason") == cond.get("reason") and old.get("message") == cond.get(
                     "message"
-                ):
-                    cond["lastProbeTime"] = (
-                        old.get("lastProbeTime") if not probe else cond["lastProbeTime"]
-                    )
+                )
+                for field in ("lastProbeTime", "lastUpdateTime"):
+                    if same and not probe and field in cond:
+                        cond[field] = old.get(field)
             conds[i] = cond
             return
     conds.append(cond)

@@ -58,6 +58,11 @@ def _max_unavailable(d: Obj) -> int:
     return int(raw)
 
 
+def deployment_condition(ctype: str, status: str, reason: str, message: str, ts: str) -> Obj:
+    """A DeploymentCondition: ``lastUpdateTime``, not a Pod's or Job's ``lastProbeTime``."""
+    return condition(ctype, status, reason, message, ts, probe_field="lastUpdateTime")
+
+
 def reconcile(cluster: Cluster) -> None:
     sync_all(cluster, "deployments.apps", "replicasets.apps", _reconcile_deployment)
     sync_all(cluster, "replicasets.apps", "pods", _reconcile_replicaset)
@@ -132,7 +137,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
             return True
         set_condition(
             d,
-            condition(
+            deployment_condition(
                 "Progressing",
                 "True",
                 "NewReplicaSetCreated",
@@ -165,7 +170,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
     if available >= replicas - _max_unavailable(d):
         set_condition(
             d,
-            condition(
+            deployment_condition(
                 "Available",
                 "True",
                 "MinimumReplicasAvailable",
@@ -177,7 +182,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
     else:
         set_condition(
             d,
-            condition(
+            deployment_condition(
                 "Available",
                 "False",
                 "MinimumReplicasUnavailable",
@@ -192,7 +197,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
     if complete:
         set_condition(
             d,
-            condition(
+            deployment_condition(
                 "Progressing",
                 "True",
                 "NewReplicaSetAvailable",
@@ -207,7 +212,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
         if now - started > deadline:
             set_condition(
                 d,
-                condition(
+                deployment_condition(
                     "Progressing",
                     "False",
                     "ProgressDeadlineExceeded",
@@ -222,7 +227,7 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
         ):
             set_condition(
                 d,
-                condition(
+                deployment_condition(
                     "Progressing",
                     "True",
                     "ReplicaSetUpdated",
@@ -233,7 +238,10 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
             )
     failure = get_condition(new_rs, "ReplicaFailure")
     if failure and failure["status"] == "True":
-        set_condition(d, dict(failure), probe=False)
+        copied = {k: v for k, v in failure.items() if k != "lastProbeTime"}
+        set_condition(
+            d, {**copied, "lastUpdateTime": failure.get("lastTransitionTime")}, probe=False
+        )
     elif get_condition(d, "ReplicaFailure"):
         status["conditions"] = [c for c in status["conditions"] if c["type"] != "ReplicaFailure"]
     return not complete
@@ -266,7 +274,11 @@ def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> bool:
                     rs, "Warning", "FailedCreate", f"Error creating: {error}", RS_COMPONENT
                 )
                 set_condition(
-                    rs, condition("ReplicaFailure", "True", "FailedCreate", error, ts), probe=False
+                    rs,
+                    condition(
+                        "ReplicaFailure", "True", "FailedCreate", error, ts, probe_field=None
+                    ),
+                    probe=False,
                 )
                 book["failures"] += 1
                 book["next_create"] = now + min(300.0, 5.0 * 2 ** (book["failures"] - 1))
