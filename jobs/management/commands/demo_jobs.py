@@ -58,7 +58,8 @@ DEMO_JOBS: list[tuple[str, dict[str, Any]]] = [
     # Past vision's 16 GPUs: it runs on the 8 that robotics (idle) lends in cohort research,
     # marked borrowing, until dave submits a robotics job and reclaims them.
     ("bob", {"team": "vision", "name": "gpt-pretrain-2", "kind": "training", "image": PYTORCH,
-             "gpu": {"count": 8}, "env": {"SANDBOX_DURATION": "12h"}}),
+             "gpu": {"count": 8, "product": "NVIDIA-H100-80GB-HBM3"},
+             "env": {"SANDBOX_DURATION": "12h"}}),
     # And past what the cohort has: queued for quota, saying why.
     ("alice", {"team": "vision", "name": "lr-sweep", "kind": "training", "image": PYTORCH,
                "gpu": {"count": 4}, "env": {"SANDBOX_DURATION": "30m"}}),
