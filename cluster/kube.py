@@ -93,6 +93,7 @@ KINDS: dict[str, Kind] = {
     "Job": Kind(client.BatchV1Api, "job"),
     "Deployment": Kind(client.AppsV1Api, "deployment"),
     "PriorityClass": Kind(client.SchedulingV1Api, "priority_class", namespaced=False),
+    "Lease": Kind(client.CoordinationV1Api, "lease"),
 }
 
 _local = threading.local()
@@ -296,6 +297,98 @@ def list_all(
         token = (page.get("metadata") or {}).get("continue") or None
         if not token:
             return
+
+
+class WatchExpired(PermanentClusterError):
+    """The version a watch asked for is older than the API server keeps (410 Gone): the
+    caller lists again and watches from the list's version."""
+
+
+def list_with_version(
+    kind: str, *, label_selector: str | None = None, namespace: str | None = None
+) -> tuple[list[Obj], str]:
+    """Every object of a kind (paged) and the collection's resourceVersion to watch from.
+
+    Every page carries the version of the snapshot it was served from; the first page's
+    is the one a watch resumes at, so nothing that changed while paging is missed (a
+    later page may already hold a newer copy of an object: the watch brings it again)."""
+    kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE}
+    if label_selector:
+        kwargs["label_selector"] = label_selector
+    method = _method(kind, "list", all_namespaces=namespace is None)
+    args = _ns_args(kind, namespace) if namespace is not None else ()
+    items: list[Obj] = []
+    version = ""
+    token: str | None = None
+    while True:
+        page = (
+            _call(method, *args, _continue=token, **kwargs)
+            if token
+            else _call(method, *args, **kwargs)
+        )
+        metadata = page.get("metadata") or {}
+        version = version or str(metadata.get("resourceVersion") or "")
+        items.extend(page.get("items") or [])
+        token = metadata.get("continue") or None
+        if not token:
+            return items, version
+
+
+def watch(
+    kind: str,
+    *,
+    resource_version: str,
+    label_selector: str | None = None,
+    timeout_seconds: int = 300,
+) -> Iterator[tuple[str, Obj]]:
+    """Follow changes of a kind (all namespaces) from ``resource_version``: yields (type,
+    object) for ADDED / MODIFIED / DELETED and BOOKMARK (bookmarks asked for), until the
+    server ends the stream (``timeout_seconds``) or the connection drops
+    (``TemporaryClusterError``). A version the server no longer keeps raises
+    ``WatchExpired``: list again."""
+    kwargs: dict[str, Any] = {
+        "watch": True,
+        "resource_version": resource_version,
+        "allow_watch_bookmarks": True,
+        "timeout_seconds": timeout_seconds,
+        # The read timeout covers the silence between events: bookmarks arrive well
+        # within it; the connect timeout stays the usual one.
+        "_request_timeout": (settings.KUBE_REQUEST_TIMEOUT, timeout_seconds + 30),
+        "_preload_content": False,
+    }
+    if label_selector:
+        kwargs["label_selector"] = label_selector
+    method = _method(kind, "list", all_namespaces=True)
+    try:
+        response = method(**kwargs)
+    except ApiException as exc:
+        error = _map_api_exception(exc)
+        if error.status == 410:
+            raise WatchExpired(error.message, status=410, reason="Expired") from exc
+        raise error from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TemporaryClusterError(f"Cluster unreachable: {exc}") from exc
+    try:
+        buffer = b""
+        for chunk in response.stream(amt=None, decode_content=False):
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if not line.strip():
+                    continue
+                event = orjson.loads(line)
+                kind_of_event, obj = event.get("type"), event.get("object") or {}
+                if kind_of_event == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    message = str(obj.get("message") or "watch error")
+                    if code == 410:
+                        raise WatchExpired(message, status=410, reason="Expired")
+                    raise TemporaryClusterError(message, status=code)
+                yield str(kind_of_event), obj
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise TemporaryClusterError(f"Watch interrupted: {exc}") from exc
+    finally:
+        response.release_conn()
 
 
 def pod_log(name: str, namespace: str, *, tail_lines: int = 200) -> str:

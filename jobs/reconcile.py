@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis
@@ -60,15 +60,15 @@ def _lock() -> Any:
     return redis_client().lock(LOCK_NAME, timeout=LOCK_TIMEOUT_SECONDS, blocking=False)
 
 
-def _job_id(obj: Obj) -> int | None:
+def job_id_of(obj: Obj) -> int | None:
     value = ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_ID_LABEL)
     return int(value) if value and str(value).isdigit() else None
 
 
-def _by_job(objects: Iterable[Obj]) -> dict[int, list[Obj]]:
+def by_job(objects: Iterable[Obj]) -> dict[int, list[Obj]]:
     grouped: dict[int, list[Obj]] = defaultdict(list)
     for obj in objects:
-        job_id = _job_id(obj)
+        job_id = job_id_of(obj)
         if job_id is not None:
             grouped[job_id].append(obj)
     return grouped
@@ -80,7 +80,7 @@ def _event_key(event: Obj) -> str:
     return "k8s:" + hashlib.sha256(raw.encode()).hexdigest()[:40]
 
 
-class _EventIndex:
+class EventIndex:
     """The cluster's events, indexed once per run by what they are about.
 
     Matching each job against every event would cost jobs × events per run (10,000 × 60,000
@@ -116,14 +116,14 @@ class _EventIndex:
         return list(found.values())
 
 
-def _tracked_jobs() -> Any:
+def tracked_jobs() -> Any:
     """Applied jobs that have not finished: the ones a pass follows."""
     return Job.objects.filter(
         state__in=[JobState.PENDING, JobState.RUNNING], applied_at__isnull=False
     )
 
 
-def _known_event_keys() -> dict[int, set[str]]:
+def known_event_keys(jobs: Any = None) -> dict[int, set[str]]:
     """The cluster events already on the tracked jobs' timelines: one query per run.
 
     The jobs are picked by a subquery, not by a list of ids: 10,000 bound parameters cost
@@ -132,7 +132,8 @@ def _known_event_keys() -> dict[int, set[str]]:
     """
     known: dict[int, set[str]] = defaultdict(set)
     rows = JobEvent.objects.filter(
-        job__in=_tracked_jobs().values("pk"), source=JobEvent.Source.KUBERNETES
+        job__in=(tracked_jobs() if jobs is None else jobs).values("pk"),
+        source=JobEvent.Source.KUBERNETES,
     ).values_list("job_id", "dedupe_key")
     for job_id, key in rows.iterator(chunk_size=5000):
         known[job_id].add(key)
@@ -162,7 +163,7 @@ def _new_events(job: Job, events: list[Obj], known: set[str]) -> list[JobEvent]:
     return rows
 
 
-class _Advisor:
+class Advisor:
     """Explains unschedulable pods with the scheduling core, on one snapshot per run."""
 
     def __init__(self) -> None:
@@ -242,7 +243,7 @@ def _mark_lost(job: Job, report: ReconcileReport) -> None:
 
 
 # The fields a pass reads of each tracked job (``_apply_observation`` compares the rest).
-_TRACKED_FIELDS = (
+TRACKED_FIELDS = (
     "team",
     "kind",
     "namespace",
@@ -259,59 +260,87 @@ def _track(report: ReconcileReport) -> None:
     active = list(
         # Only what tracking reads: the spec and manifests are the row's bulk (kilobytes of
         # JSON each), and decoding them for 10,000 jobs per run was most of the run's time.
-        _tracked_jobs().only(*_TRACKED_FIELDS)
+        tracked_jobs().only(*TRACKED_FIELDS)
     )
     report.seen_jobs = len(active)
     # List items carry no ``kind`` (only the list does), so group by kind here.
-    owners = _by_job(kube.list_all("Job", label_selector=MANAGED_BY_SELECTOR))
-    for job_id, deployments in _by_job(
+    owners = by_job(kube.list_all("Job", label_selector=MANAGED_BY_SELECTOR))
+    for job_id, deployments in by_job(
         kube.list_all("Deployment", label_selector=MANAGED_BY_SELECTOR)
     ).items():
         owners[job_id].extend(deployments)
     _cleanup_leftovers(owners, report)
     if not active:
         return
-    pods = _by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
+    pods = by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
     # Events carry no labels: list them only in the namespaces of jobs being tracked, not
     # the whole cluster's (thousands on a busy cluster, every few seconds).
-    events = _EventIndex(
+    events = EventIndex(
         event
         for namespace in sorted({job.namespace for job in active})
         for event in kube.list_all("Event", namespace=namespace)
     )
-    known_events = _known_event_keys()
-    advisor = _Advisor()
+    known_events = known_event_keys()
+    advisor = Advisor()
     now = timezone.now()
     for job in active:
         workload = owners.get(job.pk, [])
-        if not workload:
-            # A freshly applied job may not be listed yet by a slow API server or cache.
-            grace = timedelta(seconds=settings.LOST_GRACE_SECONDS)
-            if job.applied_at and now - job.applied_at > grace:
-                _mark_lost(job, report)
-            continue
         job_pods = pods.get(job.pk, [])
-        job_events = events.for_job(job, workload, job_pods)
-        new_events = _new_events(job, job_events, known_events[job.pk])
-        if new_events:
-            # Written before the state change they explain, so the timeline reads in order;
-            # a row another run wrote meanwhile is skipped.
-            JobEvent.objects.bulk_create(new_events, ignore_conflicts=True)
-            report.events_added += len(new_events)
-        main = workload[0]
-        if job.kind == Job.Kind.TRAINING:
-            seen = observe_training(main, job_pods, job_events)
-        else:
-            seen = observe_inference(main, job_pods, job_events)
-        if seen.unschedulable_pod is None:
-            advice = ""
-        elif job.advice and job.message == seen.message:
-            # Same scheduler verdict as last run: keep the advice rather than listing every
-            # pod of the cluster again.
-            advice = job.advice
-        else:
-            advice = advisor.advice(seen.unschedulable_pod)
-        _apply_observation(job, seen, advice, report)
+        job_observe(
+            job,
+            workload=workload,
+            pods=job_pods,
+            events=events.for_job(job, workload, job_pods),
+            known_events=known_events[job.pk],
+            advisor=advisor,
+            report=report,
+            now=now,
+        )
+
+
+def job_observe(
+    job: Job,
+    *,
+    workload: list[Obj],
+    pods: list[Obj],
+    events: list[Obj],
+    known_events: set[str],
+    advisor: Advisor,
+    report: ReconcileReport,
+    now: datetime,
+) -> None:
+    """Bring one tracked job's row in line with its objects, pods and events as seen now:
+    the one path for the periodic pass and the watch tracker (``jobs.tracker``).
+
+    1. No objects: marked ``Lost`` once past the grace period (a slow cache may not list
+       a fresh object yet).
+    2. New Kubernetes events go on the timeline, before the state change they explain.
+    3. The objects give the state, reason and message; an unschedulable pod gets advice.
+    """
+    if not workload:
+        grace = timedelta(seconds=settings.LOST_GRACE_SECONDS)
+        if job.applied_at and now - job.applied_at > grace:
+            _mark_lost(job, report)
+        return
+    new_events = _new_events(job, events, known_events)
+    if new_events:
+        # A row another run wrote meanwhile is skipped.
+        JobEvent.objects.bulk_create(new_events, ignore_conflicts=True)
+        report.events_added += len(new_events)
+    main = workload[0]
+    if job.kind == Job.Kind.TRAINING:
+        seen = observe_training(main, pods, events)
+    else:
+        seen = observe_inference(main, pods, events)
+    if seen.unschedulable_pod is None:
+        advice = ""
+    elif job.advice and job.message == seen.message:
+        # Same scheduler verdict as last time: keep the advice rather than listing every
+        # pod of the cluster again.
+        advice = job.advice
+    else:
+        advice = advisor.advice(seen.unschedulable_pod)
+    _apply_observation(job, seen, advice, report)
 
 
 def _id_list(ids: list[int]) -> Any:

@@ -159,7 +159,14 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis redelivers an unacked task after this many seconds; it must exceed the hard limit.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 600)}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-RECONCILE_INTERVAL_SECONDS = env_float("RECONCILE_INTERVAL_SECONDS", 10.0)
+# The periodic reconcile: the safety net behind the watch tracker (manage.py track_cluster),
+# catching what a watch missed and re-queuing lost work. Without a tracker, set it to ~10.
+RECONCILE_INTERVAL_SECONDS = env_float("RECONCILE_INTERVAL_SECONDS", 120.0)
+# The watch tracker (manage.py track_cluster): its leader-election Lease, and how long a
+# leader that stopped renewing keeps it before another tracker takes over.
+TRACKER_LEASE_NAMESPACE = env_str("TRACKER_LEASE_NAMESPACE", "default")
+TRACKER_LEASE_NAME = env_str("TRACKER_LEASE_NAME", "gpu-portal-tracker")
+TRACKER_LEASE_SECONDS = env_float("TRACKER_LEASE_SECONDS", 15.0)
 # A queued job whose task should have run by then is re-queued (its task was lost).
 STALE_QUEUE_SECONDS = env_float("STALE_QUEUE_SECONDS", 60.0)
 # An applied job whose objects are missing for longer than this is marked Lost.

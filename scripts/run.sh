@@ -19,7 +19,7 @@ $BIN/python manage.py seed_demo
 pids=()
 cleanup() {
   trap - EXIT INT TERM
-  echo "Stopping worker, beat, Prometheus and the sandbox cluster..."
+  echo "Stopping worker, beat, tracker, Prometheus and the sandbox cluster..."
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
 }
@@ -81,15 +81,18 @@ $BIN/celery -A portal worker --loglevel=INFO --concurrency=2 >var/log/worker.log
 pids+=($!)
 $BIN/celery -A portal beat --loglevel=INFO --schedule var/celerybeat-schedule >var/log/beat.log 2>&1 &
 pids+=($!)
+# Job rows follow the cluster's watch streams; beat's reconcile is the slow safety net.
+$BIN/python manage.py track_cluster >var/log/tracker.log 2>&1 &
+pids+=($!)
 $BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
 
 cat <<MSG
 
   GPU Portal: http://127.0.0.1:8000/    (API docs: http://127.0.0.1:8000/api/docs/)
-  Users (password "demo"): alice (vision member), bob (vision lead), carol (nlp member), admin (platform admin)
+  Users (password "demo"): alice (vision member), bob (vision lead), carol (nlp member), dave (robotics member), admin (platform admin)
   Cluster: $CLUSTER
   Metrics: $METRICS; GPU dashboards at http://127.0.0.1:8000/monitoring/
-  Logs: var/log/worker.log, var/log/beat.log. Stop with Ctrl-C.
+  Logs: var/log/worker.log, var/log/beat.log, var/log/tracker.log. Stop with Ctrl-C.
 
 MSG
 $BIN/python manage.py runserver 127.0.0.1:8000

@@ -1,0 +1,329 @@
+"""Track the cluster from watch streams instead of listing it every few seconds.
+
+The tracker (``manage.py track_cluster``) lists the portal's Jobs, Deployments and Pods
+(by its label) and the cluster's Events once, then follows a watch of each from the
+list's resourceVersion, keeping the objects in memory (an informer, as client-go's). A
+change marks the portal jobs it concerns; a batch of marked jobs goes through
+``reconcile.job_observe``, the same state transitions, timeline entries and advice the
+periodic pass makes. So a change reaches the job page within about a second, and the
+API server sees a handful of long-lived watches however many jobs there are.
+
+- A watch that ends (its timeout) or drops resumes from the last version it saw; one the
+  API server no longer keeps (410 Expired: a restart, or a long disconnect) lists again.
+- Several trackers may run for availability: one leads, through a
+  ``coordination.k8s.io/v1`` Lease (``TRACKER_LEASE_*``), renewed every third of its
+  duration; the others wait and take over once it expires. A leader that fails to renew
+  stops tracking before another can start.
+- The periodic reconcile stays as the safety net: it catches what a watch missed and
+  re-queues lost work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from cluster import kube
+from cluster.labels import MANAGED_BY_SELECTOR
+from jobs.models import Job
+from jobs.reconcile import (
+    TRACKED_FIELDS,
+    Advisor,
+    EventIndex,
+    ReconcileReport,
+    job_id_of,
+    job_observe,
+    known_event_keys,
+    tracked_jobs,
+)
+
+logger = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name)
+
+WATCHED = ("Job", "Deployment", "Pod")  # the portal's objects, by its label
+WATCH_SECONDS = 300  # a watch is reopened this often, from the last version seen
+BATCH_PAUSE = 0.2  # seconds to gather changes into one batch of observations
+
+
+class _Informer:
+    """The tracked objects of every watched kind, and which portal job each belongs to."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.objects: dict[str, dict[Key, Obj]] = {k: {} for k in (*WATCHED, "Event")}
+        self.dirty: set[int] = set()
+        self.changed = threading.Event()
+
+    def _mark(self, job_id: int | None) -> None:
+        if job_id is not None:
+            self.dirty.add(job_id)
+            self.changed.set()
+
+    def replace(self, kind: str, items: list[Obj]) -> None:
+        """A fresh list: every job whose objects it holds, or held, is looked at again."""
+        with self.lock:
+            before = self.objects[kind]
+            self.objects[kind] = {_key(o): o for o in items}
+            for obj in [*before.values(), *items]:
+                self._mark(self._job_of(kind, obj))
+
+    def apply(self, kind: str, change: str, obj: Obj) -> None:
+        with self.lock:
+            if change == "DELETED":
+                self.objects[kind].pop(_key(obj), None)
+            else:
+                self.objects[kind][_key(obj)] = obj
+            self._mark(self._job_of(kind, obj))
+
+    def _job_of(self, kind: str, obj: Obj) -> int | None:
+        if kind != "Event":
+            return job_id_of(obj)
+        # Events carry no labels: the job is the one owning the object they are about
+        # (a Deployment's ReplicaSets are named "<deployment>-<hash>").
+        involved = obj.get("involvedObject") or {}
+        ns, name = str(involved.get("namespace") or ""), str(involved.get("name") or "")
+        for candidate in (name, name.rpartition("-")[0]):
+            for owner_kind in WATCHED:
+                found = self.objects[owner_kind].get((ns, candidate))
+                if found is not None:
+                    return job_id_of(found)
+        return None
+
+    def take_dirty(self) -> set[int]:
+        with self.lock:
+            dirty, self.dirty = self.dirty, set()
+            self.changed.clear()
+            return dirty
+
+    def view(self, job_ids: set[int]) -> tuple[dict[int, list[Obj]], dict[int, list[Obj]]]:
+        """(workload objects, pods) of each job."""
+        owners: dict[int, list[Obj]] = defaultdict(list)
+        pods: dict[int, list[Obj]] = defaultdict(list)
+        with self.lock:
+            for kind in ("Job", "Deployment"):
+                for obj in self.objects[kind].values():
+                    job_id = job_id_of(obj)
+                    if job_id in job_ids:
+                        owners[job_id].append(obj)
+            for obj in self.objects["Pod"].values():
+                job_id = job_id_of(obj)
+                if job_id in job_ids:
+                    pods[job_id].append(obj)
+        return owners, pods
+
+    def events_in(self, namespaces: set[str]) -> list[Obj]:
+        with self.lock:
+            return [o for k, o in self.objects["Event"].items() if k[0] in namespaces]
+
+
+def _key(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+# --- leader election -----------------------------------------------------------------------
+
+
+def _micro(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class LeaderLease:
+    """A ``coordination.k8s.io/v1`` Lease held by one tracker at a time. Acquire and renew
+    are conditional updates on the Lease's resourceVersion: two trackers racing for an
+    expired lease cannot both win (the loser gets 409 Conflict)."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+        self.namespace = str(settings.TRACKER_LEASE_NAMESPACE)
+        self.name = str(settings.TRACKER_LEASE_NAME)
+        self.seconds = float(settings.TRACKER_LEASE_SECONDS)
+
+    def try_hold(self) -> bool:
+        """Acquire the lease, or renew it if ours; False when another holder's is live."""
+        now = timezone.now()
+        try:
+            lease = kube.get("Lease", self.name, self.namespace)
+        except kube.ObjectNotFound:
+            try:
+                kube.create(self._manifest(now, acquired=now, transitions=0))
+            except kube.ObjectConflict:
+                return False
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse(spec.get("renewTime")) or datetime.min.replace(tzinfo=UTC)
+        duration = timedelta(seconds=float(spec.get("leaseDurationSeconds") or self.seconds))
+        if holder != self.identity and renewed + duration > now:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
+        acquired = _parse(spec.get("acquireTime")) if holder == self.identity else now
+        wanted = self._manifest(now, acquired=acquired or now, transitions=transitions)
+        wanted["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
+        try:
+            kube.replace(wanted)
+        except kube.ObjectConflict:
+            return False
+        return True
+
+    def _manifest(self, now: datetime, *, acquired: datetime, transitions: int) -> Obj:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": max(1, round(self.seconds)),
+                "acquireTime": _micro(acquired),
+                "renewTime": _micro(now),
+                "leaseTransitions": transitions,
+            },
+        }
+
+
+# --- the tracker ---------------------------------------------------------------------------
+
+
+class ClusterTracker:
+    """Lead (or wait to), then watch and observe until ``stop()``."""
+
+    def __init__(
+        self, identity: str, *, on_report: Callable[[ReconcileReport], None] | None = None
+    ) -> None:
+        self.lease = LeaderLease(identity)
+        self.on_report = on_report
+        self._stop = threading.Event()
+        self.leading = threading.Event()
+        self.observed = 0  # jobs observed since start (tests and logs read it)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """1. Wait until this tracker holds the lease (trying every few seconds).
+        2. While it holds it: watch every kind in its own thread, observe marked jobs in
+           batches, and renew the lease every third of its duration.
+        3. A renewal that fails ends this term: watches stop, and the tracker waits for
+           the lease again (another tracker may hold it by then).
+        """
+        renew_every = self.lease.seconds / 3
+        while not self._stop.is_set():
+            if not self._hold():
+                self._stop.wait(renew_every)
+                continue
+            self.leading.set()
+            logger.info("tracker %s leads", self.lease.identity)
+            term = threading.Event()
+            informer = _Informer()
+            threads = [
+                threading.Thread(target=self._watch_loop, args=(kind, informer, term), daemon=True)
+                for kind in (*WATCHED, "Event")
+            ]
+            for thread in threads:
+                thread.start()
+            next_renewal = time.monotonic() + renew_every
+            try:
+                while not self._stop.is_set():
+                    informer.changed.wait(BATCH_PAUSE)
+                    self._observe(informer)
+                    if time.monotonic() >= next_renewal:
+                        if not self._hold():
+                            logger.warning("tracker %s lost the lease", self.lease.identity)
+                            break
+                        next_renewal = time.monotonic() + renew_every
+            finally:
+                term.set()
+                self.leading.clear()
+                for thread in threads:
+                    thread.join(timeout=5)
+                close_old_connections()
+
+    def _hold(self) -> bool:
+        try:
+            return self.lease.try_hold()
+        except kube.ClusterError as exc:
+            logger.warning("tracker lease not reached: %s", exc)
+            return False
+
+    def _watch_loop(self, kind: str, informer: _Informer, term: threading.Event) -> None:
+        """List, then watch from the list's version; resume after a drop, relist after a
+        410; back off (up to 30 s) while the API server cannot be reached."""
+        selector = None if kind == "Event" else MANAGED_BY_SELECTOR
+        version: str | None = None
+        backoff = 1.0
+        while not term.is_set() and not self._stop.is_set():
+            try:
+                if version is None:
+                    items, version = kube.list_with_version(kind, label_selector=selector)
+                    informer.replace(kind, items)
+                for change, obj in kube.watch(
+                    kind,
+                    resource_version=version,
+                    label_selector=selector,
+                    timeout_seconds=WATCH_SECONDS,
+                ):
+                    if term.is_set() or self._stop.is_set():
+                        return
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if change != "BOOKMARK":
+                        informer.apply(kind, change, obj)
+                backoff = 1.0
+            except kube.WatchExpired:
+                logger.info("watch of %s expired at %s: listing again", kind, version)
+                version = None
+            except kube.ClusterError as exc:
+                logger.warning("watch of %s interrupted (%s); resuming", kind, exc)
+                term.wait(backoff)
+                backoff = min(30.0, backoff * 2)
+
+    def _observe(self, informer: _Informer) -> None:
+        """Bring the marked jobs' rows in line with what the informer holds."""
+        dirty = informer.take_dirty()
+        if not dirty:
+            return
+        report = ReconcileReport()
+        try:
+            jobs = list(tracked_jobs().filter(pk__in=dirty).only(*TRACKED_FIELDS))
+            if jobs:
+                owners, pods = informer.view({j.pk for j in jobs})
+                events = EventIndex(informer.events_in({j.namespace for j in jobs}))
+                known = known_event_keys(Job.objects.filter(pk__in=[j.pk for j in jobs]))
+                advisor, now = Advisor(), timezone.now()
+                for job in jobs:
+                    job_observe(
+                        job,
+                        workload=owners.get(job.pk, []),
+                        pods=pods.get(job.pk, []),
+                        events=events.for_job(job, owners.get(job.pk, []), pods.get(job.pk, [])),
+                        known_events=known[job.pk],
+                        advisor=advisor,
+                        report=report,
+                        now=now,
+                    )
+                self.observed += len(jobs)
+        except Exception:
+            # A database hiccup must not end tracking: the jobs are looked at again.
+            logger.exception("tracker: observing %d jobs failed", len(dirty))
+            with informer.lock:
+                informer.dirty |= dirty
+            connection.close()
+            return
+        if self.on_report is not None:
+            self.on_report(report)

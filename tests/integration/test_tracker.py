@@ -1,0 +1,159 @@
+"""The watch tracker keeps job rows in step with a real sandbox within seconds, with the
+periodic reconcile turned down to once an hour: it resumes after dropped watches, lists
+again after a 410, hands over between replicas through its Lease, and the reconcile still
+catches what no tracker saw."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.db import connection
+
+from cluster import kube
+from jobs import tracker as tracker_module
+from jobs.models import Job, JobState
+from jobs.reconcile import cluster_reconcile
+from jobs.services import job_submit
+from jobs.tracker import ClusterTracker
+from tests.conftest import training_spec
+from tests.sandbox_process import SandboxProcess
+from tests.worker_process import WorkerProcess, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def quiet_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[WorkerProcess]:
+    """A worker that applies jobs but reconciles only once an hour: what moves job rows
+    here is the tracker."""
+    proc = WorkerProcess(
+        tmp_path / "worker", {**worker_env, "RECONCILE_INTERVAL_SECONDS": "3600"}
+    ).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def users(quiet_worker: WorkerProcess, settings: Any) -> dict[str, User]:
+    settings.TRACKER_LEASE_SECONDS = 2.0
+    call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
+    return {u.username: u for u in User.objects.all()}
+
+
+class Running:
+    """A tracker in a thread of this process (its own database connection)."""
+
+    def __init__(self, identity: str) -> None:
+        self.tracker = ClusterTracker(identity)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.tracker.run()
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.tracker.stop()
+        self.thread.join(timeout=15)
+
+
+@pytest.fixture
+def tracker(users: dict[str, User]) -> Iterator[Running]:
+    running = Running("tracker-a")
+    assert running.tracker.leading.wait(10)
+    yield running
+    running.stop()
+
+
+def fresh(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+def short_job(user: User, name: str) -> Job:
+    # 60 simulated seconds: two real seconds on the sandbox at speed 30
+    return job_submit(user=user, data=training_spec(name=name, env={"SANDBOX_DURATION": "60s"}))
+
+
+def test_changes_reach_the_job_within_seconds_without_the_reconcile(
+    users: dict[str, User],
+    tracker: Running,
+    cluster: SandboxProcess,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Watches reopen every second here, as if the API server closed them that often
+    monkeypatch.setattr(tracker_module, "WATCH_SECONDS", 1)
+    job = short_job(users["alice"], "tracked")
+    wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=20)
+    done = wait_for(lambda: (j := fresh(job)).state == JobState.SUCCEEDED and j, timeout=20)
+    seen_at = time.time()
+    # The Job finished at completionTime (the API server's clock); the row followed fast
+    (obj,) = [o for o in kube.list_all("Job", namespace="team-vision") if o["metadata"]["name"]
+              == job.object_name]  # fmt: skip
+    completed = datetime.fromisoformat(obj["status"]["completionTime"].replace("Z", "+00:00"))
+    assert seen_at - completed.timestamp() < 2.5
+    assert done.exit_code == 0 and done.finished_at is not None
+    reasons = list(done.events.values_list("reason", flat=True))
+    assert "Scheduled" in reasons and reasons.count("Scheduled") == 1
+
+
+def test_a_restarted_api_server_loses_nothing(
+    users: dict[str, User], tracker: Running, cluster: SandboxProcess
+) -> None:
+    # Given a running job, tracked
+    job = job_submit(
+        user=users["alice"], data=training_spec(name="survivor", env={"SANDBOX_DURATION": "5m"})
+    )
+    wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=20)
+    # When the API server restarts: its watch cache is gone, so every resumed watch is
+    # told 410 Expired and lists again
+    cluster.restart(hard=True)
+    # Then a job submitted afterwards is tracked to the end, and the first one too
+    after = short_job(users["alice"], "after")
+    wait_for(lambda: fresh(after).state == JobState.SUCCEEDED, timeout=30)
+    wait_for(lambda: fresh(job).state == JobState.SUCCEEDED, timeout=30)
+    assert fresh(job).reason != "Lost"
+
+
+def test_a_second_tracker_takes_over_when_the_leader_stops(
+    users: dict[str, User], tracker: Running, cluster: SandboxProcess
+) -> None:
+    # Given a second tracker waiting while the first leads
+    second = Running("tracker-b")
+    try:
+        time.sleep(3)
+        assert not second.tracker.leading.is_set()
+        # When the leader stops renewing (it dies; its lease is not handed back)
+        tracker.stop()
+        # Then the second leads within the lease's two seconds (and a renewal period)
+        assert second.tracker.leading.wait(6)
+        holder = kube.get("Lease", "gpu-portal-tracker", "default")["spec"]["holderIdentity"]
+        assert holder == "tracker-b"
+        # and tracks
+        job = short_job(users["alice"], "handed-over")
+        wait_for(lambda: fresh(job).state == JobState.SUCCEEDED, timeout=20)
+    finally:
+        second.stop()
+
+
+def test_the_reconcile_still_catches_what_no_tracker_saw(
+    users: dict[str, User], cluster: SandboxProcess
+) -> None:
+    # Given no tracker at all, a job runs to the end in the cluster
+    job = short_job(users["alice"], "unwatched")
+    wait_for(lambda: fresh(job).applied_at is not None, timeout=20)
+    time.sleep(3)
+    assert fresh(job).state == JobState.PENDING
+    # When the safety-net pass runs
+    cluster_reconcile()
+    # Then the row catches up
+    assert fresh(job).state == JobState.SUCCEEDED
