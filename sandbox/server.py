@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from sandbox import dcgm
 from sandbox.api import objects, printing
-from sandbox.api.handlers import Request, Response, handle, parse_target, resolve
+from sandbox.api.handlers import Request, Response, handle, parse_target, pod_log, resolve
 from sandbox.cluster import Cluster
 from sandbox.errors import ApiError, bad_request, expired, unauthorized
 from sandbox.selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
@@ -30,6 +30,7 @@ HANDSHAKE_TIMEOUT_SECONDS = 10
 # --min-request-timeout (30 min) does; clients reconnect from their last version.
 WATCH_DEFAULT_TIMEOUT = 1800.0
 BOOKMARK_SECONDS = 5.0
+LOG_FOLLOW_SECONDS = 0.5
 
 
 class ApiServer(ThreadingHTTPServer):
@@ -129,6 +130,13 @@ class ApiHandler(_Base):
             if self.command == "GET" and query.get("watch", "").lower() in ("true", "1"):
                 self._watch(split.path, query)
                 return
+            if (
+                self.command == "GET"
+                and split.path.endswith("/log")
+                and query.get("follow", "").lower() in ("true", "1")
+            ):
+                self._follow_log(split.path, query)
+                return
             req = Request(
                 self.command,
                 split.path,
@@ -156,6 +164,52 @@ class ApiHandler(_Base):
         else:
             data = json.dumps(resp.body, separators=(",", ":")).encode()
             self._send(resp.status, data, "application/json", headers)
+
+    def _follow_log(self, path: str, query: dict[str, str]) -> None:
+        """``…/log?follow=true`` (``kubectl logs -f``): the log so far, then each new line as
+        the container writes it, until the container stops or the pod is gone."""
+        cluster = self.server.cluster
+        parsed = parse_target(path)
+        target = resolve(*parsed) if parsed else None
+        if target is None or target.sub != "log" or target.name is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        ns, name = target.namespace or "", target.name
+        follow = {k: v for k, v in query.items() if k not in ("tailLines", "limitBytes")}
+        with cluster.store.serving():
+            text = pod_log(cluster, ns, name, query)  # errors (not found, waiting) as usual
+            sent = len(pod_log(cluster, ns, name, follow))  # how far the full log is shown
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(chunk: str) -> None:
+            data = chunk.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        try:
+            if text:
+                send(text)
+            while True:
+                time.sleep(LOG_FOLLOW_SECONDS)
+                with cluster.store.serving():
+                    pod = cluster.store.get("pods", ns, name)
+                    if pod is None:
+                        break
+                    full = pod_log(cluster, ns, name, follow)
+                    finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                if len(full) > sent:
+                    send(full[sent:])
+                    sent = len(full)
+                if finished:
+                    break
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            pass
+        except ApiError:
+            self.wfile.write(b"0\r\n\r\n")
+        self.close_connection = True
 
     def _watch(self, path: str, query: dict[str, str]) -> None:
         """``?watch=true``: stream changes as newline-delimited JSON events, from the

@@ -164,3 +164,18 @@ def test_imperative_generators_send_protobuf_and_it_is_understood(kubectl):  # t
         assert kubectl("get", "secret", "s1", "-n", ns, "-o", "jsonpath={.data.p}") == "eA=="
     finally:
         kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_logs_follow_streams_until_the_container_stops(kubectl, namespace):  # type: ignore[no-untyped-def]
+    name = f"tail-{uuid.uuid4().hex[:6]}"
+    kubectl(
+        "apply", "-n", namespace, "-f", "-", stdin=JOB.format(name=name).replace('"60s"', '"240s"')
+    )
+    kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod", "-l", f"job-name={name}",
+            "--timeout=30s")  # fmt: skip
+    # When kubectl follows the log of a container with four real seconds to run
+    followed = kubectl("logs", "-f", "-n", namespace, f"job/{name}")
+    # Then it returned once the container stopped, with every line the log has by then
+    assert rows(kubectl("get", "pods", "-n", namespace))[1][2] == "Completed"
+    whole = kubectl("logs", "-n", namespace, f"job/{name}")
+    assert followed == whole and len(whole.splitlines()) > 10
