@@ -145,6 +145,7 @@ class ApiHandler(_Base):
                 self.headers.get("Content-Type", "application/json"),
                 self.server.url,
                 self.headers.get("Accept", "application/json"),
+                self.headers.get("User-Agent", ""),
             )
             with cluster.store.serving():
                 resp = handle(cluster, req)

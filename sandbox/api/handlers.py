@@ -29,6 +29,13 @@ class Request:
     content_type: str
     server_url: str
     accept: str = "application/json"
+    user_agent: str = ""
+
+    @property
+    def field_manager(self) -> str:
+        """The request's ``fieldManager``, else its User-Agent's first word (as the API
+        server names a manager that did not say)."""
+        return self.query.get("fieldManager") or self.user_agent.split("/")[0] or "unknown"
 
 
 @dataclass
@@ -149,7 +156,13 @@ def _resource(cluster: Cluster, req: Request, t: Target) -> Response:
             if rt.namespaced and t.namespace is None:
                 raise method_not_allowed()
             obj, warnings = objects.create(
-                cluster, rt, ns, _json_body(req), field_validation=validation, dry_run=dry_run
+                cluster,
+                rt,
+                ns,
+                _json_body(req),
+                field_validation=validation,
+                dry_run=dry_run,
+                manager=req.field_manager,
             )
             return Response(201, obj, warnings=warnings)
         if method == "DELETE":
@@ -174,12 +187,26 @@ def _resource(cluster: Cluster, req: Request, t: Target) -> Response:
         return Response(200, objects.get(cluster, rt, ns, t.name))
     if method == "PUT":
         obj, warnings = objects.update(
-            cluster, rt, ns, t.name, _json_body(req), field_validation=validation
+            cluster,
+            rt,
+            ns,
+            t.name,
+            _json_body(req),
+            field_validation=validation,
+            manager=req.field_manager,
         )
         return Response(200, obj, warnings=warnings)
     if method == "PATCH":
         obj, warnings = objects.patch(
-            cluster, rt, ns, t.name, req.body, req.content_type, field_validation=validation
+            cluster,
+            rt,
+            ns,
+            t.name,
+            req.body,
+            req.content_type,
+            field_validation=validation,
+            manager=req.field_manager,
+            force=q.get("force", "").lower() == "true",
         )
         return Response(200, obj, warnings=warnings)
     if method == "DELETE":

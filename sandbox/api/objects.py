@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sandbox.api import admission, defaults, validation
+from sandbox.api import admission, defaults, ssa, validation
 from sandbox.api.patch import json_patch, merge_patch, strategic_merge_patch
 from sandbox.api.resources import RESOURCES, ResourceType
 from sandbox.cluster import Cluster
@@ -139,11 +139,17 @@ def create(
     field_validation: str = "Warn",
     dry_run: bool = False,
     check_schema: bool = True,
+    manager: str | None = None,
+    applied: bool = False,
 ) -> tuple[Obj, list[str]]:
-    """POST: generate name, validate, default, admit and store. Returns (object, warnings)."""
+    """POST: generate name, validate, default, admit and store. Returns (object, warnings).
+
+    With ``manager``, the fields the request set are that manager's (``managedFields``):
+    an ``Update``, or an ``Apply`` when ``applied`` (server-side apply creating)."""
     if not isinstance(body, dict):
         raise bad_request("the body of the request was in an unknown format")
     obj = copy.deepcopy(body)
+    requested = copy.deepcopy(body)
     obj["apiVersion"] = rt.api_version
     obj["kind"] = rt.kind
     meta = obj.setdefault("metadata", {}) or {}
@@ -183,6 +189,22 @@ def create(
         meta.pop(field, None)
     meta["uid"] = cluster.new_uid()
     meta["creationTimestamp"] = cluster.timestamp()
+    if manager:
+        if applied:
+            meta["managedFields"] = ssa.apply(
+                None,
+                obj,
+                requested,
+                manager=manager,
+                force=True,
+                api_version=rt.api_version,
+                ts=meta["creationTimestamp"],
+            )
+        else:
+            meta["managedFields"] = ssa.update(
+                None, requested, manager=manager, api_version=rt.api_version,
+                ts=meta["creationTimestamp"],
+            )  # fmt: skip
     if rt.plural not in (
         "pods",
         "events",
@@ -229,8 +251,14 @@ def update(
     field_validation: str = "Warn",
     status_only: bool = False,
     check_schema: bool = True,
+    manager: str | None = None,
+    managed_fields: list[Obj] | None = None,
 ) -> tuple[Obj, list[str]]:
-    """PUT: optimistic concurrency on ``resourceVersion``; spec changes bump ``generation``."""
+    """PUT: optimistic concurrency on ``resourceVersion``; spec changes bump ``generation``.
+
+    ``managedFields``: ``managed_fields`` when given (server-side apply computed them), else
+    the fields ``manager`` changed become its own; writes without a manager (the
+    sandbox's controllers) leave them as they were."""
     if not isinstance(body, dict):
         raise bad_request("the body of the request was in an unknown format")
     old = get(cluster, rt, ns, name)
@@ -318,6 +346,16 @@ def update(
         }
     if "generation" in meta and _spec_changed(old, obj):
         meta["generation"] = int(meta["generation"]) + 1
+    if managed_fields is not None:
+        meta["managedFields"] = managed_fields
+    elif manager:
+        meta["managedFields"] = ssa.update(
+            old, obj, manager=manager, api_version=rt.api_version, ts=cluster.timestamp()
+        )
+    elif "managedFields" in old["metadata"]:
+        meta["managedFields"] = old["metadata"]["managedFields"]
+    else:
+        meta.pop("managedFields", None)
     if obj == old:
         return old, warnings
     return cluster.store.put(rt.key, obj), warnings
@@ -341,6 +379,8 @@ def patch(
     *,
     field_validation: str = "Warn",
     status_only: bool = False,
+    manager: str | None = None,
+    force: bool = False,
 ) -> tuple[Obj, list[str]]:
     ctype = content_type.split(";")[0].strip()
     if ctype not in PATCH_TYPES:
@@ -356,10 +396,18 @@ def patch(
         raise bad_request(f"error decoding patch: {exc}") from None
     key_ns = ns if rt.namespaced else ""
     old = cluster.store.get(rt.key, key_ns, name)
+    applying = ctype == "application/apply-patch+yaml"
+    if applying and not manager:
+        raise bad_request(
+            "PATCH /apply requests require a fieldManager: set it with the fieldManager "
+            "query parameter"
+        )
     if old is None:
-        if ctype.endswith("yaml"):  # server-side apply creates
-            obj, warnings = create(cluster, rt, ns, body, field_validation=field_validation)
-            return obj, warnings
+        if applying:  # server-side apply creates
+            return create(
+                cluster, rt, ns, body, field_validation=field_validation, manager=manager,
+                applied=True,
+            )  # fmt: skip
         raise not_found(rt.plural, rt.group, name)
     current = copy.deepcopy(old)
     if ctype == "application/json-patch+json":
@@ -383,7 +431,20 @@ def patch(
     new.setdefault("metadata", {})["resourceVersion"] = (
         patched_rv or old["metadata"]["resourceVersion"]
     )
-    return update(cluster, rt, ns, name, new, field_validation=field_validation)
+    if applying:
+        managed = ssa.apply(
+            old,
+            new,
+            body,
+            manager=str(manager),
+            force=force,
+            api_version=rt.api_version,
+            ts=cluster.timestamp(),
+        )
+        return update(
+            cluster, rt, ns, name, new, field_validation=field_validation, managed_fields=managed
+        )
+    return update(cluster, rt, ns, name, new, field_validation=field_validation, manager=manager)
 
 
 # -- list ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -171,6 +172,13 @@ def test_logs_follow_streams_until_the_container_stops(kubectl, namespace):  # t
     kubectl(
         "apply", "-n", namespace, "-f", "-", stdin=JOB.format(name=name).replace('"60s"', '"240s"')
     )
+    # (kubectl wait -l needs the pod to exist already: the Job controller makes it shortly)
+    deadline = time.monotonic() + 30
+    while "pod/" not in kubectl(
+        "get", "pods", "-n", namespace, "-l", f"job-name={name}", "-o", "name"
+    ):
+        assert time.monotonic() < deadline, "the Job's pod never appeared"
+        time.sleep(0.1)
     kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod", "-l", f"job-name={name}",
             "--timeout=30s")  # fmt: skip
     # When kubectl follows the log of a container with four real seconds to run
@@ -179,3 +187,61 @@ def test_logs_follow_streams_until_the_container_stops(kubectl, namespace):  # t
     assert rows(kubectl("get", "pods", "-n", namespace))[1][2] == "Completed"
     whole = kubectl("logs", "-n", namespace, f"job/{name}")
     assert followed == whole and len(whole.splitlines()) > 10
+
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+"""
+
+
+def test_server_side_apply_tracks_owners_and_reports_conflicts(kubectl, namespace):  # type: ignore[no-untyped-def]
+    name = f"ssa-{uuid.uuid4().hex[:6]}"
+
+    def apply(replicas: int, *flags: str, check: bool = True) -> str:
+        config = DEPLOYMENT.format(name=name, replicas=replicas)
+        return kubectl(
+            "apply", "--server-side", "-n", namespace, *flags, "-f", "-", stdin=config, check=check
+        )
+
+    assert "serverside-applied" in apply(2)
+    # Another manager applying a different replica count is refused, naming the owner
+    refused = apply(3, "--field-manager=autoscaler", check=False)
+    assert (
+        'Apply failed with 1 conflict: conflict with "kubectl" using apps/v1: .spec.replicas'
+        in (refused)
+    )
+    assert kubectl("get", "deploy", name, "-n", namespace, "-o", "jsonpath={.spec.replicas}") == "2"
+    # Applying the same value shares the field; forcing takes it over
+    apply(2, "--field-manager=autoscaler")
+    apply(4, "--field-manager=autoscaler", "--force-conflicts")
+    managed = json.loads(
+        kubectl("get", "deploy", name, "-n", namespace, "--show-managed-fields", "-o", "json")
+    )
+    owners = {
+        entry["manager"]: entry["fieldsV1"].get("f:spec", {})
+        for entry in managed["metadata"]["managedFields"]
+    }
+    assert managed["spec"]["replicas"] == 4
+    assert "f:replicas" in owners["autoscaler"] and "f:replicas" not in owners["kubectl"]
+    # Now kubectl is the one told of the conflict
+    assert 'conflict with "autoscaler"' in apply(2, check=False)
+
+
+def test_a_field_dropped_from_an_applied_config_is_removed(kubectl, namespace):  # type: ignore[no-untyped-def]
+    config = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: '1'\n"
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", stdin=config + "  b: '2'\n")
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", stdin=config)
+    data = json.loads(kubectl("get", "cm", "settings", "-n", namespace, "-o", "json"))["data"]
+    assert data == {"a": "1"}
