@@ -157,3 +157,23 @@ def test_the_reconcile_still_catches_what_no_tracker_saw(
     cluster_reconcile()
     # Then the row catches up
     assert fresh(job).state == JobState.SUCCEEDED
+
+
+def test_an_unreachable_api_server_fails_no_job_and_tracking_resumes(
+    users: dict[str, User], tracker: Running, cluster: SandboxProcess
+) -> None:
+    # Given a running job, tracked
+    job = job_submit(
+        user=users["alice"], data=training_spec(name="patient", env={"SANDBOX_DURATION": "4m"})
+    )
+    wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=20)
+    # When the API server is down for longer than the tracker's lease
+    cluster.stop()
+    time.sleep(5)
+    # Then nothing was marked failed or lost meanwhile
+    assert fresh(job).state == JobState.RUNNING
+    # And once it is back, the tracker leads again and follows the job to its end
+    cluster.start(reset=False)
+    assert wait_for(lambda: tracker.tracker.leading.is_set(), timeout=20)
+    done = wait_for(lambda: (j := fresh(job)).state == JobState.SUCCEEDED and j, timeout=30)
+    assert done.reason != "Lost"

@@ -245,3 +245,25 @@ def test_a_field_dropped_from_an_applied_config_is_removed(kubectl, namespace): 
     kubectl("apply", "--server-side", "-n", namespace, "-f", "-", stdin=config)
     data = json.loads(kubectl("get", "cm", "settings", "-n", namespace, "-o", "json"))["data"]
     assert data == {"a": "1"}
+
+
+def test_get_watch_prints_each_change_as_a_row(kubectl, sandbox, namespace):  # type: ignore[no-untyped-def]
+    # kubectl get -w streams Table rows from a watch: the first listing, then each change
+    watcher = subprocess.Popen(
+        [str(KUBECTL), "get", "configmaps", "-n", namespace, "-w", "--request-timeout=8s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)},
+    )
+    time.sleep(1.5)
+    kubectl("create", "configmap", "watched", "--from-literal=a=1", "-n", namespace)
+    kubectl("create", "configmap", "watched-too", "--from-literal=a=1", "-n", namespace)
+    try:
+        out, _ = watcher.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        watcher.kill()
+        out, _ = watcher.communicate()
+    names = [r[0] for r in rows(out)]
+    assert names[0] == "NAME"
+    assert "watched" in names and "watched-too" in names
