@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the system tools the suite and the demo need, when missing (Debian/Ubuntu):
-#   prometheus + promtool (Debian's prometheus package), chromium (browser tests).
+#   prometheus + promtool (Debian's prometheus package), chromium (browser tests),
+#   npm (to install axe-core for the accessibility checks).
 # Usage: scripts/ensure_tools.sh prometheus [chromium]
 set -euo pipefail
 
@@ -9,6 +10,7 @@ for tool in "$@"; do
   case "$tool" in
     prometheus) command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus) ;;
     chromium) command -v chromium >/dev/null || need+=(chromium) ;;
+    npm) command -v npm >/dev/null || need+=(npm) ;;
     *) echo "ensure_tools: unknown tool $tool" >&2; exit 2 ;;
   esac
 done

