@@ -157,3 +157,35 @@ def test_every_operation_answers_as_documented(case: Any, bearer: dict[str, str]
     # Given a generated request for an operation, sent with alice's token
     # When the app answers, Then the answer is documented and never a server error
     case.call_and_validate(headers=bearer, checks=CHECKS)
+
+
+def test_sequences_of_calls_answer_as_documented(api_schema: Any, bearer: dict[str, str]) -> None:
+    # Given alice's token as the schema's authentication (so the authentication checks
+    # know it is real), and the links Schemathesis finds between operations (a job
+    # listed, then read, cancelled, its manifest or events fetched...)
+    token = bearer["Authorization"].removeprefix("Bearer ")
+
+    @api_schema.auth()
+    class AliceToken:
+        def get(self, case: Any, ctx: Any) -> str:
+            return token
+
+        def set(self, case: Any, data: str, ctx: Any) -> None:
+            case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
+    class Workflow(api_schema.as_state_machine()):  # type: ignore[misc]
+        def validate_response(
+            self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any
+        ) -> None:
+            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
+
+    # When sequences of calls run, Then every answer on the way is documented
+    Workflow.run(
+        settings=settings(
+            max_examples=EXAMPLES_PER_OPERATION,
+            stateful_step_count=6,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        )
+    )
