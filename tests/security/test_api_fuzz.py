@@ -34,7 +34,9 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
     content_type_conformance,
+    ensure_resource_availability,
     ignored_auth,
     missing_required_header,
     negative_data_rejection,
@@ -96,8 +98,12 @@ CHECKS = [
     schema_valid_input_accepted,
     missing_required_header,
     unsupported_method,
+    allow_header_conformance,
     ignored_auth,
 ]
+# Stateful sequences add the check of a resource a call just created: the next call that
+# uses it (read, cancel, events...) must find it.
+STATEFUL_CHECKS = [*CHECKS, ensure_resource_availability]
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +183,7 @@ def test_sequences_of_calls_answer_as_documented(api_schema: Any, bearer: dict[s
         def validate_response(
             self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any
         ) -> None:
-            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
+            case.validate_response(response, checks=STATEFUL_CHECKS, transport_kwargs=kwargs)
 
     # When sequences of calls run, Then every answer on the way is documented
     Workflow.run(
