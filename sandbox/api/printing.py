@@ -64,6 +64,12 @@ def _age(obj: Obj, now: float) -> str:
 
 NAME: Column = ("Name", "string", "name", 0)
 AGE: Column = ("Age", "string", "", 0)
+# What ``-o wide`` adds for every workload kind (Job, Deployment, ReplicaSet).
+WORKLOAD_WIDE: list[Column] = [
+    ("Containers", "string", "", 1),
+    ("Images", "string", "", 1),
+    ("Selector", "string", "", 1),
+]
 
 
 def _condition(obj: Obj, kind: str) -> Obj | None:
@@ -225,9 +231,7 @@ JOB: Printer = (
         ("Completions", "string", "", 0),
         ("Duration", "string", "", 0),
         AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-        ("Selector", "string", "", 1),
+        *WORKLOAD_WIDE,
     ],
     _job,
 )
@@ -255,9 +259,7 @@ DEPLOYMENT: Printer = (
         ("Up-to-date", "string", "", 0),
         ("Available", "string", "", 0),
         AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-        ("Selector", "string", "", 1),
+        *WORKLOAD_WIDE,
     ],
     _deployment,
 )
@@ -285,9 +287,7 @@ REPLICASET: Printer = (
         ("Current", "integer", "", 0),
         ("Ready", "integer", "", 0),
         AGE,
-        ("Containers", "string", "", 1),
-        ("Images", "string", "", 1),
-        ("Selector", "string", "", 1),
+        *WORKLOAD_WIDE,
     ],
     _replicaset,
 )
