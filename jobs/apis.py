@@ -9,7 +9,9 @@ from datetime import datetime
 from typing import Any
 
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
+    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_field,
@@ -22,10 +24,10 @@ from rest_framework.views import APIView
 
 from core.api_errors import error_responses
 from core.apis import ApiView
-from jobs import cohort_selectors
+from jobs import cohort_selectors, job_templates
 from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
-from jobs.models import Job, JobEvent, JobState
+from jobs.models import Job, JobEvent, JobState, JobTemplate
 from jobs.queue_estimate import job_queue_position
 from jobs.selectors import (
     JOB_LIST_PAGE_SIZE,
@@ -246,6 +248,25 @@ class PaginatedJobOutput(serializers.Serializer):
     results = JobOutput(many=True)
 
 
+TEMPLATE_PARAMETER = OpenApiParameter(
+    "template",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    required=False,
+    description="Start from this template (NAME, TEAM/NAME or its id): the body's fields are "
+    "merged over the template's (gpu and env key by key), then checked as any submission.",
+)
+
+
+def _spec_data(request: Request) -> Any:
+    """The spec a submission or preview asks for: the body, over ``?template=`` if given."""
+    template = request.query_params.get("template")
+    if not template:
+        return request.data
+    ref: str | int = int(template) if template.isdigit() else template
+    return job_templates.spec_from_template(user=request.user, template=ref, data=request.data)
+
+
 class JobListCreateApi(ApiView):
     query_input = JobListQuery
 
@@ -270,10 +291,11 @@ class JobListCreateApi(ApiView):
     @extend_schema(
         operation_id="jobs_create",
         request={"application/json": JobSpecInput},
-        responses={201: JobOutput, **error_responses(400, 401, 413, 415, 429)},
+        parameters=[TEMPLATE_PARAMETER],
+        responses={201: JobOutput, **error_responses(400, 401, 404, 413, 415, 429)},
     )
     def post(self, request: Request) -> Response:
-        job = job_submit(user=request.user, data=request.data)  # type: ignore[arg-type]
+        job = job_submit(user=request.user, data=_spec_data(request))  # type: ignore[arg-type]
         return Response(JobOutput(job).data, status=status.HTTP_201_CREATED)
 
 
@@ -315,10 +337,11 @@ class JobPreviewApi(APIView):
     @extend_schema(
         operation_id="jobs_preview",
         request={"application/json": JobSpecInput},
-        responses={200: PreviewOutput, **error_responses(400, 401, 413, 415, 429)},
+        parameters=[TEMPLATE_PARAMETER],
+        responses={200: PreviewOutput, **error_responses(400, 401, 404, 413, 415, 429)},
     )
     def post(self, request: Request) -> Response:
-        preview = job_preview(user=request.user, data=request.data)
+        preview = job_preview(user=request.user, data=_spec_data(request))
         return Response(
             {
                 "valid": True,
@@ -483,3 +506,114 @@ class CohortDetailApi(APIView):
     def get(self, request: Request, slug: str) -> Response:
         view = cohort_selectors.cohort_get_for_user(user=request.user, slug=slug)
         return Response(CohortOutput(_cohort_data(view)).data)
+
+
+class TemplateOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    team = serializers.CharField(
+        allow_null=True, source="team.slug", help_text="The owning team; null: personal."
+    )
+    owner = serializers.CharField(
+        allow_null=True, source="owner.username", help_text="The owner; null: a team's."
+    )
+    spec = serializers.DictField(help_text="Any subset of the job spec's fields.")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class TemplateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=63)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    team = serializers.CharField(
+        max_length=40,
+        required=False,
+        allow_null=True,
+        help_text="Save it as this team's template (leads only); leave out for your own.",
+    )
+    spec = serializers.JSONField(help_text="Any subset of the job spec's fields.")
+
+
+class TemplateUpdateInput(serializers.Serializer):
+    name = serializers.CharField(max_length=63, required=False)
+    description = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    spec = serializers.JSONField(required=False)
+
+
+class TemplateListQuery(serializers.Serializer):
+    name = serializers.CharField(
+        required=False, max_length=120, help_text="NAME or TEAM/NAME: the template it names."
+    )
+
+
+def _template_data(template: JobTemplate) -> dict[str, Any]:
+    return TemplateOutput(template).data
+
+
+class TemplateListCreateApi(ApiView):
+    query_input = TemplateListQuery
+
+    @extend_schema(
+        operation_id="templates_list",
+        responses={200: TemplateOutput(many=True), **error_responses(400, 401, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        name = self.query.get("name")
+        if name:
+            found = [job_templates.template_find(user=request.user, name=name)]
+        else:
+            found = list(job_templates.templates_for_user(user=request.user))
+        return Response([_template_data(t) for t in found])
+
+    @extend_schema(
+        operation_id="templates_create",
+        request=TemplateInput,
+        responses={201: TemplateOutput, **error_responses(400, 401, 403, 409, 415, 429)},
+    )
+    def post(self, request: Request) -> Response:
+        data = TemplateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        template = job_templates.template_create(
+            user=request.user,  # type: ignore[arg-type]
+            name=data.validated_data["name"],
+            spec=data.validated_data["spec"],
+            team=data.validated_data.get("team"),
+            description=data.validated_data.get("description", ""),
+        )
+        return Response(_template_data(template), status=status.HTTP_201_CREATED)
+
+
+class TemplateDetailApi(APIView):
+    @extend_schema(
+        operation_id="templates_retrieve",
+        responses={200: TemplateOutput, **error_responses(401, 404)},
+    )
+    def get(self, request: Request, template_id: int) -> Response:
+        template = job_templates.template_get_for_user(user=request.user, template_id=template_id)
+        return Response(_template_data(template))
+
+    @extend_schema(
+        operation_id="templates_partial_update",
+        request=TemplateUpdateInput,
+        responses={200: TemplateOutput, **error_responses(400, 401, 403, 404, 409, 415, 429)},
+    )
+    def patch(self, request: Request, template_id: int) -> Response:
+        data = TemplateUpdateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        template = job_templates.template_update(
+            user=request.user,  # type: ignore[arg-type]
+            template_id=template_id,
+            name=data.validated_data.get("name"),
+            spec=data.validated_data.get("spec"),
+            description=data.validated_data.get("description"),
+        )
+        return Response(_template_data(template))
+
+    @extend_schema(
+        operation_id="templates_destroy",
+        responses={204: None, **error_responses(401, 403, 404, 429)},
+    )
+    def delete(self, request: Request, template_id: int) -> Response:
+        job_templates.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -130,3 +130,62 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.reason}"
+
+
+class JobTemplate(models.Model):
+    """A named, saved job spec (any subset of its fields), owned by a user or by a team.
+
+    Submitting from a template merges the caller's fields over the template's and then
+    goes through every check a submission does: a template is a starting point, never a
+    way around validation, quota or the "will it fit?" answer.
+    """
+
+    name = models.CharField(max_length=63)
+    description = models.CharField(max_length=200, blank=True)
+    spec = models.JSONField(default=dict)
+    # Exactly one of the two: a personal template, or a team's (managed by its leads).
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="job_templates",
+    )
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="job_templates"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(owner__isnull=False, team__isnull=True)
+                | models.Q(owner__isnull=True, team__isnull=False),
+                name="jobtemplate_one_owner",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "name"],
+                condition=models.Q(owner__isnull=False),
+                name="jobtemplate_unique_personal_name",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "name"],
+                condition=models.Q(team__isnull=False),
+                name="jobtemplate_unique_team_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.name}"
+
+    @property
+    def scope(self) -> str:
+        """``team:<slug>`` or ``user:<username>``: whose template it is."""
+        if self.team is not None:
+            return f"team:{self.team.slug}"
+        return f"user:{self.owner.username if self.owner else '?'}"

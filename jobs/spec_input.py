@@ -447,7 +447,10 @@ class JobSpecInput(StrictSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         raw = self.initial_data if isinstance(self.initial_data, dict) else {}
         kind = attrs.get("kind")
-        wrong = INFERENCE_ONLY if kind == "training" else TRAINING_ONLY
+        wrong: tuple[str, ...] = INFERENCE_ONLY if kind == "training" else TRAINING_ONLY
+        if kind is None:
+            # Only a partial spec (a template) has no kind: it may hold either kind's fields.
+            wrong = ()
         errors = {
             field: [
                 f"'{field}' applies to {'inference' if kind == 'training' else 'training'} "

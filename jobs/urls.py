@@ -11,6 +11,9 @@ urlpatterns = [
     path("<int:job_id>/", views.job_detail, name="detail"),
     path("<int:job_id>/clone/", views.job_clone, name="clone"),
     path("<int:job_id>/cancel/", views.job_cancel_view, name="cancel"),
+    path("<int:job_id>/save-template/", views.job_save_template, name="save-template"),
+    path("templates/", views.template_list, name="templates"),
+    path("templates/<int:template_id>/delete/", views.template_delete_view, name="template-delete"),
     path("<int:job_id>/live/", views.job_live_partial, name="live"),
     path("<int:job_id>/logs/", views.job_logs_partial, name="logs"),
 ]
@@ -23,6 +26,8 @@ api_urlpatterns = [
     path("jobs/<int:job_id>/cancel/", apis.JobCancelApi.as_view(), name="api-job-cancel"),
     path("jobs/<int:job_id>/events/", apis.JobEventsApi.as_view(), name="api-job-events"),
     path("jobs/<int:job_id>/logs/", apis.JobLogsApi.as_view(), name="api-job-logs"),
+    path("templates/", apis.TemplateListCreateApi.as_view(), name="api-templates"),
+    path("templates/<int:template_id>/", apis.TemplateDetailApi.as_view(), name="api-template"),
     path("cohorts/", apis.CohortListApi.as_view(), name="api-cohorts"),
     path("cohorts/<slug:slug>/", apis.CohortDetailApi.as_view(), name="api-cohort"),
 ]

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 
 from cluster.selectors import catalog_get
 from core.errors import ApplicationError
+from jobs import job_templates
 from jobs.forms import JobForm, initial_from_spec
 from jobs.live import job_live_get, job_log_tail
 from jobs.manifests import to_yaml
@@ -25,7 +26,8 @@ from jobs.selectors import (
 )
 from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
 from jobs.spec import spec_yaml
-from teams.selectors import membership_role, teams_for_user
+from teams.models import Membership
+from teams.selectors import membership_role, team_roles_for_user, teams_for_user
 
 
 def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None = None) -> JobForm:
@@ -81,7 +83,32 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Job {job.name} submitted: it is queued for admission.")
                 return redirect("jobs:detail", job_id=job.pk)
     clone_of = request.GET.get("clone_of") or request.POST.get("clone_of")
-    return render(request, "jobs/new.html", {"form": form, "clone_of": clone_of})
+    template = _template_source(request)
+    if template is not None and request.method != "POST":
+        # "New from template": the form starts from the template; every check still runs
+        # on submit, and the preview answers "will it fit?" as for any job.
+        spec = job_templates.spec_from_template(user=request.user, template=template.pk, data={})
+        form = _form(request, initial=initial_from_spec(spec))
+    return render(
+        request,
+        "jobs/new.html",
+        {
+            "form": form,
+            "clone_of": clone_of,
+            "template": template,
+            "templates": job_templates.templates_for_user(user=request.user),
+        },
+    )
+
+
+def _template_source(request: HttpRequest) -> Any:
+    value = request.GET.get("template")
+    if not value or not value.isdigit():
+        return None
+    try:
+        return job_templates.template_get_for_user(user=request.user, template_id=int(value))
+    except ApplicationError:
+        return None
 
 
 def _clone_source(request: HttpRequest, value: str | None) -> Job | None:
@@ -140,7 +167,58 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = _live_context(request, job)
     context["manifest_yaml"] = to_yaml(job.manifests)
     context["spec_yaml"] = spec_yaml(job.spec)
+    context["is_lead"] = membership_role(user=request.user, team=job.team) == Membership.Role.LEAD
     return render(request, "jobs/detail.html", context)
+
+
+@login_required
+@require_POST
+def job_save_template(request: HttpRequest, job_id: int) -> HttpResponse:
+    """ "Save as template": the job's spec (without its name) as the user's or a team's."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        template = job_templates.template_from_job(
+            user=request.user,  # type: ignore[arg-type]
+            job=job,
+            name=request.POST.get("name", ""),
+            team=job.team.slug if request.POST.get("scope") == "team" else None,
+        )
+    except ApplicationError as exc:
+        messages.error(request, f"Not saved: {exc.message}")
+    else:
+        messages.success(request, f"Saved as template {template.name} ({template.scope}).")
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@login_required
+def template_list(request: HttpRequest) -> HttpResponse:
+    templates = list(job_templates.templates_for_user(user=request.user))
+    lead_of = {
+        entry.team.pk
+        for entry in team_roles_for_user(user=request.user)  # type: ignore[arg-type]
+        if entry.role == Membership.Role.LEAD
+    }
+    rows = [
+        {
+            "template": t,
+            "spec_yaml": spec_yaml(t.spec),
+            "can_delete": t.owner_id == request.user.pk or t.team_id in lead_of,
+        }
+        for t in templates
+    ]
+    return render(request, "jobs/templates.html", {"rows": rows})
+
+
+@login_required
+@require_POST
+def template_delete_view(request: HttpRequest, template_id: int) -> HttpResponse:
+    try:
+        job_templates.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Template deleted.")
+    return redirect("jobs:templates")
 
 
 @login_required
