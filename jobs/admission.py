@@ -40,6 +40,7 @@ from django.utils import timezone
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
+from jobs.timeline import timeline_add, timeline_add_many
 from teams.models import GpuQuota, Team
 from teams.sharing import (
     Cohort,
@@ -426,9 +427,7 @@ def _write_admitted(state: _Pass, admitted: list[tuple[_Queued, Fit]], now: date
             admitted_at=now, reason="Admitted", message=message, updated_at=now
         )
         moved = list(Job.objects.filter(pk__in=ids, admitted_at=now).values_list("pk", flat=True))
-        JobEvent.objects.bulk_create(
-            JobEvent(job_id=pk, reason="Admitted", message=message) for pk in moved
-        )
+        timeline_add_many(JobEvent(job_id=pk, reason="Admitted", message=message) for pk in moved)
         state.holders.extend(
             {
                 "pk": job.job_id,
@@ -505,7 +504,13 @@ def _write_evictions(
             updated_at=now,
         )
         if moved:
-            JobEvent.objects.create(job=job, type="Warning", reason="Preempted", message=message)
+            timeline_add(
+                job_id=job.pk,
+                type="Warning",
+                reason="Preempted",
+                message=message,
+                state=JobState.QUEUED,
+            )
             result.evicted.append(job.pk)  # the task queues the deletion of its objects
 
 

@@ -15,8 +15,9 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from cluster.selectors import catalog_get
-from jobs.models import Job, JobEvent, JobState
+from jobs.models import Job, JobState
 from jobs.policy import check_manifests
+from jobs.timeline import timeline_add
 from jobs.transitions import job_transition
 from teams.cluster_sync import team_cluster_sync
 
@@ -149,7 +150,9 @@ def job_cleanup(*, job_id: int) -> int:
         if kube.delete(manifest["kind"], meta["name"], meta.get("namespace")):
             deleted += 1
     if deleted:
-        JobEvent.objects.create(
-            job=job, reason="Deleted", message=f"Deleted {deleted} object(s) from the cluster."
+        timeline_add(
+            job_id=job.pk,
+            reason="Deleted",
+            message=f"Deleted {deleted} object(s) from the cluster.",
         )
     return deleted

@@ -30,6 +30,7 @@ from jobs.quota import job_demand, quota_never_fits
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
+from jobs.timeline import timeline_add
 from scheduling import cpu_millis, memory_bytes
 from scheduling.quantity import human_number, human_quantity
 from teams.models import Cohort, Membership, Team
@@ -248,11 +249,10 @@ def job_preview(*, user: User | AnonymousUser, data: Any, with_fit: bool = True)
 
 
 def job_event_add(
-    *, job: Job, reason: str, message: str = "", type: str = "Normal", source: str = "portal"
-) -> JobEvent:
-    return JobEvent.objects.create(
-        job=job, reason=reason, message=message, type=type, source=source
-    )
+    *, job: Job, reason: str, message: str = "", type: str = "Normal", state: str | None = None
+) -> JobEvent | None:
+    """A line of the portal's on the job's timeline (``state``: the state it moved to)."""
+    return timeline_add(job_id=job.pk, reason=reason, message=message, type=type, state=state)
 
 
 @transaction.atomic
@@ -321,7 +321,7 @@ def job_cancel(*, user: User, job_id: int) -> Job:
     job.message = f"Cancelled by {user.get_username()}."
     job.finished_at = timezone.now()
     job.save(update_fields=["state", "reason", "message", "finished_at", "updated_at"])
-    job_event_add(job=job, reason="Cancelled", message=job.message)
+    job_event_add(job=job, reason="Cancelled", message=job.message, state=JobState.CANCELLED)
     audit_record(actor=user, action="job.cancel", target=job)
     if was_applied:
         cleanup_enqueue(job_id=job.pk)

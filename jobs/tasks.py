@@ -23,6 +23,7 @@ from jobs.apply import job_apply, job_cleanup
 from jobs.eviction import EvictOutcome, job_evict
 from jobs.metrics import reconcile_timer
 from jobs.models import Job
+from jobs.notices import job_notify_task, jobs_waiting_check  # noqa: F401 - registers the task
 from jobs.reconcile import ReconcileReport, cluster_reconcile
 
 logger = logging.getLogger(__name__)
@@ -128,3 +129,9 @@ def _admission_publish(team_id: int) -> None:
 
 def cleanup_enqueue(*, job_id: int) -> None:
     transaction.on_commit(lambda: job_cleanup_task.delay(job_id))
+
+
+@shared_task(**ROBUST, soft_time_limit=60, time_limit=90)
+def jobs_waiting_check_task() -> list[int]:
+    """Periodic (beat): tell owners whose jobs have waited longer than the threshold."""
+    return jobs_waiting_check()

@@ -12,7 +12,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from jobs.models import Job, JobEvent
+from jobs.models import Job
+from jobs.timeline import timeline_add
 
 
 def job_transition(
@@ -32,7 +33,11 @@ def job_transition(
     with transaction.atomic():
         moved = Job.objects.filter(pk=job.pk, **where).update(**changes, updated_at=timezone.now())
         if moved and event_reason:
-            JobEvent.objects.create(
-                job=job, type=event_type, reason=event_reason, message=event_message
+            timeline_add(
+                job_id=job.pk,
+                type=event_type,
+                reason=event_reason,
+                message=event_message,
+                state=changes.get("state"),
             )
     return bool(moved)

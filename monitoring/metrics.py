@@ -8,6 +8,8 @@ requests, and a restart would reset them. Every scrape sees the same, whole numb
 - ``gpu_portal_jobs_gpus{team,state}``: GPUs (or slices) of those jobs.
 - ``gpu_portal_queue_length{team}``: jobs waiting for quota or a worker.
 - ``gpu_portal_admission_wait_seconds``: histogram of ``admitted_at - created_at``.
+- ``gpu_portal_notification_deliveries{channel,status}``: notices by channel and outcome
+  (``failed`` counts those that gave up; ``retrying`` those waiting for another try).
 - ``gpu_portal_reconcile_duration_seconds``: histogram of reconcile runs, which the
   worker reports with ``jobs.metrics.reconcile_timer()`` (kept in Redis, shared by all
   processes).
@@ -32,6 +34,7 @@ from prometheus_client.utils import floatToGoString
 
 from jobs.metrics import RECONCILE_BUCKETS, RECONCILE_KEY, reconcile_redis
 from jobs.models import Job, JobState
+from notifications.models import Delivery
 from teams.models import Team
 
 logger = logging.getLogger(__name__)
@@ -42,10 +45,26 @@ ADMISSION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 
 class PortalCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         yield from self._jobs()
+        yield self._deliveries()
         yield self._admission_wait()
         reconcile = self._reconcile()
         if reconcile is not None:
             yield reconcile
+
+    def _deliveries(self) -> Metric:
+        family = GaugeMetricFamily(
+            "gpu_portal_notification_deliveries",
+            "Notification deliveries by channel and status (sent, failed, retrying, …).",
+            labels=["channel", "status"],
+        )
+        rows = (
+            Delivery.objects.values_list("destination__channel", "status")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for channel, status, count in rows:
+            family.add_metric([channel, status], count)
+        return family
 
     def _jobs(self) -> Iterable[Metric]:
         jobs = GaugeMetricFamily(

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     # In layer order (DESIGN.md): each app imports only the ones above it.
     "cluster",
     "teams",
+    "notifications",
     "jobs",
     "monitoring",
     "portal",
@@ -175,6 +176,8 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile_task", "schedule": RECONCILE_INTERVAL_SECONDS},
     "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
     "teams-sync": {"task": "teams.tasks.teams_sync_task", "schedule": 300.0},
+    "waiting-check": {"task": "jobs.tasks.jobs_waiting_check_task", "schedule": 60.0},
+    "idle-gpus-check": {"task": "monitoring.tasks.idle_gpus_check_task", "schedule": 300.0},
 }
 
 # --- Kubernetes ------------------------------------------------------------------------
@@ -199,6 +202,28 @@ IDLE_GPU_WINDOW_MINUTES = env_float("IDLE_GPU_WINDOW_MINUTES", 30.0)
 # Bearer token Prometheus must send to scrape /metrics; empty leaves /metrics open (it is
 # meant for the cluster-internal network, like /healthz).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "") or ""
+
+# --- Notifications ---------------------------------------------------------------------
+# Links in notices point here (the address people open the portal at).
+PORTAL_URL = (env_str("PORTAL_URL", "http://127.0.0.1:8000") or "").rstrip("/")
+# Email through any SMTP server (Django's email backend); secrets also from *_FILE.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "127.0.0.1") or "127.0.0.1"
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "GPU Portal <gpu-portal@localhost>")
+# Webhook and Slack posts give up after this many seconds (then retry with backoff).
+NOTIFY_HTTP_TIMEOUT = env_float("NOTIFY_HTTP_TIMEOUT", 10.0)
+# Loopback and private webhook URLs: fine in development, refused in production unless set.
+NOTIFY_ALLOW_PRIVATE_URLS = env_bool("NOTIFY_ALLOW_PRIVATE_URLS", not PRODUCTION)
+# A queued or pending job notifies its owner once after waiting this long.
+NOTIFY_WAITING_AFTER_MINUTES = env_float("NOTIFY_WAITING_AFTER_MINUTES", 30.0)
+# Lines of the log a "failed" notice ends with.
+NOTIFY_LOG_LINES = env_int("NOTIFY_LOG_LINES", 20)
 
 # --- REST API --------------------------------------------------------------------------
 API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)

@@ -10,6 +10,8 @@ from jobs import views as job_views
 from jobs.urls import api_urlpatterns as job_api_urls
 from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
+from notifications import apis as notification_apis
+from notifications import views as notification_views
 from portal import views
 from portal.api_errors import api_not_found
 from teams import apis as team_apis
@@ -20,6 +22,16 @@ api_urls = [
     path("me/", team_apis.MeApi.as_view(), name="api-me"),
     path("teams/", job_apis.TeamListApi.as_view(), name="api-teams"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
+    path(
+        "notifications/",
+        notification_apis.NotificationSettingsApi.as_view(),
+        name="api-notifications",
+    ),
+    path(
+        "teams/<slug:slug>/notifications/",
+        notification_apis.TeamNotificationSettingsApi.as_view(),
+        name="api-team-notifications",
+    ),
 ]
 
 urlpatterns = [
@@ -28,6 +40,11 @@ urlpatterns = [
     path("monitoring/", include("monitoring.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("teams/", job_views.team_list, name="teams"),
+    path(
+        "settings/notifications/",
+        notification_views.notification_settings,
+        name="notification-settings",
+    ),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),

@@ -8,6 +8,8 @@ not even inside a function:
     cluster     the Kubernetes adapter, the portal's labels and PriorityClasses, the
                 GPU catalog discovered from the nodes
     teams       teams, members, quotas, the audit log, their mirror in the cluster
+    notifications  people's channels (email, webhooks, Slack) and deliveries to them;
+                knows users and teams, not jobs (the jobs layer words each notice)
     jobs        spec, manifests, admission, apply, tracking
     monitoring  the Prometheus adapter, charts, the portal's own /metrics
     portal      the Django project: settings, urls, Celery app, authentication, errors
@@ -23,7 +25,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("scheduling", "core", "cluster", "teams", "jobs", "monitoring", "portal")
+LAYERS = (
+    "scheduling",
+    "core",
+    "cluster",
+    "teams",
+    "notifications",
+    "jobs",
+    "monitoring",
+    "portal",
+)
 APPS = LAYERS[1:]
 
 
