@@ -13,11 +13,11 @@ help:
 	@echo "make bench      benchmarks under bench/ (NAME=\"submit pages\" for some)"
 	@echo "make lint | typecheck | format | migrate | seed | clean"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml cli/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed: found " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./cli
 	@touch $(STAMP)
 
 install: $(STAMP)

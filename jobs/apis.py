@@ -204,6 +204,9 @@ class JobListQuery(serializers.Serializer):
     )
     state = serializers.ChoiceField(choices=JobState.choices, required=False)
     kind = serializers.ChoiceField(choices=Job.Kind.choices, required=False)
+    owner = serializers.CharField(
+        required=False, allow_blank=True, max_length=150, help_text="The owner's username"
+    )
     page = serializers.IntegerField(required=False, min_value=1)
     page_size = serializers.IntegerField(
         required=False,
@@ -263,7 +266,8 @@ def _spec_data(request: Request) -> Any:
     template = request.query_params.get("template")
     if not template:
         return request.data
-    ref: str | int = int(template) if template.isdigit() else template
+    # An id is a number an id column can hold; any other text is a name.
+    ref: str | int = int(template) if template.isdigit() and len(template) <= 9 else template
     return job_templates.spec_from_template(user=request.user, template=ref, data=request.data)
 
 
@@ -280,6 +284,7 @@ class JobListCreateApi(ApiView):
             team=self.query.get("team") or None,
             state=self.query.get("state"),
             kind=self.query.get("kind"),
+            owner=self.query.get("owner") or None,
         ).values_list("pk", flat=True)
         # Paged over ids, then the page's rows by id (see job_list_page): a deep page does
         # not read every job before it. The manifests and quota demand are not returned.

@@ -52,6 +52,9 @@ def template_find(*, user: User | AnonymousUser, name: str) -> JobTemplate:
     """A template by name: ``NAME`` (the user's own first, then a team's if only one team
     has it) or ``TEAM/NAME`` for a team's."""
     found = templates_for_user(user=user)
+    if "\x00" in name:
+        # No template has a NUL in its name, and PostgreSQL refuses to compare one.
+        found = found.none()
     if "/" in name:
         team, _, short = name.partition("/")
         match = list(found.filter(team__slug=team, name=short))

@@ -24,9 +24,10 @@ def jobs_for_user(
     team: str | None = None,
     state: str | None = None,
     kind: str | None = None,
+    owner: str | None = None,
 ) -> QuerySet[Job]:
     """Jobs of the user's teams, newest first, optionally filtered."""
-    if any("\x00" in value for value in (team, state, kind) if value):
+    if any("\x00" in value for value in (team, state, kind, owner) if value):
         # No job has a NUL in its team, state or kind, and PostgreSQL refuses to compare one.
         return Job.objects.none()
     jobs = Job.objects.filter(team__in=teams_for_user(user=user)).select_related("team", "owner")
@@ -36,6 +37,8 @@ def jobs_for_user(
         jobs = jobs.filter(state=state)
     if kind:
         jobs = jobs.filter(kind=kind)
+    if owner:
+        jobs = jobs.filter(owner__username=owner)
     return jobs
 
 

@@ -50,7 +50,9 @@ class ChannelInput(serializers.Serializer):
     target = serializers.CharField(
         max_length=500, required=False, allow_blank=True, trim_whitespace=True
     )
-    events = serializers.ListField(child=serializers.CharField(max_length=40), required=False)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=EVENT_KEYS), required=False
+    )
 
 
 class SettingsInput(serializers.Serializer):

@@ -27,19 +27,14 @@ def free_port() -> int:
 class _Inbox:
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
-        self.refuse_with = ""  # an SMTP reply to give every RCPT instead of accepting
 
-    async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
+    async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
     ) -> str:
-        if self.refuse_with:
-            return self.refuse_with
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
-    async def handle_DATA(  # noqa: N802 - aiosmtpd's hook name
-        self, server: SMTP, session: Session, envelope: Envelope
-    ) -> str:
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         raw = envelope.original_content or envelope.content or b""
         message = email.message_from_bytes(
             raw if isinstance(raw, bytes) else raw.encode(), policy=email.policy.default
@@ -94,7 +89,7 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
     receiver = WebhookReceiver(port=free_port())
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's hook name
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
             receiver.requests.append(

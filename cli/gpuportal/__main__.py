@@ -1,0 +1,3 @@
+from gpuportal.main import main
+
+main()
