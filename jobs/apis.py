@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
-from core.apis import ApiView
+from core.apis import ApiView, QueryText
 from jobs import cohort_selectors, job_templates
 from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
@@ -39,6 +39,7 @@ from jobs.selectors import (
     quota_usage_for_teams,
 )
 from jobs.services import job_cancel, job_preview, job_submit
+from jobs.spec import spec_submittable
 from jobs.spec_input import JobSpecInput
 from teams.selectors import membership_role, teams_for_user
 
@@ -105,7 +106,8 @@ class JobOutput(serializers.ModelSerializer):
             "gpu_count": job.gpu_count,
             "namespace": job.namespace,
             "object_name": job.object_name,
-            "spec": job.spec,
+            # As a client may send it again (clone): the stored spec keeps every field.
+            "spec": spec_submittable(job.spec),
             "advice": job.advice,
             "placement": job.placement,
             "exit_code": job.exit_code,
@@ -547,7 +549,7 @@ class TemplateUpdateInput(serializers.Serializer):
 
 
 class TemplateListQuery(serializers.Serializer):
-    name = serializers.CharField(
+    name = QueryText(
         required=False, max_length=120, help_text="NAME or TEAM/NAME: the template it names."
     )
 

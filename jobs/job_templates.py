@@ -18,7 +18,8 @@ from django.db.models import Q, QuerySet
 from core.api_errors import flatten_errors
 from core.errors import ApplicationError, Conflict, NotFound, PermissionDenied
 from jobs.models import Job, JobTemplate
-from jobs.spec_input import INFERENCE_ONLY, TRAINING_ONLY, JobSpecInput, PrintableAscii
+from jobs.spec import spec_submittable
+from jobs.spec_input import JobSpecInput, PrintableAscii
 from teams.models import Membership, Team
 from teams.selectors import membership_role, teams_for_user
 from teams.services import audit_record
@@ -223,12 +224,7 @@ def template_delete(*, user: User, template_id: int) -> None:
 
 def template_from_job(*, user: User, job: Job, name: Any, team: str | None = None) -> JobTemplate:
     """ "Save as template" on a job's page: its spec, without the name that made it unique."""
-    other_kind = INFERENCE_ONLY if job.kind == Job.Kind.TRAINING else TRAINING_ONLY
-    spec = {
-        key: value
-        for key, value in job.spec.items()
-        if key != "name" and key not in other_kind and value is not None
-    }
+    spec = {k: v for k, v in spec_submittable(job.spec).items() if k != "name"}
     if isinstance(spec.get("gpu"), dict):
         spec["gpu"] = {k: v for k, v in spec["gpu"].items() if v is not None}
     return template_create(

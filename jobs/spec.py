@@ -93,9 +93,23 @@ class JobSpec:
         return self.workers if self.kind == "training" else self.replicas
 
 
+# The fields of one kind only: a spec of the other kind that sends one is refused.
+TRAINING_ONLY = ("workers", "max_runtime_seconds", "retries")
+INFERENCE_ONLY = ("replicas", "port", "health_path")
+
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 _GPU_FIELDS = tuple(f.name for f in fields(GpuRequest))
 _VOLUME_FIELDS = tuple(f.name for f in fields(VolumeMount))
+
+
+def spec_submittable(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as a client may send it again: without the other kind's fields (the
+    stored form keeps every field, with its default) and without empty optional values.
+
+    What the API returns as a job's ``spec``, so a GET'd spec can be POSTed back (clone)."""
+    kind = data.get("kind")
+    other = INFERENCE_ONLY if kind == "training" else TRAINING_ONLY if kind else ()
+    return {k: v for k, v in data.items() if k not in other and v is not None}
 
 
 def spec_yaml(data: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from rest_framework import serializers
 from cluster.priority_classes import PRIORITIES
 from core.api_errors import flatten_errors
 from core.errors import ApplicationError
-from jobs.spec import KINDS, SHARINGS, JobSpec
+from jobs.spec import INFERENCE_ONLY, KINDS, SHARINGS, TRAINING_ONLY, JobSpec
 from scheduling import parse_quantity
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -70,9 +70,6 @@ RESERVED_MOUNT_PATHS = ("/dev", "/proc", "/sys", "/etc", "/")
 # runs ("Trojan Source").
 TEXT_CONTROLS_ALLOWED = frozenset("\t\n")
 BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-TRAINING_ONLY = ("workers", "max_runtime_seconds", "retries")
-INFERENCE_ONLY = ("replicas", "port", "health_path")
 
 
 def quantity_value(text: str) -> Decimal:

@@ -212,6 +212,8 @@ def template_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def template_delete_view(request: HttpRequest, template_id: int) -> HttpResponse:
+    # Another team's template is "not found" (404), as another team's job is.
+    job_templates.template_get_for_user(user=request.user, template_id=template_id)
     try:
         job_templates.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
     except ApplicationError as exc:

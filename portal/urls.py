@@ -40,6 +40,7 @@ urlpatterns = [
     path("monitoring/", include("monitoring.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("teams/", job_views.team_list, name="teams"),
+    path("settings/tokens/", views.api_tokens, name="api-tokens"),
     path(
         "settings/notifications/",
         notification_views.notification_settings,

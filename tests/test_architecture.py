@@ -107,15 +107,23 @@ def test_kubernetes_is_reached_through_one_adapter() -> None:
     assert users == {"cluster/kube.py"}
 
 
-def test_prometheus_is_reached_through_one_adapter() -> None:
-    # Its HTTP API is the only thing the portal reaches over plain HTTP.
+def test_prometheus_and_webhooks_are_each_reached_through_one_module() -> None:
+    # Plain HTTP goes out in two places only: Prometheus's API through its adapter, and
+    # notifications to webhooks and Slack through the channels module.
     users = {
         path
         for package in APPS
         for path, names in imports_of(package).items()
         if roots(names) & {"requests", "prometheus_api_client"}
     }
-    assert users == {"monitoring/prometheus.py"}
+    assert users == {"monitoring/prometheus.py", "notifications/channels.py"}
+
+
+def test_the_command_line_client_imports_nothing_of_the_server() -> None:
+    # It installs on a laptop without Django or the portal (cli/pyproject.toml).
+    for path, names in imports_of("cli/gpuportal").items():
+        server = roots(names) & {"django", "rest_framework", "celery", "sandbox", *LAYERS}
+        assert not server, f"{path} imports {server}"
 
 
 def test_the_manifest_builders_do_no_io() -> None:

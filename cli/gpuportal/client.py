@@ -39,7 +39,7 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, *, code: int, details: list[str] | None = None) -> None:
         super().__init__(message)
-        self.exit_code = code
+        self.code = code
         self.details = details or []
 
     def show(self, file: Any = None) -> None:

@@ -11,7 +11,7 @@ import click
 import yaml
 
 URL_ENV = "GPU_PORTAL_URL"
-TOKEN_ENV = "GPU_PORTAL_TOKEN"
+TOKEN_ENV = "GPU_PORTAL_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
 
 def config_path() -> Path:

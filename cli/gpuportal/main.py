@@ -87,10 +87,13 @@ def whoami(output: str) -> None:
     click.echo(f"{me['username']} ({role}) at {config.load().url}")
     show(
         me["teams"],
-        [Column("team", lambda t: t["slug"]), Column("role", lambda t: t["role"]),
-         Column("namespace", lambda t: t["namespace"], wide=True)],
+        [
+            Column("team", lambda t: t["slug"]),
+            Column("role", lambda t: t["role"]),
+            Column("namespace", lambda t: t["namespace"], wide=True),
+        ],
         output,
-    )  # fmt: skip
+    )
 
 
 # --- submitting ------------------------------------------------------------------------
@@ -128,9 +131,13 @@ def build_spec(path: str | None, sets: tuple[str, ...], **fields: Any) -> dict[s
 @click.option("--wait", is_flag=True, help="Follow the job to its end; exit with its outcome.")
 @output_option
 def submit(
-    path: str | None, template: str | None, sets: tuple[str, ...], wait: bool, output: str,
+    path: str | None,
+    template: str | None,
+    sets: tuple[str, ...],
+    wait: bool,
+    output: str,
     **fields: Any,
-) -> None:  # fmt: skip
+) -> None:
     """Submit a job: the spec from a file (the API's contract), with flags over it.
 
     Everything the portal checks is checked here too: a refused spec prints each field's
@@ -149,8 +156,9 @@ def submit(
     if output in ("json", "yaml"):
         dump(job, output)
     else:
-        click.echo(f"job {job['id']} ({job['name']}) submitted to team {job['team']}: "
-                   f"{job['state']}")  # fmt: skip
+        click.echo(
+            f"job {job['id']} ({job['name']}) submitted to team {job['team']}: {job['state']}"
+        )
     if wait:
         follow(job["id"])
 
@@ -232,19 +240,28 @@ JOB_COLUMNS = [
 
 @cli.command("ls")
 @click.option("--team", help="Only this team's jobs (everyone's in it).")
-@click.option("--state", type=click.Choice(["queued", "pending", "running", "succeeded",
-              "failed", "cancelled"]), help="Only jobs in this state.")  # fmt: skip
+@click.option(
+    "--state",
+    type=click.Choice(["queued", "pending", "running", "succeeded", "failed", "cancelled"]),
+    help="Only jobs in this state.",
+)
 @click.option("--kind", type=click.Choice(["training", "inference"]), help="Only this kind.")
 @click.option(
-    "--all-teams", "all_teams", is_flag=True,
+    "--all-teams",
+    "all_teams",
+    is_flag=True,
     help="Everyone's jobs in all your teams (platform admins: every team).",
-)  # fmt: skip
+)
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @output_option
 def list_jobs(
-    team: str | None, state: str | None, kind: str | None, all_teams: bool, limit: int,
+    team: str | None,
+    state: str | None,
+    kind: str | None,
+    all_teams: bool,
+    limit: int,
     output: str,
-) -> None:  # fmt: skip
+) -> None:
     """List jobs, newest first: yours by default.
 
     \b
@@ -259,9 +276,14 @@ def list_jobs(
     page = 1
     while len(jobs) < limit:
         found = client.get(
-            "jobs/", team=team, state=state, kind=kind, owner=owner, page=page,
+            "jobs/",
+            team=team,
+            state=state,
+            kind=kind,
+            owner=owner,
+            page=page,
             page_size=min(200, limit),
-        )  # fmt: skip
+        )
         jobs += found["results"]
         if not found["next"]:
             break
@@ -288,10 +310,15 @@ def describe(job_id: int, output: str) -> None:
     gpu = job.get("gpu") or {}
     product = gpu.get("mig_profile") or gpu.get("product") or "any GPU"
     facts = [
-        ("Job", f"{job['id']} {job['name']} ({job['kind']}, team {job['team']}, "
-                f"owner {job['owner']})"),
-        ("State", f"{job['state']} ({text(job['reason'])})"
-                  + (", on borrowed quota" if job.get("borrowing") else "")),
+        (
+            "Job",
+            f"{job['id']} {job['name']} ({job['kind']}, team {job['team']}, owner {job['owner']})",
+        ),
+        (
+            "State",
+            f"{job['state']} ({text(job['reason'])})"
+            + (", on borrowed quota" if job.get("borrowing") else ""),
+        ),
         ("Message", text(job["message"])),
         ("GPUs", f"{job['gpu_count']} × {product} ({gpu.get('sharing', 'exclusive')})"),
         ("Priority", job["priority"]),
@@ -300,13 +327,19 @@ def describe(job_id: int, output: str) -> None:
         ("Submitted", text(job["created_at"])),
         ("Started", text(job["started_at"])),
         ("Finished", text(job["finished_at"])),
-    ]  # fmt: skip
+    ]
     if job.get("advice"):
         facts.insert(3, ("Why pending", job["advice"]))
     position = job.get("queue_position")
     if position:
-        facts.insert(3, ("Queue", f"position {position['team']} in team {job['team']}, "
-                                  f"{position['cluster']} in the cluster"))  # fmt: skip
+        facts.insert(
+            3,
+            (
+                "Queue",
+                f"position {position['team']} in team {job['team']}, "
+                f"{position['cluster']} in the cluster",
+            ),
+        )
         facts.insert(4, ("Start", position["estimate"]))
     width = max(len(name) for name, _ in facts) + 1
     for name, value in facts:
@@ -314,15 +347,26 @@ def describe(job_id: int, output: str) -> None:
     pods = (job.get("placement") or {}).get("pods") or []
     if pods:
         click.echo("\nPods:")
-        show(pods, [Column("name", lambda p: p.get("name")), Column("node", lambda p: p.get("node")),
-                    Column("phase", lambda p: p.get("phase"))], "table")  # fmt: skip
+        show(
+            pods,
+            [
+                Column("name", lambda p: p.get("name")),
+                Column("node", lambda p: p.get("node")),
+                Column("phase", lambda p: p.get("phase")),
+            ],
+            "table",
+        )
     click.echo("\nTimeline:")
     show(
         events,
-        [Column("time", lambda e: e["created_at"][11:19]), Column("type", lambda e: e["type"]),
-         Column("reason", lambda e: e["reason"]), Column("message", lambda e: e["message"])],
+        [
+            Column("time", lambda e: e["created_at"][11:19]),
+            Column("type", lambda e: e["type"]),
+            Column("reason", lambda e: e["reason"]),
+            Column("message", lambda e: e["message"]),
+        ],
         "table",
-    )  # fmt: skip
+    )
 
 
 def _new_lines(before: list[str], now: list[str]) -> list[str]:
@@ -414,8 +458,10 @@ def clone(job_id: int, name: str | None, sets: tuple[str, ...], wait: bool) -> N
     original = client.get(f"jobs/{job_id}/")
     spec = apply_overrides(dict(original["spec"]), sets, name=name)
     job = client.post("jobs/", spec)
-    click.echo(f"job {job['id']} ({job['name']}) submitted to team {job['team']} as a clone "
-               f"of {job_id}: {job['state']}")  # fmt: skip
+    click.echo(
+        f"job {job['id']} ({job['name']}) submitted to team {job['team']} as a clone "
+        f"of {job_id}: {job['state']}"
+    )
     if wait:
         follow(job["id"])
 
@@ -533,7 +579,7 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except CliError as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        sys.exit(exc.code)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
-import click
 import yaml
 
 from gpuportal.client import EXIT_USAGE, CliError
@@ -16,7 +16,7 @@ def load(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
     try:
-        text = click.get_text_stream("stdin").read() if path == "-" else Path(path).read_text()
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as exc:
         raise CliError(f"Cannot read {path}: {exc.strerror}", code=EXIT_USAGE) from exc
     try:

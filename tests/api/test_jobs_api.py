@@ -321,3 +321,18 @@ def test_manifest_format_outside_yaml_or_json_is_a_400(alice_api: APIClient, ali
     response = alice_api.get(f"/api/v1/jobs/{job.pk}/manifest/?format=AAA")
     assert response.status_code == 400
     assert "format" in response.json()["errors"]
+
+
+@pytest.mark.parametrize("spec", [training_spec(), inference_spec()], ids=["training", "inference"])
+def test_a_jobs_spec_as_returned_can_be_submitted_again(
+    alice_api: APIClient, spec: dict[str, Any]
+) -> None:
+    # Given a job, read back through the API (what `gpuportal clone` does)
+    created = submit(alice_api, spec)
+    returned = alice_api.get(f"/api/v1/jobs/{created['id']}/").json()["spec"]
+
+    # When its spec is sent again, Then it is accepted as it is
+    again = alice_api.post("/api/v1/jobs/", returned, format="json")
+
+    assert again.status_code == 201, again.json()
+    assert again.json()["spec"] == returned

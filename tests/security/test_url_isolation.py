@@ -13,7 +13,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from jobs.models import Job
+from jobs.job_templates import template_create
+from jobs.models import Job, JobTemplate
 from jobs.services import job_submit
 from tests.conftest import api_client_for, training_spec
 
@@ -48,8 +49,12 @@ def _concrete(pattern: str, values: dict[str, str]) -> str | None:
 
 
 @pytest.fixture
-def victim_job(alice: User) -> Job:
-    return job_submit(user=alice, data=training_spec(name=SECRET_NAME))
+def victim_job(alice: User, bob: User) -> Job:
+    job = job_submit(user=alice, data=training_spec(name=SECRET_NAME))
+    # A team template and a personal one by the same name: carol must see neither.
+    template_create(user=bob, name=SECRET_NAME, spec={"image": "x"}, team="vision")
+    template_create(user=alice, name=SECRET_NAME, spec={"kind": "training"})
+    return job
 
 
 def _urls(job: Job) -> list[str]:
@@ -58,6 +63,7 @@ def _urls(job: Job) -> list[str]:
         "pk": str(job.pk),
         "object_id": str(job.pk),
         "id": str(job.pk),
+        "template_id": str(JobTemplate.objects.filter(team__slug="vision").get().pk),
         "slug": "vision",
         "team": "vision",
         "app_label": "jobs",
@@ -112,6 +118,11 @@ def test_another_teams_user_gets_nothing(victim_job: Job, carol: User, method: s
             "/api/v1/cluster/nodes/",
             "/jobs/new/preview/",
             "/api/v1/jobs/preview/",
+            "/jobs/templates/",
+            "/api/v1/templates/",
+            "/settings/notifications/",
+            "/settings/tokens/",
+            "/api/v1/notifications/",
         ) or url.startswith(
             ("/monitoring/", "/api/v1/monitoring/cluster", "/api/v1/monitoring/idle")
         ):

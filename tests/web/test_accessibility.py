@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
+from jobs.job_templates import template_from_job
 from jobs.models import Job, JobState
 from jobs.services import job_submit
 from tests.browser import chromium
@@ -58,6 +59,7 @@ def site(live_server: Any, settings: Any, tmp_path: Path) -> dict[str, Any]:
         reason="Running",
         message="1 of 1 worker running.",
     )
+    template_from_job(user=alice, job=running, name="vit-8")
     return {"base": live_server.url, "queued": queued, "running": running}
 
 
@@ -73,6 +75,9 @@ def pages(site: dict[str, Any]) -> dict[str, str]:
         "team": "/monitoring/teams/vision/",
         "cohort": "/monitoring/cohorts/research/",
         "job-gpus": f"/monitoring/jobs/{job}/",
+        "templates": "/jobs/templates/",
+        "notifications": "/settings/notifications/",
+        "tokens": "/settings/tokens/",
     }
 
 
