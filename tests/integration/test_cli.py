@@ -66,7 +66,7 @@ def run(
         "COLUMNS": "200",
         **(env or {}),
     }
-    return subprocess.run(  # noqa: S603 - our own console script
+    return subprocess.run(
         [str(GPUPORTAL), *args],
         env=environment,
         capture_output=True,
@@ -220,7 +220,7 @@ def test_listings_in_every_output_format(
     assert [j["name"] for j in as_json] == ["cli-train"] == [j["name"] for j in as_yaml]
     assert json.loads(none_running.stdout) == []
     quota_rows = [line.split() for line in quota.stdout.splitlines()]
-    assert ["vision", "nvidia.com/gpu", "16"] == quota_rows[1][:3]
+    assert quota_rows[1][:3] == ["vision", "nvidia.com/gpu", "16"]
     a100 = next(line.split() for line in gpus.stdout.splitlines() if "A100" in line)
     assert a100[0] == "NVIDIA-A100-SXM4-80GB" and int(a100[-1]) >= int(a100[-2]) > 0
 
