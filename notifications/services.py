@@ -142,19 +142,24 @@ def _apply(destination: Destination, change: ChannelSettings, prefix: str) -> di
     return {k: [before[k], after[k]] for k in before if before[k] != after[k]}
 
 
+def _save_all(
+    *, actor: User, owner: User | None, team: Team | None, changes: list[ChannelSettings]
+) -> list[Destination]:
+    saved = []
+    for change in changes:
+        destination = _destination(user=owner, team=team, channel=change.channel)
+        diff = _apply(destination, change, change.channel)
+        if diff:
+            action = "notifications.team_update" if team else "notifications.update"
+            audit_record(actor=actor, action=action, target=destination, changes=diff)
+        saved.append(destination)
+    return saved
+
+
 @transaction.atomic
 def user_settings_update(*, user: User, changes: list[ChannelSettings]) -> list[Destination]:
     """Which events reach the user on which channel, and where; all or nothing."""
-    saved = []
-    for change in changes:
-        destination = _destination(user=user, team=None, channel=change.channel)
-        diff = _apply(destination, change, change.channel)
-        if diff:
-            audit_record(
-                actor=user, action="notifications.update", target=destination, changes=diff
-            )
-        saved.append(destination)
-    return saved
+    return _save_all(actor=user, owner=user, team=None, changes=changes)
 
 
 @transaction.atomic
@@ -164,26 +169,9 @@ def team_settings_update(
     """A team's webhook and Slack channel for the team's events: its leads set them."""
     if membership_role(user=user, team=team) != Membership.Role.LEAD:
         raise PermissionDenied(f"Only a lead of team {team.slug} sets the team's notifications.")
-    saved = []
-    for change in changes:
-        if change.channel == Channel.EMAIL:
-            raise _field_error("email", "A team has webhook and Slack channels; email is per user.")
-        destination = _destination(user=None, team=team, channel=change.channel)
-        diff = _apply(destination, change, change.channel)
-        if diff:
-            audit_record(
-                actor=user, action="notifications.team_update", target=destination, changes=diff
-            )
-        saved.append(destination)
-    return saved
-
-
-@transaction.atomic
-def webhook_secret_rotate(*, user: User, destination: Destination) -> Destination:
-    destination.secret = secrets.token_hex(32)
-    destination.save(update_fields=["secret", "updated_at"])
-    audit_record(actor=user, action="notifications.rotate_secret", target=destination)
-    return destination
+    if any(change.channel == Channel.EMAIL for change in changes):
+        raise _field_error("email", "A team has webhook and Slack channels; email is per user.")
+    return _save_all(actor=user, owner=None, team=team, changes=changes)
 
 
 # --- publishing ----------------------------------------------------------------------

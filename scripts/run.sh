@@ -77,6 +77,17 @@ else
   METRICS="Prometheus at $PROMETHEUS_URL"
 fi
 
+# Notifications by email go to a local SMTP server (aiosmtpd) that prints each message to
+# var/log/mail.log, unless EMAIL_HOST names a real one.
+if [ -z "${EMAIL_HOST:-}" ]; then
+  export EMAIL_HOST=127.0.0.1 EMAIL_PORT="${DEMO_SMTP_PORT:-8025}"
+  $BIN/python -m aiosmtpd -n -l "$EMAIL_HOST:$EMAIL_PORT" >var/log/mail.log 2>&1 &
+  pids+=($!)
+  MAIL="emails printed to var/log/mail.log (SMTP on $EMAIL_HOST:$EMAIL_PORT)"
+else
+  MAIL="emails through $EMAIL_HOST:${EMAIL_PORT:-25}"
+fi
+
 $BIN/celery -A portal worker --loglevel=INFO --concurrency=2 >var/log/worker.log 2>&1 &
 pids+=($!)
 $BIN/celery -A portal beat --loglevel=INFO --schedule var/celerybeat-schedule >var/log/beat.log 2>&1 &
@@ -92,6 +103,7 @@ cat <<MSG
   Users (password "demo"): alice (vision member), bob (vision lead), carol (nlp member), dave (robotics member), admin (platform admin)
   Cluster: $CLUSTER
   Metrics: $METRICS; GPU dashboards at http://127.0.0.1:8000/monitoring/
+  Notifications: $MAIL; command line: .venv/bin/gpuportal (a token: Tokens in the menu)
   Logs: var/log/worker.log, var/log/beat.log, var/log/tracker.log. Stop with Ctrl-C.
 
 MSG

@@ -14,6 +14,8 @@ from django.utils import timezone
 from jobs.models import JobState
 from monitoring import queries
 from monitoring.prometheus import query
+from monitoring.services import idle_gpus_record
+from notifications.models import Delivery
 from tests.conftest import api_client_for
 from tests.factories import JobFactory
 from tests.monitoring.conftest import instant, submit_running
@@ -87,6 +89,34 @@ def test_idle_holding_job_appears_in_the_idle_list(
     page = client.get("/monitoring/teams/vision/")
     assert page.status_code == 200
     assert f'data-job-id="{idle.pk}"' in page.content.decode()
+
+
+def test_an_idle_job_goes_on_its_timeline_once_and_its_owner_is_told(
+    users: dict[str, User], metrics: PrometheusProcess, settings: Any
+) -> None:
+    # Given a job holding a GPU idle past a 6-second window, and a busy one
+    settings.IDLE_GPU_WINDOW_MINUTES = 0.1
+    idle = submit_running(users["alice"], name="idler", env={"SANDBOX_IDLE": "true"})
+    busy = submit_running(users["alice"], name="worker", env={})
+
+    # When the periodic check runs, and runs again
+    recorded = wait_for(lambda: idle_gpus_record(), timeout=40, interval=1)
+    again = idle_gpus_record()
+
+    # Then the idle job (only) has the finding on its timeline, once, in words
+    assert recorded == [idle.pk] and again == []
+    entry = idle.events.get(reason="IdleGPUs")
+    assert entry.type == "Warning"
+    assert entry.message.startswith("All 1 GPU(s) stayed under 5% utilisation for the last 0.1")
+    assert "GPU-hours held idle so far" in entry.message
+    assert not busy.events.filter(reason="IdleGPUs").exists()
+    # And the worker words a notice for alice's email (on by default for idle GPUs)
+    delivery = wait_for(
+        lambda: Delivery.objects.filter(event="job.idle", payload__job__id=idle.pk).first(),
+        timeout=20,
+    )
+    assert delivery.destination.user == users["alice"]
+    assert delivery.subject == f"[GPU Portal] vision/idler #{idle.pk} holds GPUs idle"
 
 
 def test_hot_gpu_raises_an_alert_shown_with_gpu_node_and_holding_job(
