@@ -233,7 +233,7 @@ JOB_COLUMNS = [
     Column("owner", lambda j: j["owner"], wide=True),
     Column("priority", lambda j: j["priority"], wide=True),
     Column("product", lambda j: (j.get("gpu") or {}).get("product"), wide=True),
-    Column("created", lambda j: j["created_at"][:19].replace("T", " ")),
+    Column("created", lambda j: j["created_at"][:16].replace("T", " ")),
     Column("message", lambda j: j["message"], wide=True),
 ]
 

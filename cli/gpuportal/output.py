@@ -4,6 +4,7 @@ API's own JSON or YAML, for scripts."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +33,10 @@ class Column:
 
 
 def console() -> Console:
-    # Plain text when piped (no colours, no width limit): scripts read what people see.
-    return Console(soft_wrap=True, highlight=False)
+    # Piped, the lines are as long as they need (no wrapping at 80 columns): scripts and
+    # `grep` read the same rows a person sees.
+    piped = not sys.stdout.isatty()
+    return Console(soft_wrap=True, highlight=False, width=1000 if piped else None)
 
 
 def dump(data: Any, fmt: str) -> None:
@@ -60,4 +63,8 @@ def show(rows: Sequence[Any], columns: Sequence[Column], fmt: str, *, raw: Any =
         table.add_column(column.title.upper(), overflow="fold")
     for row in rows:
         table.add_row(*(text(column.value(row)) for column in shown))
-    console().print(table)
+    out = console()
+    with out.capture() as captured:
+        out.print(table)
+    # Without the padding Rich puts after the last column.
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
