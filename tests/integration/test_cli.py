@@ -63,7 +63,6 @@ def run(
         "HOME": str(home),
         "XDG_CONFIG_HOME": str(home / ".config"),
         "LANG": "C.UTF-8",
-        "COLUMNS": "200",
         **(env or {}),
     }
     return subprocess.run(
