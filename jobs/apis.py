@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from core.api_errors import error_responses
 from core.apis import ApiView, QueryText
 from jobs import cohort_selectors, job_templates
+from jobs.idle import job_idle_exempt
 from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState, JobTemplate
@@ -72,6 +73,9 @@ class JobOutput(serializers.ModelSerializer):
             "exit_code",
             "borrowing",
             "evictions",
+            "idle_warned_at",
+            "idle_action_due",
+            "idle_exempt_reason",
             "created_at",
             "admitted_at",
             "started_at",
@@ -113,6 +117,9 @@ class JobOutput(serializers.ModelSerializer):
             "exit_code": job.exit_code,
             "borrowing": job.borrowing,
             "evictions": job.evictions,
+            "idle_warned_at": _datetime(job.idle_warned_at),
+            "idle_action_due": _datetime(job.idle_action_due),
+            "idle_exempt_reason": job.idle_exempt_reason,
             "created_at": _datetime(job.created_at),
             "admitted_at": _datetime(job.admitted_at),
             "started_at": _datetime(job.started_at),
@@ -397,6 +404,33 @@ class JobCancelApi(APIView):
     def post(self, request: Request, job_id: int) -> Response:
         job = job_get_for_user(user=request.user, job_id=job_id)
         job = job_cancel(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
+        return Response(JobOutput(job).data)
+
+
+class IdleExemptInput(serializers.Serializer):
+    reason = serializers.CharField(
+        max_length=200,
+        allow_blank=True,
+        help_text="Why the job may hold idle GPUs; empty ends the exemption.",
+    )
+
+
+class JobIdleExemptApi(APIView):
+    @extend_schema(
+        operation_id="jobs_idle_exempt",
+        request=IdleExemptInput,
+        responses={200: JobOutput, **error_responses(400, 401, 403, 404, 415, 429)},
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        """Exempt a job from its team's idle-GPU policy (leads), or end the exemption."""
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        data = IdleExemptInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = job_idle_exempt(
+            user=request.user,  # type: ignore[arg-type]
+            job_id=job.pk,
+            reason=data.validated_data["reason"],
+        )
         return Response(JobOutput(job).data)
 
 

@@ -60,6 +60,11 @@ class Job(models.Model):
     # Set while an eviction is under way: the job is queued again, but its objects (and the
     # quota they hold) are not gone from the cluster yet.
     evicted_at = models.DateTimeField(null=True, blank=True)
+    # The idle-GPU policy: when the owner was warned and when the job is to be stopped if
+    # its GPUs stay idle (both cleared when they become active); a lead's exemption.
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_action_due = models.DateTimeField(null=True, blank=True)
+    idle_exempt_reason = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     admitted_at = models.DateTimeField(null=True, blank=True)

@@ -15,6 +15,7 @@ from cluster.selectors import catalog_get
 from core.errors import ApplicationError
 from jobs import job_templates
 from jobs.forms import JobForm, initial_from_spec
+from jobs.idle import job_idle_exempt
 from jobs.live import job_live_get, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
@@ -187,6 +188,23 @@ def job_save_template(request: HttpRequest, job_id: int) -> HttpResponse:
         messages.error(request, f"Not saved: {exc.message}")
     else:
         messages.success(request, f"Saved as template {template.name} ({template.scope}).")
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_idle_exempt_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        job_idle_exempt(
+            user=request.user,  # type: ignore[arg-type]
+            job_id=job.pk,
+            reason=request.POST.get("reason", ""),
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Idle-GPU exemption saved.")
     return redirect("jobs:detail", job_id=job.pk)
 
 

@@ -97,6 +97,14 @@ class IdleJobOutput(serializers.Serializer):
     gpus_held = serializers.IntegerField()
     peak_utilisation = serializers.FloatField(allow_null=True, help_text="Percent, in the window.")
     wasted_gpu_hours = serializers.FloatField(help_text="GPU-hours held under the threshold.")
+    idle_action_due = serializers.DateTimeField(
+        source="job.idle_action_due",
+        allow_null=True,
+        help_text="When the team's idle-GPU policy stops it unless its GPUs become busy.",
+    )
+    idle_exempt_reason = serializers.CharField(
+        source="job.idle_exempt_reason", help_text="Why a lead exempted it (empty: not)."
+    )
 
 
 class IdleOutput(serializers.Serializer):

@@ -174,6 +174,14 @@ def idle_pods(*, threshold_percent: float, window_seconds: float) -> str:
     )
 
 
+def held_device_peaks(*, window_seconds: float) -> str:
+    """Each held device's highest utilisation over the window, per holding pod: the idle
+    policy's evidence that a pod is busy again, and the GPUs a warning names. A pod with
+    no series here has no samples: the policy never acts on missing metrics."""
+    peak = utilisation_over_time("max_over_time", matchers(held=True), window_seconds)
+    return f"max {by('namespace', 'pod', *DEVICE_KEY)} ({peak})"
+
+
 def idle_gpu_seconds(
     *, threshold_percent: float, lookback_seconds: float, step: int, recorded: bool = False
 ) -> str:

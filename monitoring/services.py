@@ -1,44 +1,157 @@
-"""Writes of the monitoring layer: acting on what the metrics show."""
+"""Writes of the monitoring layer: acting on what the metrics show (the idle-GPU policy)."""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from django.contrib.auth.models import AnonymousUser
+from django.conf import settings
+from django.utils import timezone
 
+from jobs.idle import job_idle_clear, job_idle_stop, job_idle_warn
+from jobs.models import Job, JobState
 from jobs.timeline import timeline_add
-from monitoring.selectors.idle import idle_report_get
+from monitoring import prometheus, queries
+from monitoring.selectors.common import PodKey, placement_pods
 from teams.models import Team
 
 logger = logging.getLogger(__name__)
 
 
-def idle_gpus_record(*, now: datetime | None = None) -> list[int]:
-    """Put the idle-GPU detector's finding on each idle job's timeline, once per run of the
-    job, which notifies its owner (event ``job.idle``). Returns the jobs newly recorded.
+@dataclass
+class PolicyRun:
+    reported: list[int] = field(default_factory=list)  # report only: told once per run
+    warned: list[int] = field(default_factory=list)  # act: the countdown started
+    cleared: list[int] = field(default_factory=list)  # busy again: the countdown stopped
+    stopped: list[int] = field(default_factory=list)  # still idle at the deadline
 
-    Raises ``MetricsUnavailable`` when Prometheus cannot answer: no metrics, no finding.
+
+@dataclass(frozen=True)
+class _Gpu:
+    node: str
+    index: str
+    peak: float
+
+
+def _thresholds(team: Team) -> tuple[float, float]:
+    threshold = team.idle_threshold_percent
+    window = team.idle_window_minutes
+    return (
+        float(settings.IDLE_GPU_THRESHOLD_PERCENT if threshold is None else threshold),
+        float(settings.IDLE_GPU_WINDOW_MINUTES if window is None else window),
+    )
+
+
+def _pod_keys(job: Job) -> list[PodKey]:
+    return [(job.namespace, pod) for pod in placement_pods(job)]
+
+
+def _gpus_text(gpus: list[_Gpu]) -> str:
+    shown = ", ".join(f"{g.node} GPU {g.index} ({g.peak:.1f}%)" for g in gpus[:8])
+    return shown + (f" and {len(gpus) - 8} more" if len(gpus) > 8 else "")
+
+
+def _minutes(value: float) -> str:
+    return f"{value:g} min"
+
+
+def idle_policy_run(*, now: datetime | None = None) -> PolicyRun:
+    """One pass of every team's idle-GPU policy.
+
+    1. The teams whose policy is not off, grouped by (threshold, window).
+    2. Per group, two Prometheus queries: the pods whose GPUs all stayed under the
+       threshold for the whole window (Prometheus checks the pod held them a window ago),
+       and each held GPU's peak over the window.
+    3. Each running GPU job of those teams, not exempt, is idle (every pod in the first),
+       busy (a GPU at or above the threshold), or unknown (no samples, or too young):
+       an unknown job is never warned nor acted on.
+    4. Report only: an idle job gets one ``IdleGPUs`` timeline entry per run (it notifies
+       the owner). Warn, then act: an idle job is warned with the time it will be stopped;
+       still idle at that time, a training job is cancelled; busy in between, the
+       countdown stops.
+    Raises ``MetricsUnavailable`` before doing anything when Prometheus cannot answer.
     """
-    report = idle_report_get(user=AnonymousUser(), teams=Team.objects.all(), now=now)
-    recorded = []
-    for idle in report.jobs:
-        job = idle.job
-        peak = "no samples" if idle.peak_utilisation is None else f"{idle.peak_utilisation:.1f}%"
-        message = (
-            f"All {idle.gpus_held} GPU(s) stayed under {report.threshold_percent:g}% "
-            f"utilisation for the last {report.window_minutes:g} min (peak {peak}); "
-            f"{idle.wasted_gpu_hours:.1f} GPU-hours held idle so far. Free them if the work "
-            "is done or stuck."
-        )
+    now = now or timezone.now()
+    result = PolicyRun()
+    groups: dict[tuple[float, float], list[Team]] = defaultdict(list)
+    for team in Team.objects.exclude(idle_policy=Team.IdlePolicy.OFF):
+        groups[_thresholds(team)].append(team)
+    for (threshold, window), teams in groups.items():
+        seconds = window * 60
+        idle = {
+            (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+            for s in prometheus.query(
+                queries.idle_pods(threshold_percent=threshold, window_seconds=seconds), at=now
+            )
+        }
+        gpus: dict[PodKey, list[_Gpu]] = defaultdict(list)
+        for s in prometheus.query(queries.held_device_peaks(window_seconds=seconds), at=now):
+            node = s.labels.get("Hostname") or s.labels.get("hostname") or s.labels.get("node")
+            key = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+            gpus[key].append(_Gpu(node or "?", s.labels.get("gpu", "?"), s.value or 0.0))
+        policies = {team.pk: team for team in teams}
+        jobs = Job.objects.filter(
+            team__in=teams, state=JobState.RUNNING, gpu_count__gt=0, idle_exempt_reason=""
+        ).select_related("team")
+        for job in jobs:
+            keys = _pod_keys(job)
+            held = [g for key in keys for g in gpus.get(key, [])]
+            if keys and all(key in idle for key in keys):
+                _idle(job, policies[job.team_id], held, threshold, window, now, result)
+            elif any(g.peak >= threshold for g in held) and job.idle_warned_at is not None:
+                busiest = max(held, key=lambda g: g.peak)
+                message = (
+                    f"Its GPUs are busy again ({busiest.node} GPU {busiest.index} reached "
+                    f"{busiest.peak:.1f}%): the countdown is stopped."
+                )
+                if job_idle_clear(job_id=job.pk, message=message):
+                    result.cleared.append(job.pk)
+    return result
+
+
+def _idle(
+    job: Job,
+    team: Team,
+    gpus: list[_Gpu],
+    threshold: float,
+    window: float,
+    now: datetime,
+    result: PolicyRun,
+) -> None:
+    peak = max((g.peak for g in gpus), default=0.0)
+    finding = (
+        f"All {job.gpu_count} GPU(s) stayed under {threshold:g}% utilisation for the last "
+        f"{_minutes(window)} (peak {peak:.1f}%): {_gpus_text(gpus) or 'no device samples'}."
+    )
+    if team.idle_policy == Team.IdlePolicy.REPORT or job.kind != Job.Kind.TRAINING:
+        # Report only (and, in act mode, inference: it is never stopped, only reported).
         run = job.started_at.isoformat() if job.started_at else "unknown"
         entry = timeline_add(
             job_id=job.pk,
             reason="IdleGPUs",
-            message=message,
+            message=f"{finding} Free them if the work is done or stuck.",
             type="Warning",
             dedupe_key=f"idle:{run}",
         )
         if entry is not None:
-            recorded.append(job.pk)
-    return recorded
+            result.reported.append(job.pk)
+        return
+    if job.idle_warned_at is None:
+        due = now + timedelta(minutes=team.idle_grace_minutes)
+        message = (
+            f"{finding} Team {team.slug}'s idle-GPU policy will cancel it at "
+            f"{due:%H:%M} UTC unless its GPUs become active; a lead can exempt it."
+        )
+        if job_idle_warn(job_id=job.pk, now=now, due=due, message=message):
+            result.warned.append(job.pk)
+        return
+    if job.idle_action_due is not None and job.idle_action_due <= now:
+        message = (
+            f"Cancelled by team {team.slug}'s idle-GPU policy: warned at "
+            f"{job.idle_warned_at:%H:%M} UTC and still idle at {now:%H:%M}. {finding} "
+            "Clone it to run it again (from its last checkpoint)."
+        )
+        if job_idle_stop(job_id=job.pk, message=message, now=now):
+            result.stopped.append(job.pk)

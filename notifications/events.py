@@ -29,6 +29,12 @@ EVENTS: tuple[EventType, ...] = (
     EventType("job.evicted", "was evicted", on_reason="Preempted", default=True),
     EventType("job.waiting", "has been waiting longer than expected", on_reason="WaitingLong"),
     EventType("job.idle", "holds GPUs idle", on_reason="IdleGPUs", default=True),
+    EventType(
+        "job.idle_stopped",
+        "was stopped for holding GPUs idle",
+        on_reason="IdleStopped",
+        default=True,
+    ),
 )
 
 EVENT_KEYS = tuple(event.key for event in EVENTS)
@@ -42,10 +48,12 @@ def event_get(key: str) -> EventType:
 
 def event_for(*, state: str | None, reason: str) -> EventType | None:
     """The event a timeline entry triggers: ``state`` is the state the job moved to with
-    this entry (None when the entry is not a state change)."""
+    this entry (None when the entry is not a state change). A reason is the more specific:
+    a job the idle policy cancels is ``job.idle_stopped``, not ``job.cancelled``."""
     for event in EVENTS:
         if event.on_reason and event.on_reason == reason:
             return event
+    for event in EVENTS:
         if event.on_state and state is not None and event.on_state == state:
             return event
     return None

@@ -172,12 +172,17 @@ TRACKER_LEASE_SECONDS = env_float("TRACKER_LEASE_SECONDS", 15.0)
 STALE_QUEUE_SECONDS = env_float("STALE_QUEUE_SECONDS", 60.0)
 # An applied job whose objects are missing for longer than this is marked Lost.
 LOST_GRACE_SECONDS = env_float("LOST_GRACE_SECONDS", 30.0)
+# How often the idle-GPU policy looks at the running jobs (report, warn, stop).
+IDLE_POLICY_INTERVAL_SECONDS = env_float("IDLE_POLICY_INTERVAL_SECONDS", 60.0)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile_task", "schedule": RECONCILE_INTERVAL_SECONDS},
     "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
     "teams-sync": {"task": "teams.tasks.teams_sync_task", "schedule": 300.0},
     "waiting-check": {"task": "jobs.tasks.jobs_waiting_check_task", "schedule": 60.0},
-    "idle-gpus-check": {"task": "monitoring.tasks.idle_gpus_check_task", "schedule": 300.0},
+    "idle-policy": {
+        "task": "monitoring.tasks.idle_policy_task",
+        "schedule": IDLE_POLICY_INTERVAL_SECONDS,
+    },
 }
 
 # --- Kubernetes ------------------------------------------------------------------------

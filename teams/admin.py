@@ -79,11 +79,12 @@ class TeamAdmin(admin.ModelAdmin):
         "namespace",
         "cohort",
         "weight",
+        "idle_policy",
         "member_count",
         "quota_summary",
         "created_at",
     ]
-    list_filter = ["cohort"]
+    list_filter = ["cohort", "idle_policy"]
     search_fields = ["slug", "name", "namespace"]
     prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline, GpuQuotaInline]

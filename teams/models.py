@@ -64,6 +64,39 @@ class Team(models.Model):
         help_text="Let inference deployments run on borrowed quota (a lender reclaiming its "
         "GPUs may then evict them). Training jobs always may.",
     )
+
+    class IdlePolicy(models.TextChoices):
+        OFF = "off", "Off"
+        REPORT = "report", "Report only"
+        ACT = "act", "Warn, then act"
+
+    idle_policy = models.CharField(
+        max_length=10,
+        choices=IdlePolicy.choices,
+        default=IdlePolicy.REPORT,
+        help_text="Jobs holding GPUs idle: report them (timeline and notification), or warn "
+        "their owners and, still idle after the grace period, stop training jobs (cancelled) "
+        "and scale inference deployments to zero (resumable in one click).",
+    )
+    idle_threshold_percent = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        help_text="Idle: every GPU of the job under this utilisation (%) for the window. "
+        "Empty: the portal's IDLE_GPU_THRESHOLD_PERCENT.",
+    )
+    idle_window_minutes = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.05)],
+        help_text="For this long. Empty: the portal's IDLE_GPU_WINDOW_MINUTES.",
+    )
+    idle_grace_minutes = models.FloatField(
+        default=60.0,
+        validators=[MinValueValidator(0.0)],
+        help_text="With 'warn, then act': how long after the warning the job is stopped if "
+        "its GPUs stay idle.",
+    )
     members: models.ManyToManyField[models.Model, Membership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )

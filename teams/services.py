@@ -150,7 +150,15 @@ def quota_delete(*, actor: Actor, team: Team, resource: str) -> None:
 
 
 # Team fields whose changes the audit log records (old → new).
-_TEAM_AUDITED = ("cohort_id", "weight", "inference_may_borrow")
+_TEAM_AUDITED = (
+    "cohort_id",
+    "weight",
+    "inference_may_borrow",
+    "idle_policy",
+    "idle_threshold_percent",
+    "idle_window_minutes",
+    "idle_grace_minutes",
+)
 
 
 @transaction.atomic

@@ -68,6 +68,8 @@ def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]
         "RECONCILE_INTERVAL_SECONDS": "1",
         "STALE_QUEUE_SECONDS": "3",
         "LOST_GRACE_SECONDS": "2",
+        # The idle-GPU policy runs when a test says so, not on beat's clock.
+        "IDLE_POLICY_INTERVAL_SECONDS": "3600",
         "CELERY_VISIBILITY_TIMEOUT": "8",
         "PORTAL_ENV": "development",
         "DEBUG": "false",

@@ -14,7 +14,7 @@ from django.utils import timezone
 from jobs.models import JobState
 from monitoring import queries
 from monitoring.prometheus import query
-from monitoring.services import idle_gpus_record
+from monitoring.services import idle_policy_run
 from notifications.models import Delivery
 from tests.conftest import api_client_for
 from tests.factories import JobFactory
@@ -100,15 +100,16 @@ def test_an_idle_job_goes_on_its_timeline_once_and_its_owner_is_told(
     busy = submit_running(users["alice"], name="worker", env={})
 
     # When the periodic check runs, and runs again
-    recorded = wait_for(lambda: idle_gpus_record(), timeout=40, interval=1)
-    again = idle_gpus_record()
+    recorded = wait_for(lambda: idle_policy_run().reported, timeout=40, interval=1)
+    again = idle_policy_run()
 
     # Then the idle job (only) has the finding on its timeline, once, in words
-    assert recorded == [idle.pk] and again == []
+    assert recorded == [idle.pk] and again.reported == [] and again.warned == []
     entry = idle.events.get(reason="IdleGPUs")
     assert entry.type == "Warning"
     assert entry.message.startswith("All 1 GPU(s) stayed under 5% utilisation for the last 0.1")
-    assert "GPU-hours held idle so far" in entry.message
+    assert f"{idle.placement['nodes'][0]} GPU " in entry.message  # names the GPUs
+    assert entry.message.endswith("Free them if the work is done or stuck.")
     assert not busy.events.filter(reason="IdleGPUs").exists()
     # And the worker words a notice for alice's email (on by default for idle GPUs)
     delivery = wait_for(

@@ -290,4 +290,5 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
     assert metadata.status_code == 400 and "refused" in metadata.json()["detail"]
     events = api.get("/api/v1/notifications/").json()
     email = next(c for c in events["channels"] if c["channel"] == "email")
-    assert email["events"] == ["job.failed", "job.evicted", "job.idle"]  # unchanged defaults
+    # unchanged defaults
+    assert email["events"] == ["job.failed", "job.evicted", "job.idle", "job.idle_stopped"]

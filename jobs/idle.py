@@ -1,0 +1,111 @@
+"""The idle-GPU policy's writes on jobs: warn (start the countdown), clear it, stop the job,
+and a lead's exemption. Deciding who is idle reads Prometheus and lives in the monitoring
+layer (``monitoring.services.idle_policy_run``); every move here is a conditional UPDATE,
+so a run that overlaps another, a cancel or a finish never acts twice or undoes anything.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import PermissionDenied
+from jobs.models import Job, JobState
+from jobs.tasks import admission_enqueue, cleanup_enqueue
+from jobs.timeline import timeline_add
+from teams.models import Membership
+from teams.selectors import membership_role
+from teams.services import audit_record
+
+# Only a running job with GPUs, not exempt, is ever warned or stopped.
+_ELIGIBLE = {"state": JobState.RUNNING, "idle_exempt_reason": "", "gpu_count__gt": 0}
+
+
+def job_idle_warn(*, job_id: int, now: datetime, due: datetime, message: str) -> bool:
+    """Start the countdown and tell the owner (timeline ``IdleGPUs``: event ``job.idle``)."""
+    with transaction.atomic():
+        moved = Job.objects.filter(pk=job_id, idle_warned_at__isnull=True, **_ELIGIBLE).update(
+            idle_warned_at=now, idle_action_due=due, updated_at=timezone.now()
+        )
+        if moved:
+            timeline_add(job_id=job_id, reason="IdleGPUs", message=message, type="Warning")
+    return bool(moved)
+
+
+def job_idle_clear(*, job_id: int, message: str) -> bool:
+    """Its GPUs are busy again (or a lead exempted it): the countdown stops."""
+    with transaction.atomic():
+        moved = Job.objects.filter(pk=job_id, idle_warned_at__isnull=False).update(
+            idle_warned_at=None, idle_action_due=None, updated_at=timezone.now()
+        )
+        if moved:
+            timeline_add(job_id=job_id, reason="IdleCleared", message=message)
+    return bool(moved)
+
+
+@transaction.atomic
+def job_idle_stop(*, job_id: int, message: str, now: datetime | None = None) -> bool:
+    """Cancel a training job still idle when its countdown ran out (event
+    ``job.idle_stopped``); its objects are deleted and its quota freed, as a cancel does.
+
+    A cancel, not a suspend: a suspended Job keeps its quota in Kueue's sense and the
+    portal's, so the GPUs would stay paid for; a training script resumes from its last
+    checkpoint when the job is cloned. Returns whether it was stopped (False: it finished,
+    was exempted or became active first).
+    """
+    now = now or timezone.now()
+    job = (
+        Job.objects.select_for_update()
+        .filter(pk=job_id, kind=Job.Kind.TRAINING, idle_action_due__lte=now, **_ELIGIBLE)
+        .first()
+    )
+    if job is None:
+        return False
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.CANCELLED,
+        reason="IdleStopped",
+        message=message,
+        finished_at=now,
+        idle_action_due=None,
+        updated_at=now,
+    )
+    timeline_add(
+        job_id=job.pk, reason="IdleStopped", message=message, type="Warning",
+        state=JobState.CANCELLED,
+    )  # fmt: skip
+    audit_record(
+        actor=None,
+        action="job.idle_stop",
+        target=job,
+        changes={"warned_at": job.idle_warned_at.isoformat() if job.idle_warned_at else None},
+    )
+    cleanup_enqueue(job_id=job.pk)
+    admission_enqueue(team_id=job.team_id)
+    return True
+
+
+@transaction.atomic
+def job_idle_exempt(*, user: User, job_id: int, reason: str) -> Job:
+    """A lead exempts a job from the idle-GPU policy (a reason is required) or, with an
+    empty reason, ends the exemption. Audited; an exempted job's countdown stops."""
+    job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
+    if membership_role(user=user, team=job.team) != Membership.Role.LEAD:
+        raise PermissionDenied(f"Only a lead of team {job.team.slug} exempts its jobs.")
+    reason = reason.strip()[:200]
+    if reason == job.idle_exempt_reason:
+        return job
+    old, job.idle_exempt_reason = job.idle_exempt_reason, reason
+    job.save(update_fields=["idle_exempt_reason", "updated_at"])
+    audit_record(
+        actor=user, action="job.idle_exempt", target=job, changes={"reason": [old, reason]}
+    )
+    who = user.get_username()
+    if reason:
+        timeline_add(job_id=job.pk, reason="IdleExempt", message=f"Exempted by {who}: {reason}")
+        job_idle_clear(job_id=job.pk, message=f"Countdown stopped: exempted by {who}.")
+    else:
+        timeline_add(job_id=job.pk, reason="IdleExempt", message=f"Exemption ended by {who}.")
+    return job
