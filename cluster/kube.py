@@ -228,6 +228,20 @@ def replace(manifest: Obj) -> Obj:
     )
 
 
+def scale(kind: str, name: str, namespace: str, replicas: int) -> Obj:
+    """Set a workload's replicas through its ``scale`` subresource: a PUT of a ``Scale``, as
+    ``kubectl scale`` and autoscalers do, so no patch format needs agreeing on."""
+    spec = KINDS[kind]
+    method = getattr(spec.api(api_client()), f"replace_namespaced_{spec.plural}_scale")
+    body = {
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas},
+    }
+    return _call(method, name, namespace, body)
+
+
 def create_idempotent(manifest: Obj, *, owner_label: str) -> tuple[Obj, bool]:
     """Create ``manifest``; if it already exists and carries the same ``owner_label`` value,
     return the existing object. Returns (object, created)."""

@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from core.api_errors import error_responses
 from core.apis import ApiView, QueryText
 from jobs import cohort_selectors, job_templates
-from jobs.idle import job_idle_exempt
+from jobs.idle import job_idle_exempt, job_resume
 from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState, JobTemplate
@@ -76,6 +76,7 @@ class JobOutput(serializers.ModelSerializer):
             "idle_warned_at",
             "idle_action_due",
             "idle_exempt_reason",
+            "scaled_to_zero_from",
             "created_at",
             "admitted_at",
             "started_at",
@@ -120,6 +121,7 @@ class JobOutput(serializers.ModelSerializer):
             "idle_warned_at": _datetime(job.idle_warned_at),
             "idle_action_due": _datetime(job.idle_action_due),
             "idle_exempt_reason": job.idle_exempt_reason,
+            "scaled_to_zero_from": job.scaled_to_zero_from,
             "created_at": _datetime(job.created_at),
             "admitted_at": _datetime(job.admitted_at),
             "started_at": _datetime(job.started_at),
@@ -431,6 +433,19 @@ class JobIdleExemptApi(APIView):
             job_id=job.pk,
             reason=data.validated_data["reason"],
         )
+        return Response(JobOutput(job).data)
+
+
+class JobResumeApi(APIView):
+    @extend_schema(
+        operation_id="jobs_resume",
+        request=None,
+        responses={200: JobOutput, **error_responses(401, 403, 404, 409, 429, 503)},
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        """Scale an inference deployment the idle-GPU policy scaled to zero back up."""
+        job = job_get_for_user(user=request.user, job_id=job_id)
+        job = job_resume(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
         return Response(JobOutput(job).data)
 
 

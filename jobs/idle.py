@@ -12,7 +12,9 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import PermissionDenied
+from cluster import kube
+from cluster.nodes import cluster_error_text
+from core.errors import ClusterUnavailable, Conflict, PermissionDenied
 from jobs.models import Job, JobState
 from jobs.tasks import admission_enqueue, cleanup_enqueue
 from jobs.timeline import timeline_add
@@ -108,4 +110,92 @@ def job_idle_exempt(*, user: User, job_id: int, reason: str) -> Job:
         job_idle_clear(job_id=job.pk, message=f"Countdown stopped: exempted by {who}.")
     else:
         timeline_add(job_id=job.pk, reason="IdleExempt", message=f"Exemption ended by {who}.")
+    return job
+
+
+def job_idle_scale_down(*, job_id: int, message: str, now: datetime | None = None) -> bool:
+    """Scale an inference deployment still idle at its deadline to zero replicas (event
+    ``job.idle_stopped``); ``job_resume`` brings it back with one click.
+
+    1. Read the job (it must still be due, eligible and not scaled down already).
+    2. Scale the Deployment to 0 in the cluster (a failure leaves everything as it was:
+       the next run tries again).
+    3. Record it with a conditional UPDATE; if the job changed meanwhile (exempted,
+       cancelled), scale it back.
+    Its quota stays held, so resuming can never be refused; its GPUs are free in the
+    cluster for any pod that may use them.
+    """
+    now = now or timezone.now()
+    due = Job.objects.filter(
+        pk=job_id,
+        kind=Job.Kind.INFERENCE,
+        idle_action_due__lte=now,
+        scaled_to_zero_from__isnull=True,
+        **_ELIGIBLE,
+    ).first()
+    if due is None:
+        return False
+    replicas = int(due.spec.get("replicas") or 1)
+    kube.scale("Deployment", due.object_name, due.namespace, 0)
+    with transaction.atomic():
+        moved = Job.objects.filter(
+            pk=job_id, idle_action_due__lte=now, scaled_to_zero_from__isnull=True, **_ELIGIBLE
+        ).update(
+            scaled_to_zero_from=replicas,
+            reason="ScaledToZero",
+            message=message,
+            idle_action_due=None,
+            updated_at=now,
+        )
+        if moved:
+            timeline_add(job_id=job_id, reason="IdleStopped", message=message, type="Warning")
+            audit_record(
+                actor=None,
+                action="job.idle_scale_to_zero",
+                target=due,
+                changes={"replicas": [replicas, 0]},
+            )
+    if not moved:
+        kube.scale("Deployment", due.object_name, due.namespace, replicas)
+    return bool(moved)
+
+
+def job_resume(*, user: User, job_id: int) -> Job:
+    """Bring back an inference deployment the idle-GPU policy scaled to zero: its owner or a
+    lead of its team, in one click."""
+    job = Job.objects.select_related("team").get(pk=job_id)
+    if job.owner_id != user.pk and membership_role(user=user, team=job.team) != (
+        Membership.Role.LEAD
+    ):
+        raise PermissionDenied(
+            f"Only the job's owner or a lead of team {job.team.slug} can resume it."
+        )
+    if job.scaled_to_zero_from is None or job.state != JobState.RUNNING:
+        raise Conflict("The job is not scaled to zero; there is nothing to resume.")
+    replicas = job.scaled_to_zero_from
+    try:
+        kube.scale("Deployment", job.object_name, job.namespace, replicas)
+    except kube.ClusterError as exc:
+        raise ClusterUnavailable(
+            f"The cluster did not scale it back up ({cluster_error_text(exc)}); nothing "
+            "changed: try again."
+        ) from exc
+    with transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(
+            scaled_to_zero_from=None,
+            idle_warned_at=None,
+            idle_action_due=None,
+            reason="Resuming",
+            message=f"Resumed by {user.get_username()}: scaling back to {replicas} replicas.",
+            updated_at=timezone.now(),
+        )
+        timeline_add(
+            job_id=job.pk,
+            reason="Resumed",
+            message=f"Resumed by {user.get_username()}: {replicas} replica(s).",
+        )
+        audit_record(
+            actor=user, action="job.resume", target=job, changes={"replicas": [0, replicas]}
+        )
+    job.refresh_from_db()
     return job

@@ -204,6 +204,14 @@ def observe_inference(deployment: Obj, pods: list[Obj], events: list[Obj]) -> Ob
     available = int(status.get("availableReplicas") or 0)
     placement = placement_of(pods)
     conditions = _conditions(deployment)
+    if wanted == 0:
+        # Scaled to zero (by the idle-GPU policy, or by hand): up, but serving nothing.
+        return Observation(
+            JobState.RUNNING,
+            "ScaledToZero",
+            "Scaled to zero replicas: it holds no GPUs and serves nothing until resumed.",
+            placement=placement,
+        )
     if available >= wanted and wanted > 0:
         return Observation(
             JobState.RUNNING,

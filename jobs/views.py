@@ -15,7 +15,7 @@ from cluster.selectors import catalog_get
 from core.errors import ApplicationError
 from jobs import job_templates
 from jobs.forms import JobForm, initial_from_spec
-from jobs.idle import job_idle_exempt
+from jobs.idle import job_idle_exempt, job_resume
 from jobs.live import job_live_get, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
@@ -205,6 +205,19 @@ def job_idle_exempt_view(request: HttpRequest, job_id: int) -> HttpResponse:
         messages.error(request, exc.message)
     else:
         messages.success(request, "Idle-GPU exemption saved.")
+    return redirect("jobs:detail", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        job_resume(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Job {job.name} is scaling back up.")
     return redirect("jobs:detail", job_id=job.pk)
 
 

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from jobs.idle import job_idle_clear, job_idle_stop, job_idle_warn
+from cluster import kube
+from jobs.idle import job_idle_clear, job_idle_scale_down, job_idle_stop, job_idle_warn
 from jobs.models import Job, JobState
 from jobs.timeline import timeline_add
 from monitoring import prometheus, queries
@@ -125,8 +126,7 @@ def _idle(
         f"All {job.gpu_count} GPU(s) stayed under {threshold:g}% utilisation for the last "
         f"{_minutes(window)} (peak {peak:.1f}%): {_gpus_text(gpus) or 'no device samples'}."
     )
-    if team.idle_policy == Team.IdlePolicy.REPORT or job.kind != Job.Kind.TRAINING:
-        # Report only (and, in act mode, inference: it is never stopped, only reported).
+    if team.idle_policy == Team.IdlePolicy.REPORT:
         run = job.started_at.isoformat() if job.started_at else "unknown"
         entry = timeline_add(
             job_id=job.pk,
@@ -138,20 +138,37 @@ def _idle(
         if entry is not None:
             result.reported.append(job.pk)
         return
+    training = job.kind == Job.Kind.TRAINING
     if job.idle_warned_at is None:
         due = now + timedelta(minutes=team.idle_grace_minutes)
+        action = "cancel it" if training else "scale it to zero replicas"
         message = (
-            f"{finding} Team {team.slug}'s idle-GPU policy will cancel it at "
+            f"{finding} Team {team.slug}'s idle-GPU policy will {action} at "
             f"{due:%H:%M} UTC unless its GPUs become active; a lead can exempt it."
         )
         if job_idle_warn(job_id=job.pk, now=now, due=due, message=message):
             result.warned.append(job.pk)
         return
-    if job.idle_action_due is not None and job.idle_action_due <= now:
+    if job.idle_action_due is None or job.idle_action_due > now:
+        return
+    warned = f"warned at {job.idle_warned_at:%H:%M} UTC and still idle at {now:%H:%M}"
+    if training:
         message = (
-            f"Cancelled by team {team.slug}'s idle-GPU policy: warned at "
-            f"{job.idle_warned_at:%H:%M} UTC and still idle at {now:%H:%M}. {finding} "
+            f"Cancelled by team {team.slug}'s idle-GPU policy: {warned}. {finding} "
             "Clone it to run it again (from its last checkpoint)."
         )
-        if job_idle_stop(job_id=job.pk, message=message, now=now):
-            result.stopped.append(job.pk)
+        stopped = job_idle_stop(job_id=job.pk, message=message, now=now)
+    else:
+        message = (
+            f"Scaled to zero by team {team.slug}'s idle-GPU policy: {warned}. {finding} "
+            "Resume it from its page (or POST /api/v1/jobs/<id>/resume/)."
+        )
+        try:
+            stopped = job_idle_scale_down(job_id=job.pk, message=message, now=now)
+        except kube.ClusterError as exc:
+            logger.warning(
+                "idle policy: job %s not scaled down (next run retries): %s", job.pk, exc
+            )
+            stopped = False
+    if stopped:
+        result.stopped.append(job.pk)

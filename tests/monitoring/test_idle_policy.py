@@ -14,12 +14,13 @@ from django.utils import timezone
 from kubernetes import client, config
 
 from jobs.models import Job, JobState
+from jobs.services import job_submit
 from monitoring.prometheus import MetricsUnavailable
 from monitoring.services import idle_policy_run
 from monitoring.tasks import idle_policy_task
 from notifications.models import Delivery
 from teams.models import AuditLog, Team
-from tests.conftest import api_client_for
+from tests.conftest import api_client_for, inference_spec
 from tests.factories import JobFactory
 from tests.monitoring.conftest import submit_running
 from tests.monitoring.prometheus_process import PrometheusProcess
@@ -188,3 +189,50 @@ def test_a_job_younger_than_the_window_is_never_warned(
 
     assert idle.pk not in run.warned + run.reported + run.stopped
     assert fresh(idle).idle_warned_at is None
+
+
+def test_an_idle_inference_deployment_is_scaled_to_zero_and_resumed_in_one_click(
+    act: dict[str, User], sandbox: SandboxProcess
+) -> None:
+    # Given an idle inference deployment of two replicas in a team that acts
+    job = job_submit(
+        user=act["alice"],
+        data=inference_spec(
+            name="idle-api",
+            gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
+            env={"SANDBOX_IDLE": "true"},
+        ),
+    )
+    serving = wait_for(
+        lambda: (j := fresh(job)).reason == "Available" and len(j.placement.get("pods", [])) == 2
+        and j,
+        timeout=40,
+    )  # fmt: skip
+    apps = client.AppsV1Api(config.new_client_from_config(config_file=str(sandbox.kubeconfig)))
+
+    # When it is warned and still idle after the grace period
+    warning = warn(serving).events.get(reason="IdleGPUs").message
+    assert "will scale it to zero replicas at" in warning
+    wait_for(lambda: job.pk in idle_policy_run().stopped, timeout=30, interval=1)
+
+    # Then the Deployment has no replicas, the job says so, and nothing was deleted
+    deployment = apps.read_namespaced_deployment(serving.object_name, serving.namespace)
+    assert deployment.spec.replicas == 0
+    scaled = wait_for(lambda: (j := fresh(job)).reason == "ScaledToZero" and j, timeout=30)
+    assert scaled.state == JobState.RUNNING and scaled.scaled_to_zero_from == 2
+    assert scaled.events.get(reason="IdleStopped").message.startswith(
+        "Scaled to zero by team vision's idle-GPU policy: warned at"
+    )
+    assert AuditLog.objects.filter(action="job.idle_scale_to_zero").count() == 1
+
+    # And its owner resumes it with one call: both replicas serve again
+    resumed = api_client_for(act["alice"]).post(f"/api/v1/jobs/{job.pk}/resume/")
+    assert resumed.status_code == 200, resumed.json()
+    assert (
+        apps.read_namespaced_deployment(serving.object_name, serving.namespace).spec.replicas == 2
+    )
+    back = wait_for(lambda: (j := fresh(job)).reason == "Available" and j, timeout=40)
+    assert back.scaled_to_zero_from is None and back.idle_warned_at is None
+    assert back.events.get(reason="Resumed").message == "Resumed by alice: 2 replica(s)."
+    again = api_client_for(act["alice"]).post(f"/api/v1/jobs/{job.pk}/resume/")
+    assert again.status_code == 409
