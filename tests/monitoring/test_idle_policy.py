@@ -228,9 +228,8 @@ def test_an_idle_inference_deployment_is_scaled_to_zero_and_resumed_in_one_click
     # And its owner resumes it with one call: both replicas serve again
     resumed = api_client_for(act["alice"]).post(f"/api/v1/jobs/{job.pk}/resume/")
     assert resumed.status_code == 200, resumed.json()
-    assert (
-        apps.read_namespaced_deployment(serving.object_name, serving.namespace).spec.replicas == 2
-    )
+    deployment = apps.read_namespaced_deployment(serving.object_name, serving.namespace)
+    assert deployment.spec.replicas == 2
     back = wait_for(lambda: (j := fresh(job)).reason == "Available" and j, timeout=40)
     assert back.scaled_to_zero_from is None and back.idle_warned_at is None
     assert back.events.get(reason="Resumed").message == "Resumed by alice: 2 replica(s)."
