@@ -20,6 +20,18 @@ from rest_framework.views import APIView
 READS = ("GET", "HEAD")
 
 
+class JsonBoolean(serializers.BooleanField):
+    """A JSON ``true`` or ``false`` only: DRF's BooleanField also takes "yes", "1" or "on",
+    which the schema (``type: boolean``) does not allow, so a client relying on them would
+    break against a stricter server."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if isinstance(data, bool):
+            return data
+        self.fail("invalid", input=data)
+        raise AssertionError("unreachable")  # fail() raises
+
+
 class QueryText(serializers.CharField):
     """A text query parameter that takes any string the schema allows, NUL included: the
     selector behind it answers "nothing has that name" (PostgreSQL cannot compare a NUL,

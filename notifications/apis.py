@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
+from core.apis import JsonBoolean
 from notifications import selectors, services
 from notifications.events import EVENT_KEYS, EVENTS
 from notifications.models import Channel, Destination
@@ -53,6 +54,9 @@ class ChannelInput(serializers.Serializer):
     events = serializers.ListField(
         child=serializers.ChoiceField(choices=EVENT_KEYS), required=False
     )
+    rotate_secret = JsonBoolean(
+        default=False, help_text="Webhooks: a new signing secret (the old one stops working)."
+    )
 
 
 class SettingsInput(serializers.Serializer):
@@ -90,7 +94,10 @@ def _changes(request: Request) -> list[services.ChannelSettings]:
     data.is_valid(raise_exception=True)
     return [
         services.ChannelSettings(
-            channel=item["channel"], target=item.get("target"), events=item.get("events")
+            channel=item["channel"],
+            target=item.get("target"),
+            events=item.get("events"),
+            rotate_secret=item["rotate_secret"],
         )
         for item in data.validated_data["channels"]
     ]

@@ -118,6 +118,7 @@ class ChannelSettings:
     channel: str
     target: str | None = None  # None: unchanged
     events: list[str] | None = None
+    rotate_secret: bool = False  # a webhook's new signing secret (the old one stops working)
 
 
 def _apply(destination: Destination, change: ChannelSettings, prefix: str) -> dict[str, Any]:
@@ -133,13 +134,21 @@ def _apply(destination: Destination, change: ChannelSettings, prefix: str) -> di
         elif destination.channel != Channel.EMAIL and destination.events:
             raise _field_error(f"{prefix}.url", "Give the URL to send these events to.")
         destination.target = target
-    if destination.channel == Channel.WEBHOOK and destination.target and not destination.secret:
+    rotate = (
+        destination.channel == Channel.WEBHOOK
+        and destination.target
+        and (change.rotate_secret or not destination.secret)
+    )
+    if rotate:
         destination.secret = secrets.token_hex(32)
     if destination.channel != Channel.EMAIL and destination.events and not destination.target:
         raise _field_error(f"{prefix}.url", "Give the URL to send these events to.")
     destination.save()
     after = {"target": destination.target, "events": list(destination.events)}
-    return {k: [before[k], after[k]] for k in before if before[k] != after[k]}
+    diff: dict[str, Any] = {k: [before[k], after[k]] for k in before if before[k] != after[k]}
+    if rotate:
+        diff["secret"] = "rotated"  # noqa: S105 - that it changed, never the secret itself
+    return diff
 
 
 def _save_all(

@@ -24,6 +24,7 @@ def _changes(request: HttpRequest, channels: tuple[str, ...]) -> list[services.C
             channel=channel,
             target=request.POST.get(f"{channel}-target", ""),
             events=request.POST.getlist(f"{channel}-events"),
+            rotate_secret=request.POST.get(f"{channel}-rotate") == "on",
         )
         for channel in channels
     ]

@@ -124,6 +124,18 @@ def test_a_webhook_is_signed_with_the_users_secret(
     assert headers["x-gpu-portal-signature"] == f"sha256={expected.hexdigest()}"
     tampered = hmac.new(secret.encode(), f"{timestamp}.".encode() + request.body + b" ", "sha256")
     assert headers["x-gpu-portal-signature"] != f"sha256={tampered.hexdigest()}"
+    # And after the secret is rotated, the next delivery is signed with the new one only
+    rotated = subscribe(
+        alice, {"channel": "webhook", "events": ["job.cancelled"], "rotate_secret": True}
+    )
+    new_secret = next(c["secret"] for c in rotated["channels"] if c["channel"] == "webhook")
+    assert new_secret != secret
+    job_cancel(user=alice, job_id=job.pk)
+    later = hooks.requests[1]
+    signed = f"{later.headers['X-GPU-Portal-Timestamp']}.".encode() + later.body
+    for key, matches in ((new_secret, True), (secret, False)):
+        mac = hmac.new(key.encode(), signed, hashlib.sha256).hexdigest()
+        assert (later.headers["X-GPU-Portal-Signature"] == f"sha256={mac}") is matches
     payload = request.json()
     assert payload["event"] == "job.running"
     assert payload["job"]["id"] == job.pk and payload["job"]["state"] == "running"
