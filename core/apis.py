@@ -33,11 +33,13 @@ class JsonBoolean(serializers.BooleanField):
 
 
 class QueryText(serializers.CharField):
-    """A text query parameter that takes any string the schema allows, NUL included: the
-    selector behind it answers "nothing has that name" (PostgreSQL cannot compare a NUL,
-    so the selectors check for one) rather than a 400 for a value the schema permits."""
+    """A text query parameter that takes any string the schema allows, as sent (NUL and
+    surrounding blanks included): the selector behind it answers "nothing has that name"
+    (PostgreSQL cannot compare a NUL, so the selectors check for one) rather than a 400
+    for a value the schema permits."""
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
         self.validators = [
             v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)

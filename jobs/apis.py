@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from core.api_errors import error_responses
 from core.apis import ApiView, QueryText
 from jobs import cohort_selectors, job_templates
-from jobs.idle import job_idle_exempt, job_resume
+from jobs.idle import idle_exempt_check, job_idle_exempt, job_resume
 from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState, JobTemplate
@@ -206,16 +206,14 @@ MAX_PAGE_SIZE = 200
 
 
 class JobListQuery(serializers.Serializer):
-    """The job list's filters and page: a value no job can have (an unknown state, a NUL
-    character PostgreSQL cannot compare) or a page size that is not a number is a 400
-    naming the parameter, not an empty page, an ignored value or a 500."""
+    """The job list's filters and page: a state or kind that does not exist, or a page size
+    that is not a number, is a 400 naming the parameter, not an empty page or an ignored
+    value; a team or owner no job has (a NUL character included) is an empty page."""
 
-    team = serializers.CharField(
-        required=False, allow_blank=True, max_length=50, help_text="Team slug"
-    )
+    team = QueryText(required=False, allow_blank=True, max_length=50, help_text="Team slug")
     state = serializers.ChoiceField(choices=JobState.choices, required=False)
     kind = serializers.ChoiceField(choices=Job.Kind.choices, required=False)
-    owner = serializers.CharField(
+    owner = QueryText(
         required=False, allow_blank=True, max_length=150, help_text="The owner's username"
     )
     page = serializers.IntegerField(required=False, min_value=1)
@@ -426,6 +424,7 @@ class JobIdleExemptApi(APIView):
     def post(self, request: Request, job_id: int) -> Response:
         """Exempt a job from its team's idle-GPU policy (leads), or end the exemption."""
         job = job_get_for_user(user=request.user, job_id=job_id)
+        idle_exempt_check(user=request.user, job=job)  # type: ignore[arg-type]
         data = IdleExemptInput(data=request.data)
         data.is_valid(raise_exception=True)
         job = job_idle_exempt(

@@ -89,13 +89,18 @@ def job_idle_stop(*, job_id: int, message: str, now: datetime | None = None) -> 
     return True
 
 
+def idle_exempt_check(*, user: User, job: Job) -> None:
+    """Only a lead of the job's team (or a platform admin) exempts it."""
+    if membership_role(user=user, team=job.team) != Membership.Role.LEAD:
+        raise PermissionDenied(f"Only a lead of team {job.team.slug} exempts its jobs.")
+
+
 @transaction.atomic
 def job_idle_exempt(*, user: User, job_id: int, reason: str) -> Job:
     """A lead exempts a job from the idle-GPU policy (a reason is required) or, with an
     empty reason, ends the exemption. Audited; an exempted job's countdown stops."""
     job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
-    if membership_role(user=user, team=job.team) != Membership.Role.LEAD:
-        raise PermissionDenied(f"Only a lead of team {job.team.slug} exempts its jobs.")
+    idle_exempt_check(user=user, job=job)
     reason = reason.strip()[:200]
     if reason == job.idle_exempt_reason:
         return job
