@@ -3,10 +3,12 @@ user's teams with what their jobs hold of each quota."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -172,53 +174,56 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     return render(request, "jobs/detail.html", context)
 
 
+def _job_button(
+    request: HttpRequest, job_id: int, action: Callable[[Job, User], str]
+) -> HttpResponse:
+    """A button on a job's page: do it, say how it went (the service's words when it
+    refuses), and go back to the page. Another team's job is a 404, as everywhere."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        done = action(job, request.user)  # type: ignore[arg-type]
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done)
+    return redirect("jobs:detail", job_id=job.pk)
+
+
 @login_required
 @require_POST
 def job_save_template(request: HttpRequest, job_id: int) -> HttpResponse:
     """ "Save as template": the job's spec (without its name) as the user's or a team's."""
-    job = job_get_for_user(user=request.user, job_id=job_id)
-    try:
+
+    def save(job: Job, user: User) -> str:
         template = job_templates.template_from_job(
-            user=request.user,  # type: ignore[arg-type]
+            user=user,
             job=job,
             name=request.POST.get("name", ""),
             team=job.team.slug if request.POST.get("scope") == "team" else None,
         )
-    except ApplicationError as exc:
-        messages.error(request, f"Not saved: {exc.message}")
-    else:
-        messages.success(request, f"Saved as template {template.name} ({template.scope}).")
-    return redirect("jobs:detail", job_id=job.pk)
+        return f"Saved as template {template.name} ({template.scope})."
+
+    return _job_button(request, job_id, save)
 
 
 @login_required
 @require_POST
 def job_idle_exempt_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_get_for_user(user=request.user, job_id=job_id)
-    try:
-        job_idle_exempt(
-            user=request.user,  # type: ignore[arg-type]
-            job_id=job.pk,
-            reason=request.POST.get("reason", ""),
-        )
-    except ApplicationError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, "Idle-GPU exemption saved.")
-    return redirect("jobs:detail", job_id=job.pk)
+    def exempt(job: Job, user: User) -> str:
+        job_idle_exempt(user=user, job_id=job.pk, reason=request.POST.get("reason", ""))
+        return "Idle-GPU exemption saved."
+
+    return _job_button(request, job_id, exempt)
 
 
 @login_required
 @require_POST
 def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_get_for_user(user=request.user, job_id=job_id)
-    try:
-        job_resume(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
-    except ApplicationError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Job {job.name} is scaling back up.")
-    return redirect("jobs:detail", job_id=job.pk)
+    def resume(job: Job, user: User) -> str:
+        job_resume(user=user, job_id=job.pk)
+        return f"Job {job.name} is scaling back up."
+
+    return _job_button(request, job_id, resume)
 
 
 @login_required
@@ -272,14 +277,11 @@ def job_logs_partial(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_get_for_user(user=request.user, job_id=job_id)
-    try:
-        job_cancel(user=request.user, job_id=job.pk)  # type: ignore[arg-type]
-    except ApplicationError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Job {job.name} cancelled.")
-    return redirect("jobs:detail", job_id=job.pk)
+    def cancel(job: Job, user: User) -> str:
+        job_cancel(user=user, job_id=job.pk)
+        return f"Job {job.name} cancelled."
+
+    return _job_button(request, job_id, cancel)
 
 
 @login_required
