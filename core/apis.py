@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.validators import ProhibitNullCharactersValidator
+from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 READS = ("GET", "HEAD")
+# "+": an empty value never reaches validators (allow_blank answers it), and the schema's
+# pattern then does not overlap drf-spectacular's separate "empty string" branch.
+NO_NUL = RegexValidator(r"^[^\x00]+$", message="Null characters are not allowed.")
 
 
 class JsonBoolean(serializers.BooleanField):
@@ -33,17 +36,18 @@ class JsonBoolean(serializers.BooleanField):
 
 
 class QueryText(serializers.CharField):
-    """A text query parameter that takes any string the schema allows, as sent (NUL and
-    surrounding blanks included): the selector behind it answers "nothing has that name"
-    (PostgreSQL cannot compare a NUL, so the selectors check for one) rather than a 400
-    for a value the schema permits."""
+    """A text query parameter taken as sent, blanks included (a name of "\\n" is a name no
+    object has: nothing found, not a 400), whose schema states the one character it
+    refuses: NUL, which PostgreSQL cannot compare (a 400 naming the parameter)."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
+        # The same refusal as DRF's, as a pattern drf-spectacular puts in the schema.
         self.validators = [
             v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)
         ]
+        self.validators.append(NO_NUL)
 
 
 class ApiView(APIView):
