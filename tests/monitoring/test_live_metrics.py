@@ -286,10 +286,15 @@ def test_recording_rules_keep_the_team_and_cluster_lines_as_the_raw_queries_draw
 
     def recorded_with_the_job() -> list[tuple[float, str]] | None:
         # The rule's own samples (timestamps and values) since this job's GPUs were scraped
-        if len(instant(metrics, f"{queries.UTIL}{mine}")) != 2:
+        # (the 3 s window may begin before the first scrape that saw them, when the
+        # namespace held other, just deleted pods' GPUs)
+        scraped = instant(metrics, f"{queries.UTIL}{mine}[3s]")
+        if len(scraped) != 2:
             return None
+        since = max(float(series["values"][0][0]) for series in scraped)
         rows = instant(metrics, f"{busy}[3s]")
-        return rows[0]["values"] if rows and len(rows[0]["values"]) >= 2 else None
+        values = [(at, v) for at, v in (rows[0]["values"] if rows else []) if at >= since]
+        return values if len(values) >= 2 else None
 
     samples = wait_for(recorded_with_the_job, timeout=30)
     (cluster,) = instant(metrics, f"{queries.CLUSTER_UTILISATION_RECORD}[3s]")
