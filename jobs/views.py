@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from cluster.selectors import catalog_get
-from core.errors import ApplicationError
+from core.errors import ApplicationError, PermissionDenied
 from jobs import job_templates
 from jobs.forms import JobForm, initial_from_spec
 from jobs.idle import job_idle_exempt, job_resume
@@ -248,11 +248,11 @@ def template_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def template_delete_view(request: HttpRequest, template_id: int) -> HttpResponse:
-    # Another team's template is "not found" (404), as another team's job is.
-    job_templates.template_get_for_user(user=request.user, template_id=template_id)
     try:
         job_templates.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
-    except ApplicationError as exc:
+    except PermissionDenied as exc:
+        # Only a refusal is said here: another team's template is "not found" (a 404), as
+        # another team's job is.
         messages.error(request, exc.message)
     else:
         messages.success(request, "Template deleted.")

@@ -54,10 +54,6 @@ def _gpus_text(gpus: list[_Gpu]) -> str:
     return shown + (f" and {len(gpus) - 8} more" if len(gpus) > 8 else "")
 
 
-def _minutes(value: float) -> str:
-    return f"{value:g} min"
-
-
 def idle_policy_run(*, now: datetime | None = None) -> PolicyRun:
     """One pass of every team's idle-GPU policy.
 
@@ -124,7 +120,7 @@ def _idle(
     peak = max((g.peak for g in gpus), default=0.0)
     finding = (
         f"All {job.gpu_count} GPU(s) stayed under {threshold:g}% utilisation for the last "
-        f"{_minutes(window)} (peak {peak:.1f}%): {_gpus_text(gpus) or 'no device samples'}."
+        f"{window:g} min (peak {peak:.1f}%): {_gpus_text(gpus) or 'no device samples'}."
     )
     if team.idle_policy == Team.IdlePolicy.REPORT:
         run = job.started_at.isoformat() if job.started_at else "unknown"

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import User
-from django.db.models import QuerySet
 
 from notifications.events import DEFAULT_EVENTS
-from notifications.models import Channel, Delivery, Destination
+from notifications.models import Channel, Destination
 from teams.models import Team
 
 USER_CHANNELS = (Channel.EMAIL, Channel.WEBHOOK, Channel.SLACK)
@@ -37,8 +36,3 @@ def user_destinations(*, user: User) -> list[Destination]:
 def team_destinations(*, team: Team) -> list[Destination]:
     found = {d.channel: d for d in Destination.objects.filter(team=team)}
     return _with_defaults(found, TEAM_CHANNELS, team=team)
-
-
-def deliveries_for_user(*, user: User, limit: int = 50) -> QuerySet[Delivery]:
-    """The latest deliveries to the user's own channels, newest first."""
-    return Delivery.objects.filter(destination__user=user).select_related("destination")[:limit]
