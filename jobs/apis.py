@@ -276,7 +276,9 @@ def _spec_data(request: Request) -> Any:
     if not template:
         return request.data
     # An id is a number an id column can hold; any other text is a name.
-    ref: str | int = int(template) if template.isdigit() and len(template) <= 9 else template
+    # ("³".isdigit() is true, so ASCII digits only.)
+    is_id = template.isascii() and template.isdigit() and len(template) <= 9
+    ref: str | int = int(template) if is_id else template
     return job_templates.spec_from_template(user=request.user, template=ref, data=request.data)
 
 

@@ -106,7 +106,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
 
 def _template_source(request: HttpRequest) -> Any:
     value = request.GET.get("template")
-    if not value or not value.isdigit():
+    if not value or not (value.isascii() and value.isdigit()):
         return None
     try:
         return job_templates.template_get_for_user(user=request.user, template_id=int(value))
@@ -116,7 +116,7 @@ def _template_source(request: HttpRequest) -> Any:
 
 def _clone_source(request: HttpRequest, value: str | None) -> Job | None:
     """The job a form was cloned from, if the user may see it (else the clone stands alone)."""
-    if not value or not value.isdigit():
+    if not value or not (value.isascii() and value.isdigit()):
         return None
     try:
         return job_get_for_user(user=request.user, job_id=int(value))
