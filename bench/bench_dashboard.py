@@ -304,12 +304,12 @@ def recording(calls: list[tuple[str, dict[str, str]]]) -> Iterator[None]:
 
     originals = (prometheus.query, prometheus.query_range, prometheus.alerts)
 
-    def query(promql: str, *, at: datetime | None = None) -> Any:
+    def query(promql: str, *, at: datetime | None = None, timeout: float | None = None) -> Any:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at.timestamp():.3f}"
         calls.append(("/api/v1/query", params))
-        return originals[0](promql, at=at)
+        return originals[0](promql, at=at, timeout=timeout)
 
     def query_range(promql: str, *, start: datetime, end: datetime, step: int) -> Any:
         params = {

@@ -49,7 +49,8 @@ def job_evict(*, job_id: int) -> EvictOutcome:
     2. Delete its objects (background propagation: the pods follow).
     3. While any object or pod remains, return ``STOPPING`` (the task tries again).
     4. Release it: no longer admitted or applied, back in its team's queue at its
-       original place (its submission time), with its eviction on the timeline.
+       original place (its submission time), with its eviction on the timeline; the run
+       it ended is kept in ``earlier_runs`` for the GPU-hour accounting.
     """
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.state != JobState.QUEUED or job.evicted_at is None:
@@ -59,10 +60,14 @@ def job_evict(*, job_id: int) -> EvictOutcome:
         kube.delete(manifest["kind"], meta["name"], meta.get("namespace"))
     if _remaining(job):
         return EvictOutcome.STOPPING
+    runs = list(job.earlier_runs or [])
+    if job.started_at is not None:
+        runs.append([job.started_at.isoformat(), timezone.now().isoformat()])
     released = job_transition(
         job=job,
         where={"state": JobState.QUEUED, "evicted_at": job.evicted_at},
         changes={
+            "earlier_runs": runs,
             "admitted_at": None,
             "applied_at": None,
             "started_at": None,

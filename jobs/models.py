@@ -60,6 +60,9 @@ class Job(models.Model):
     # Set while an eviction is under way: the job is queued again, but its objects (and the
     # quota they hold) are not gone from the cluster yet.
     evicted_at = models.DateTimeField(null=True, blank=True)
+    # The runs an eviction ended, [started, released] ISO timestamps each: the GPU-hours
+    # they held stay in the accounting after ``started_at`` is cleared for the next run.
+    earlier_runs = models.JSONField(default=list, blank=True)
     # The idle-GPU policy: when the owner was warned and when the job is to be stopped if
     # its GPUs stay idle (both cleared when they become active); a lead's exemption.
     idle_warned_at = models.DateTimeField(null=True, blank=True)

@@ -7,8 +7,12 @@ unreachable → 503 ``{"detail": "metrics unavailable: …"}`` (``MetricsUnavail
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import Any
 
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -21,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
-from core.apis import ApiView
+from core.apis import ApiView, QueryText
 from jobs.selectors import job_get_for_user
 from monitoring.prometheus import Series
 from monitoring.queries import JOB_METRICS, RANGES
@@ -29,6 +33,7 @@ from monitoring.selectors.cluster import cluster_overview_get
 from monitoring.selectors.common import device_name
 from monitoring.selectors.idle import idle_report_get
 from monitoring.selectors.job import job_gpus_get
+from monitoring.selectors.reports import GROUPS, Report, gpu_hours_report
 from monitoring.selectors.team import TeamUsage, team_usage_get
 from teams.selectors import team_get_for_user
 
@@ -309,3 +314,130 @@ class IdleApi(APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(IdleOutput(idle_report_get(user=request.user)).data)
+
+
+# --- GPU-hour reports ------------------------------------------------------------------
+
+
+class ReportQuery(serializers.Serializer):
+    start = serializers.DateField(help_text="The first day, YYYY-MM-DD.")
+    end = serializers.DateField(help_text="The last day, YYYY-MM-DD (included; at most 400 days).")
+    team = QueryText(required=False, help_text="Only this team (its slug).")
+    group_by = serializers.ChoiceField(
+        choices=list(GROUPS),
+        default="team",
+        help_text="One row per team (default), per team and user, per team and product, "
+        "per job, or per day and team.",
+    )
+    format = serializers.ChoiceField(
+        choices=["json", "csv"], default="json", help_text="json (default) or csv"
+    )
+
+
+class ReportRowOutput(serializers.Serializer):
+    team = serializers.CharField(allow_null=True)
+    user = serializers.CharField(allow_null=True)
+    product = serializers.CharField(
+        allow_null=True,
+        help_text="GPU product, mig-<profile> (slice-hours) or shared:<product> (time-sliced: "
+        "used is the whole GPU's utilisation, DCGM cannot split it between pods).",
+    )
+    job_id = serializers.IntegerField(allow_null=True)
+    job_name = serializers.CharField(allow_null=True)
+    day = serializers.DateField(allow_null=True)
+    gpu_hours_allocated = serializers.FloatField(help_text="GPUs held × hours.")
+    gpu_hours_used = serializers.FloatField(
+        allow_null=True, help_text="Utilisation integrated over the hours held (null: no metrics)."
+    )
+    efficiency = serializers.FloatField(
+        allow_null=True, help_text="used ÷ allocated (of the hours with metrics), 0–1."
+    )
+    idle_gpu_hours = serializers.FloatField(
+        allow_null=True, help_text="Hours held under the team's idle threshold."
+    )
+    cost = serializers.DecimalField(
+        max_digits=16,
+        decimal_places=2,
+        allow_null=True,
+        coerce_to_string=False,
+        help_text="allocated × the product's price (null: no price set).",
+    )
+    gpu_hours_unmeasured = serializers.FloatField(help_text="Allocated hours without metrics.")
+
+
+class ReportOutput(serializers.Serializer):
+    start = serializers.DateField()
+    end = serializers.DateField()
+    group_by = serializers.CharField()
+    team = serializers.CharField(source="team.slug", allow_null=True, default=None)
+    scope = serializers.ChoiceField(
+        choices=["all", "teams", "own"],
+        help_text="all: every team (platform admin); teams: the teams you lead and your own "
+        "jobs; own: your own jobs.",
+    )
+    currency = serializers.CharField()
+    rows = ReportRowOutput(many=True)
+    totals = ReportRowOutput()
+    days_missing = serializers.ListField(
+        child=serializers.DateField(), help_text="Days of the period not rolled up yet."
+    )
+    days_unmeasured = serializers.ListField(
+        child=serializers.DateField(),
+        help_text="Days rolled up while Prometheus could not answer (used and idle unknown).",
+    )
+
+
+CSV_NUMBERS = ("gpu_hours_allocated", "gpu_hours_used", "efficiency", "idle_gpu_hours", "cost")
+
+
+def report_csv_columns(group_by: str) -> list[str]:
+    """The CSV's columns: the contract's (team, user, product, the figures), with the job
+    or the day in front when rows are per job or per day."""
+    keys = {"job": ["job_id", "job_name"], "day": ["day"]}.get(group_by, [])
+    return [*keys, "team", "user", "product", *CSV_NUMBERS]
+
+
+def report_csv(report: Report) -> str:
+    columns = report_csv_columns(report.group_by)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in report.rows:
+        writer.writerow(["" if (v := getattr(row, c)) is None else v for c in columns])
+    return out.getvalue()
+
+
+def report_csv_name(report: Report) -> str:
+    team = f"-{report.team.slug}" if report.team else ""
+    return f"gpu-hours{team}-{report.start}-{report.end}-by-{report.group_by}.csv"
+
+
+class GpuHoursReportApi(ApiView):
+    query_input = ReportQuery
+
+    @extend_schema(
+        operation_id="reports_gpu_hours",
+        responses={
+            (200, "application/json"): ReportOutput,
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description="The same rows as CSV (format=csv): team, user, product, "
+                "gpu_hours_allocated, gpu_hours_used, efficiency, idle_gpu_hours, cost.",
+            ),
+            **error_responses(400, 401),
+            404: OpenApiResponse(description="No such team, or not yours."),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse | Response:
+        report = gpu_hours_report(
+            user=request.user,
+            start=self.query["start"],
+            end=self.query["end"],
+            team_slug=self.query.get("team"),
+            group_by=self.query["group_by"],
+        )
+        if self.query["format"] == "csv":
+            response = HttpResponse(report_csv(report), content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="{report_csv_name(report)}"'
+            return response
+        return Response(ReportOutput(report).data)

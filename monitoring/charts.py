@@ -29,6 +29,7 @@ from monitoring.selectors.cluster import ClusterOverview, GpuCell, ProductCapaci
 from monitoring.selectors.cohort import CohortUsage, SharingSeries
 from monitoring.selectors.common import device_name
 from monitoring.selectors.job import JobGpus
+from monitoring.selectors.reports import ReportRow
 from monitoring.selectors.team import TeamUsage
 
 Figure = dict[str, Any]
@@ -408,3 +409,32 @@ def job_figures(result: JobGpus) -> dict[str, Figure]:
         )
         for key, (title, unit) in JOB_METRICS.items()
     }
+
+
+def report_figures(by_day: Sequence[ReportRow], days: Sequence[Any]) -> dict[str, Figure]:
+    """GPU-hours allocated and used per day, stacked by team (rows grouped by day, team)."""
+    teams = sorted({row.team for row in by_day if row.team})
+    labels = [str(day) for day in days]
+    figures: dict[str, Figure] = {}
+    for key, title, field in (
+        ("report-allocated", "GPU-hours allocated per day, by team", "gpu_hours_allocated"),
+        ("report-used", "GPU-hours used per day, by team", "gpu_hours_used"),
+    ):
+        values = {(str(row.day), row.team): getattr(row, field) for row in by_day}
+        fig = go.Figure(
+            [
+                go.Bar(
+                    name=team,
+                    x=labels,
+                    y=[values.get((day, team)) for day in labels],
+                    marker_color=_PALETTE[n % len(_PALETTE)],
+                    hovertemplate=f"{team} %{{x}}: %{{y:.1f}} GPU-h<extra></extra>",
+                )
+                for n, team in enumerate(teams)
+            ]
+        )
+        fig.update_layout(
+            **_layout(title, barmode="stack", height=300, yaxis={"title": {"text": "GPU-h"}})
+        )
+        figures[key] = _dict(fig)
+    return figures

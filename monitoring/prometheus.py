@@ -115,7 +115,7 @@ def _number(raw: Any) -> float | None:
     return None if math.isnan(value) or math.isinf(value) else value
 
 
-def _api(path: str, params: dict[str, str] | None = None) -> Any:
+def _api(path: str, params: dict[str, str] | None = None, timeout: float | None = None) -> Any:
     """The ``data`` of one HTTP API answer.
 
     Raises ``MetricsQueryInvalid`` for a malformed query (400 ``bad_data``) and
@@ -124,14 +124,11 @@ def _api(path: str, params: dict[str, str] | None = None) -> Any:
     its JSON.
     """
     url = _url()
+    timeout = float(settings.PROMETHEUS_TIMEOUT if timeout is None else timeout)
     try:
-        response = _session().get(
-            f"{url}{path}", params=params, timeout=settings.PROMETHEUS_TIMEOUT
-        )
+        response = _session().get(f"{url}{path}", params=params, timeout=timeout)
     except requests.Timeout as exc:
-        raise MetricsUnavailable(
-            f"Prometheus at {url} did not answer within {settings.PROMETHEUS_TIMEOUT:g}s"
-        ) from exc
+        raise MetricsUnavailable(f"Prometheus at {url} did not answer within {timeout:g}s") from exc
     except requests.RequestException as exc:
         raise MetricsUnavailable(f"cannot connect to Prometheus at {url}") from exc
     try:
@@ -158,13 +155,16 @@ def _malformed(exc: Exception) -> str:
     return f"unexpected answer from Prometheus at {_url()} ({type(exc).__name__}: {exc})"
 
 
-def query(promql: str, *, at: datetime | None = None) -> list[Sample]:
-    """An instant query."""
+def query(promql: str, *, at: datetime | None = None, timeout: float | None = None) -> list[Sample]:
+    """An instant query; ``timeout`` in seconds (default ``PROMETHEUS_TIMEOUT``: a page's)."""
     params = {"query": promql}
     if at is not None:
         params["time"] = f"{at.timestamp():.3f}"
+    if timeout is not None:
+        # Prometheus gives up too (its own default is 2 minutes), instead of working on.
+        params["timeout"] = f"{timeout:g}s"
     try:
-        result = _api("/api/v1/query", params)["result"]
+        result = _api("/api/v1/query", params, timeout)["result"]
         return [Sample(dict(r["metric"]), _number(r["value"][1])) for r in result]
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise MetricsUnavailable(_malformed(exc)) from exc

@@ -193,8 +193,30 @@ def idle_gpu_seconds(
     """
     device = POD_DEVICE_UTILISATION_RECORD if recorded else _held_devices_by_pod()
     below = f"({device} < bool {threshold_percent:g})"
-    counted = f"sum_over_time({below}[{duration(lookback_seconds)}:{duration(step)}])"
+    counted = f"sum_over_time({below}{_steps(lookback_seconds, step)})"
     return f"sum {by('namespace', 'pod')} ({counted}) * {step}"
+
+
+def _steps(lookback_seconds: float, step: int) -> str:
+    """A subquery range over the steps in (now − lookback, now]: one second short, because
+    Prometheus 2 takes a range's start as well (3 does not), and a step exactly at the start
+    belongs to the window before (two consecutive days would both count midnight)."""
+    return f"[{duration(max(1.0, lookback_seconds - 1))}:{duration(step)}]"
+
+
+def used_gpu_seconds(*, lookback_seconds: float, step: int, recorded: bool = False) -> str:
+    """GPU-seconds each pod's GPUs did work in the lookback: every held device's utilisation
+    integrated over time (Σ utilisation/100 × step at each subquery step).
+
+    The subquery's steps are aligned to multiples of ``step`` since the epoch, each standing
+    for the ``step`` seconds before it, so consecutive windows (two days) split a pod's
+    hours without counting any step twice. MIG instances count their engine activity; a
+    time-sliced GPU's per-pod copy carries the whole GPU's utilisation (DCGM cannot tell
+    the pods sharing it apart).
+    """
+    device = POD_DEVICE_UTILISATION_RECORD if recorded else _held_devices_by_pod()
+    counted = f"sum_over_time({device}{_steps(lookback_seconds, step)})"
+    return f"sum {by('namespace', 'pod')} ({counted}) * {step / 100:g}"
 
 
 def _devices(selector: str, *group: str) -> str:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from cluster.tasks import ROBUST
+from monitoring.accounting import monthly_summary_send, rollup_summary, usage_rollup
 from monitoring.prometheus import MetricsUnavailable
 from monitoring.services import idle_policy_run
 
@@ -28,3 +31,17 @@ def idle_policy_task() -> dict[str, list[int]]:
         "cleared": run.cleared,
         "stopped": run.stopped,
     }
+
+
+@shared_task(**ROBUST, soft_time_limit=1800, time_limit=1900)
+def usage_rollup_task() -> dict[str, Any]:
+    """Periodic (beat): the GPU-hour rollup of today and of past days not complete yet.
+    Prometheus down is not an error here: allocation is written, the days stay incomplete
+    and the next run measures them."""
+    return rollup_summary(usage_rollup(limit=int(settings.ACCOUNTING_DAYS_PER_RUN)))
+
+
+@shared_task(**ROBUST, soft_time_limit=300, time_limit=360)
+def monthly_summary_task() -> list[int]:
+    """Daily (beat): last month's summary to each team's leads, once it is rolled up."""
+    return monthly_summary_send()

@@ -10,6 +10,7 @@ urlpatterns = [
     path("cohorts/<slug:slug>/", views.cohort_usage, name="cohort"),
     path("jobs/<int:job_id>/", views.job_gpus_page, name="job"),
     path("jobs/<int:job_id>/gpus/", views.job_gpus_partial, name="job-gpus"),
+    path("reports/", views.reports, name="reports"),
 ]
 
 api_urlpatterns = [
@@ -25,4 +26,5 @@ api_urlpatterns = [
         name="api-monitoring-job-gpus",
     ),
     path("monitoring/idle/", apis.IdleApi.as_view(), name="api-monitoring-idle"),
+    path("reports/gpu-hours/", apis.GpuHoursReportApi.as_view(), name="api-reports-gpu-hours"),
 ]

@@ -4,24 +4,35 @@ the page itself still renders (200)."""
 from __future__ import annotations
 
 import hmac
+from datetime import date, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from core.errors import ApplicationError
 from jobs.selectors import job_get_for_user
 from monitoring import charts, metrics
 from monitoring.queries import RANGES, RangeError, parse_range
 from monitoring.selectors.cluster import cluster_overview_get
 from monitoring.selectors.cohort import cohort_usage_get
 from monitoring.selectors.job import job_gpus_get
+from monitoring.selectors.reports import (
+    GROUPS,
+    gpu_hours_report,
+    period_check,
+    top_wasted_jobs,
+)
 from monitoring.selectors.team import team_usage_get
-from teams.selectors import team_get_for_user
+from teams.selectors import team_get_for_user, teams_for_user
 
 # htmx stops polling when a response has this status (the job is over: its charts are final).
 HTMX_STOP_POLLING = 286
@@ -144,6 +155,113 @@ def job_gpus_page(request: HttpRequest, job_id: int) -> HttpResponse:
     """A page of its own around the partial (and the way the job page embeds it)."""
     job = job_get_for_user(user=request.user, job_id=job_id)
     return render(request, "monitoring/job.html", {"job": job})
+
+
+PERIODS = {"month": "A month", "30d": "Last 30 days", "custom": "Custom"}
+
+
+def _month(value: str, today: date) -> date:
+    """The first day of a ``YYYY-MM`` month (empty: this month)."""
+    if not value:
+        return today.replace(day=1)
+    try:
+        year, month = (int(part) for part in value.split("-"))
+        if not 1 <= year < date.max.year:
+            raise ValueError(year)
+        return date(year, month, 1)
+    except ValueError as exc:
+        raise ApplicationError(
+            f"month: {value!r} is not a month; write it as YYYY-MM (e.g. {today:%Y-%m}).",
+            field_errors={"month": ["Write the month as YYYY-MM."]},
+        ) from exc
+
+
+def _day(name: str, value: str) -> date | None:
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError as exc:
+        raise ApplicationError(
+            f"{name}: {value!r} is not a day; write it as YYYY-MM-DD.",
+            field_errors={name: ["Write the day as YYYY-MM-DD."]},
+        ) from exc
+
+
+def report_period(params: dict[str, str], today: date) -> tuple[str, date, date]:
+    """The page's period picker: a month (default: this one), the last 30 days, or custom
+    days (both included). Raises ``ApplicationError`` naming the field."""
+    period = params.get("period") or "month"
+    if period not in PERIODS:
+        raise ApplicationError(
+            f"period: must be one of {', '.join(PERIODS)} (got {period!r}).",
+            field_errors={"period": [f"Choose one of {', '.join(PERIODS)}."]},
+        )
+    if period == "30d":
+        return period, today - timedelta(days=29), today
+    if period == "custom":
+        start, end = period_check(
+            _day("start", params.get("start", "")), _day("end", params.get("end", ""))
+        )
+        return period, start, end
+    first = _month(params.get("month", ""), today)
+    following = (first + timedelta(days=32)).replace(day=1)
+    return period, first, following - timedelta(days=1)
+
+
+@login_required
+@require_GET
+def reports(request: HttpRequest) -> HttpResponse:
+    """GPU-hours allocated vs used per team and user over a period, stacked by team per
+    day, the jobs that wasted most, and CSV downloads (the API's own CSV: same numbers)."""
+    today = timezone.localdate()
+    params = request.GET.dict()
+    context: dict[str, Any] = {
+        "periods": PERIODS,
+        "params": params,
+        "teams": teams_for_user(user=request.user).order_by("slug"),
+        "this_month": f"{today:%Y-%m}",
+    }
+    try:
+        period, start, end = report_period(params, today)
+        team_slug = params.get("team") or None
+        report = gpu_hours_report(
+            user=request.user, start=start, end=end, team_slug=team_slug, group_by="team"
+        )
+        by_user = gpu_hours_report(
+            user=request.user, start=start, end=end, team_slug=team_slug, group_by="user"
+        )
+        by_day = gpu_hours_report(
+            user=request.user, start=start, end=end, team_slug=team_slug, group_by="day"
+        )
+        by_product = gpu_hours_report(
+            user=request.user, start=start, end=end, team_slug=team_slug, group_by="product"
+        )
+    except ApplicationError as exc:
+        if exc.status_code == 404:
+            raise
+        context["error"] = str(exc)
+        return render(request, "monitoring/reports.html", context, status=400)
+    days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
+    query = {"start": str(start), "end": str(end), **({"team": team_slug} if team_slug else {})}
+    api = reverse("api-reports-gpu-hours")
+    context.update(
+        {
+            "period": period,
+            "month": f"{start:%Y-%m}",
+            "report": report,
+            "by_user": by_user,
+            "by_product": by_product,
+            "wasted": top_wasted_jobs(user=request.user, start=start, end=end, team=report.team),
+            "figures": _figure_list(charts.report_figures(by_day.rows, days)),
+            "csv": {
+                group: f"{api}?{urlencode({**query, 'group_by': group, 'format': 'csv'})}"
+                for group in GROUPS
+            },
+            "shared": any(p.product and p.product.startswith("shared:") for p in by_product.rows),
+        }
+    )
+    return render(request, "monitoring/reports.html", context)
 
 
 @require_GET

@@ -39,9 +39,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Notice:
-    """What happened, in words a person reads, for a job's owner and its team."""
+    """What happened, in words a person reads, for a user (a job's owner, a team's lead)
+    and their team."""
 
-    key: str  # unique per (job, event, timeline entry): the dedupe key
+    key: str  # unique per (job, event, timeline entry), or (event, team, month): the dedupe key
     event: str
     user_id: int
     team_id: int

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 
 from portal.env import ConfigurationError, env_bool, env_float, env_int, env_list, env_str
 
@@ -174,6 +175,8 @@ STALE_QUEUE_SECONDS = env_float("STALE_QUEUE_SECONDS", 60.0)
 LOST_GRACE_SECONDS = env_float("LOST_GRACE_SECONDS", 30.0)
 # How often the idle-GPU policy looks at the running jobs (report, warn, stop).
 IDLE_POLICY_INTERVAL_SECONDS = env_float("IDLE_POLICY_INTERVAL_SECONDS", 60.0)
+# How often the GPU-hour rollup updates today (and catches up on past days).
+ACCOUNTING_INTERVAL_SECONDS = env_float("ACCOUNTING_INTERVAL_SECONDS", 900.0)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile_task", "schedule": RECONCILE_INTERVAL_SECONDS},
     "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
@@ -182,6 +185,15 @@ CELERY_BEAT_SCHEDULE = {
     "idle-policy": {
         "task": "monitoring.tasks.idle_policy_task",
         "schedule": IDLE_POLICY_INTERVAL_SECONDS,
+    },
+    "usage-rollup": {
+        "task": "monitoring.tasks.usage_rollup_task",
+        "schedule": ACCOUNTING_INTERVAL_SECONDS,
+    },
+    # Daily; it sends last month's summary to the leads once that month is rolled up.
+    "monthly-summary": {
+        "task": "monitoring.tasks.monthly_summary_task",
+        "schedule": crontab(hour=7, minute=0),
     },
 }
 
@@ -207,6 +219,23 @@ IDLE_GPU_WINDOW_MINUTES = env_float("IDLE_GPU_WINDOW_MINUTES", 30.0)
 # Bearer token Prometheus must send to scrape /metrics; empty leaves /metrics open (it is
 # meant for the cluster-internal network, like /healthz).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "") or ""
+
+# --- GPU-hour accounting ---------------------------------------------------------------
+# The rollup integrates utilisation at this step (seconds).
+ACCOUNTING_STEP_SECONDS = env_int("ACCOUNTING_STEP_SECONDS", 60)
+if ACCOUNTING_STEP_SECONDS < 1 or 900 % ACCOUNTING_STEP_SECONDS:
+    raise ConfigurationError(
+        f"ACCOUNTING_STEP_SECONDS must divide 900 (60, 300 or 900, say), so every day starts "
+        f"on a step (got {ACCOUNTING_STEP_SECONDS})."
+    )
+# Past days the rollup re-does while incomplete (keep within Prometheus's retention).
+ACCOUNTING_BACKFILL_DAYS = env_int("ACCOUNTING_BACKFILL_DAYS", 35)
+# Past days one periodic run rolls up at most (a long backfill is spread over runs).
+ACCOUNTING_DAYS_PER_RUN = env_int("ACCOUNTING_DAYS_PER_RUN", 7)
+# A day's query over every GPU may take a while; pages keep PROMETHEUS_TIMEOUT.
+ACCOUNTING_PROMETHEUS_TIMEOUT = env_float("ACCOUNTING_PROMETHEUS_TIMEOUT", 120.0)
+# The currency GPU prices (admin: GPU prices) and costs are in.
+ACCOUNTING_CURRENCY = env_str("ACCOUNTING_CURRENCY", "USD") or "USD"
 
 # --- Notifications ---------------------------------------------------------------------
 # Links in notices point here (the address people open the portal at).

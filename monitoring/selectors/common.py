@@ -61,9 +61,7 @@ def jobs_for_pods(*, pods: Iterable[PodKey], now: datetime | None = None) -> dic
 
     1. Candidates: jobs in those namespaces that started and were not finished more
        than a week ago (older pods cannot hold a GPU now).
-    2. A pod named in a job's ``placement`` belongs to that job; otherwise to the job
-       whose object name prefixes the pod name (the longest such name: ``a-1-2-x`` is a
-       pod of ``a-1-2``, not of ``a-1``).
+    2. ``pods_to_jobs`` among them.
     """
     wanted = set(pods)
     if not wanted:
@@ -74,20 +72,28 @@ def jobs_for_pods(*, pods: Iterable[PodKey], now: datetime | None = None) -> dic
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=now - MAX_LOOKBACK))
         .select_related("team", "owner")
     )
-    by_name: dict[PodKey, Job] = {}
+    return pods_to_jobs(wanted, candidates)
+
+
+def pods_to_jobs(pods: Iterable[PodKey], candidates: Iterable[Job]) -> dict[PodKey, Job]:
+    """Which of ``candidates`` each (namespace, pod) belongs to: the job naming the pod in
+    its ``placement``, else the one whose object name is the longest prefix of the pod name
+    up to a dash (``a-1-2-x`` is a pod of ``a-1-2``, not of ``a-1``). One dictionary
+    look-up per dash in the pod name, whatever the number of candidates."""
+    by_pod: dict[PodKey, Job] = {}
+    by_object: dict[PodKey, Job] = {}
     for job in candidates:
+        if job.object_name:
+            by_object[(job.namespace, job.object_name)] = job
         for pod in placement_pods(job):
-            by_name[(job.namespace, pod)] = job
-    prefixes = sorted(
-        ((j.namespace, j.object_name + "-", j) for j in candidates if j.object_name),
-        key=lambda item: -len(item[1]),
-    )
+            by_pod[(job.namespace, pod)] = job
     found: dict[PodKey, Job] = {}
-    for key in wanted:
+    for key in pods:
         namespace, pod = key
-        holder = by_name.get(key) or next(
-            (j for ns, p, j in prefixes if ns == namespace and pod.startswith(p)), None
-        )
+        holder = by_pod.get(key)
+        cut = len(pod)
+        while holder is None and (cut := pod.rfind("-", 0, cut)) > 0:
+            holder = by_object.get((namespace, pod[:cut]))
         if holder is not None:
             found[key] = holder
     return found

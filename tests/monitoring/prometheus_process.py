@@ -7,6 +7,9 @@
 The config and rules come from ``monitoring.prometheus_config`` (what ships), with a 1 s
 scrape/evaluation interval and, optionally, every rule's ``for:`` shortened. A missing
 binary is an error, not a skip: ``scripts/test.sh`` installs it (``ensure_tools.sh``).
+
+``start_history_prometheus`` serves known series instead: OpenMetrics text backfilled with
+``promtool tsdb create-blocks-from openmetrics``, no targets.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class PrometheusProcess:
     dcgm_targets: tuple[str, ...]
     portal_targets: tuple[str, ...] = ()
     rules_for: str | None = None
+    # Backfilled history: these blocks become the TSDB, kept 30 days instead of an hour.
+    blocks: Path | None = None
+    extra_args: tuple[str, ...] = ()
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -72,13 +78,16 @@ class PrometheusProcess:
             )
         )
         self.port = self.port or free_port()
+        if self.blocks is not None:
+            shutil.copytree(self.blocks, self.workdir / "data")
         cmd = [
             prometheus_binary(),
             f"--config.file={config}",
             f"--storage.tsdb.path={self.workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
-            "--storage.tsdb.retention.time=1h",
+            f"--storage.tsdb.retention.time={'30d' if self.blocks else '1h'}",
             "--log.level=warn",
+            *self.extra_args,
         ]
         self.process = spawn(cmd, self.log_file)
         wait_ready(
@@ -107,3 +116,26 @@ def start_prometheus(
     return PrometheusProcess(
         Path(workdir), tuple(dcgm_targets), tuple(portal_targets), rules_for
     ).start()
+
+
+def start_history_prometheus(
+    workdir: Path, openmetrics: str, *, lookback_delta: str | None = None
+) -> PrometheusProcess:
+    """A Prometheus serving exactly ``openmetrics`` (ending in ``# EOF``), backfilled.
+
+    ``lookback_delta``: how far back an instant looks for a sample. A live Prometheus ends a
+    series that left a scrape with a staleness marker; a backfill cannot write one, so a
+    test whose series end mid-window sets this to its sample interval."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    history = workdir / "history.om"
+    history.write_text(openmetrics)
+    blocks = workdir / "blocks"
+    subprocess.run(
+        ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(history), str(blocks)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    extra = (f"--query.lookback-delta={lookback_delta}",) if lookback_delta else ()
+    return PrometheusProcess(workdir / "prometheus", (), blocks=blocks, extra_args=extra).start()

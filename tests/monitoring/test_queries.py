@@ -82,8 +82,21 @@ def test_idle_gpu_seconds_counts_below_threshold_samples_times_the_step() -> Non
         "sum by (namespace, pod) (sum_over_time((max by (namespace, pod, node, Hostname, "
         "hostname, gpu, GPU_I_ID) ("
     )
-    assert "< bool 5)[3600s:5s]" in expr
+    # The steps in (now − 1 h, now]: a range's first second left out, which Prometheus 2
+    # would count (a step on a window's edge belongs to the window before).
+    assert "< bool 5)[3599s:5s]" in expr
     assert expr.endswith(") * 5")
+
+
+def test_used_gpu_seconds_integrates_each_held_device_over_the_steps() -> None:
+    expr = queries.used_gpu_seconds(lookback_seconds=86400, step=60)
+    assert expr.startswith("sum by (namespace, pod) (sum_over_time(max by (namespace, pod, ")
+    assert (
+        '(DCGM_FI_DEV_GPU_UTIL{pod!=""} or (DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod!=""} * 100))' in expr
+    )
+    assert expr.endswith(")))[86399s:60s])) * 0.6")  # % × 60 s / 100: GPU-seconds
+    recorded = queries.used_gpu_seconds(lookback_seconds=3600, step=60, recorded=True)
+    assert "sum_over_time(gpu_portal:pod_gpu_utilisation:max[3599s:60s])" in recorded
 
 
 def test_job_series_select_exactly_the_jobs_pods() -> None:

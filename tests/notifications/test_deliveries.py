@@ -303,4 +303,10 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
     events = api.get("/api/v1/notifications/").json()
     email = next(c for c in events["channels"] if c["channel"] == "email")
     # unchanged defaults
-    assert email["events"] == ["job.failed", "job.evicted", "job.idle", "job.idle_stopped"]
+    assert email["events"] == [
+        "job.failed",
+        "job.evicted",
+        "job.idle",
+        "job.idle_stopped",
+        "report.monthly",
+    ]
