@@ -216,11 +216,18 @@ def reports(request: HttpRequest) -> HttpResponse:
     day, the jobs that wasted most, and CSV downloads (the API's own CSV: same numbers)."""
     today = timezone.localdate()
     params = request.GET.dict()
+    # The picker shows what was asked for (what was shown, once it is valid).
+    form = {
+        "period": params.get("period") or "month",
+        "month": params.get("month") or f"{today:%Y-%m}",
+        "start": params.get("start", ""),
+        "end": params.get("end", ""),
+        "team": params.get("team", ""),
+    }
     context: dict[str, Any] = {
         "periods": PERIODS,
-        "params": params,
+        "form": form,
         "teams": teams_for_user(user=request.user).order_by("slug"),
-        "this_month": f"{today:%Y-%m}",
     }
     try:
         period, start, end = report_period(params, today)
@@ -245,10 +252,10 @@ def reports(request: HttpRequest) -> HttpResponse:
     days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
     query = {"start": str(start), "end": str(end), **({"team": team_slug} if team_slug else {})}
     api = reverse("api-reports-gpu-hours")
+    if period == "custom":
+        form |= {"start": str(start), "end": str(end)}
     context.update(
         {
-            "period": period,
-            "month": f"{start:%Y-%m}",
             "report": report,
             "by_user": by_user,
             "by_product": by_product,

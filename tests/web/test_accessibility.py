@@ -22,6 +22,7 @@ from playwright.sync_api import Browser, Page
 from jobs.job_templates import template_from_job
 from jobs.models import Job, JobState
 from jobs.services import job_submit
+from monitoring.models import GpuUsageDay
 from tests.browser import chromium
 from tests.conftest import training_spec
 
@@ -60,6 +61,18 @@ def site(live_server: Any, settings: Any, tmp_path: Path) -> dict[str, Any]:
         message="1 of 1 worker running.",
     )
     template_from_job(user=alice, job=running, name="vit-8")
+    GpuUsageDay.objects.create(
+        day=timezone.localdate(),
+        job=running,
+        job_name=running.object_name,
+        team=running.team,
+        user=alice,
+        product="NVIDIA-A100-SXM4-80GB",
+        gpu_hours_allocated=8.0,
+        gpu_hours_used=2.0,
+        idle_gpu_hours=5.5,
+        rolled_up_at=timezone.now(),
+    )
     return {"base": live_server.url, "queued": queued, "running": running}
 
 
@@ -78,6 +91,7 @@ def pages(site: dict[str, Any]) -> dict[str, str]:
         "templates": "/jobs/templates/",
         "notifications": "/settings/notifications/",
         "tokens": "/settings/tokens/",
+        "reports": "/monitoring/reports/",
     }
 
 
