@@ -79,7 +79,15 @@ def gpu_count(profile: dict[str, Any]) -> int:
 # --- 1. History and Prometheus ---------------------------------------------------------
 
 
-def backfill(workdir: Path, profile_path: Path, hours: float, step: int, end: float) -> dict:
+def backfill(
+    workdir: Path,
+    profile_path: Path,
+    hours: float,
+    step: int,
+    end: float,
+    families: tuple[str, ...] = (),
+) -> dict:
+    """``hours`` of history (of ``families`` only, if given) as blocks a Prometheus serves."""
     history = workdir / "history.om"
     started = time.perf_counter()
     out = subprocess.run(
@@ -98,6 +106,7 @@ def backfill(workdir: Path, profile_path: Path, hours: float, step: int, end: fl
             f"{end:.0f}",
             "--out",
             str(history),
+            *(["--families", ",".join(families)] if families else []),
         ],
         cwd=REPO_ROOT,
         check=True,

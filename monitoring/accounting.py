@@ -182,14 +182,10 @@ def _measure(start: datetime, end: datetime, teams: Iterable[Team]) -> Measured:
 
 
 def _prices(day: date) -> dict[str, Decimal]:
-    """Each product's price per GPU-hour on ``day`` (the newest row in effect)."""
-    rows = (
-        GpuPrice.objects.filter(effective_from__lte=day)
-        .order_by("product", "-effective_from")
-        .distinct("product")
-        .values_list("product", "price_per_gpu_hour")
-    )
-    return dict(rows)
+    """Each product's price per GPU-hour on ``day``: its newest row in effect (a handful of
+    rows; read in order, the later ones win)."""
+    rows = GpuPrice.objects.filter(effective_from__lte=day).order_by("effective_from")
+    return {row.product: row.price_per_gpu_hour for row in rows}
 
 
 @dataclass(frozen=True)

@@ -327,7 +327,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--instance", default="127.0.0.1:9400", help="the scrape target's label")
     p.add_argument("--out", required=True, help="OpenMetrics file to write")
+    p.add_argument(
+        "--families",
+        default=",".join(PORTAL_FAMILIES),
+        help="comma-separated metric families to write (default: every one the portal reads)",
+    )
     args = p.parse_args(argv)
+    families = [f for f in args.families.split(",") if f]
+    unknown = sorted(set(families) - {name for name, _, _ in FAMILIES})
+    if unknown:
+        p.error(f"unknown families: {', '.join(unknown)}")
     stats = history_write(
         Path(args.out),
         profile=load_profile(args.profile),
@@ -336,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         step=args.step,
         end=args.end,
         instance=args.instance,
+        families=families,
     )
     print(
         f"HISTORY WRITTEN {stats.path} bytes={stats.bytes} samples={stats.samples} "
