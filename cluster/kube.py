@@ -94,6 +94,7 @@ KINDS: dict[str, Kind] = {
     "Deployment": Kind(client.AppsV1Api, "deployment"),
     "PriorityClass": Kind(client.SchedulingV1Api, "priority_class", namespaced=False),
     "Lease": Kind(client.CoordinationV1Api, "lease"),
+    "NetworkPolicy": Kind(client.NetworkingV1Api, "network_policy"),
 }
 
 _local = threading.local()
@@ -415,8 +416,12 @@ def pod_log(name: str, namespace: str, *, tail_lines: int = 200) -> str:
     return text if isinstance(text, str) else json.dumps(text)
 
 
-def version() -> Obj:
-    return _call(client.VersionApi(api_client()).get_code)
+def version(*, timeout: float | None = None) -> Obj:
+    """The API server's version (``/version``): the cheapest call that proves it answers."""
+    return _call(
+        client.VersionApi(api_client()).get_code,
+        _request_timeout=settings.KUBE_REQUEST_TIMEOUT if timeout is None else timeout,
+    )
 
 
 def ensure(manifest: Obj, *, compare: Callable[[Obj, Obj], bool]) -> str:

@@ -6,6 +6,7 @@ HSTS, SSL redirect, no DEBUG, SECRET_KEY required); the defaults suit a laptop.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
@@ -197,11 +198,31 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+# /readyz asks the database, Redis, the cluster and Prometheus, each within this (seconds).
+READY_CHECK_TIMEOUT = env_float("READY_CHECK_TIMEOUT", 2.0)
+
 # --- Kubernetes ------------------------------------------------------------------------
 KUBECONFIG = env_str("KUBECONFIG", "") or ""
 KUBE_CONTEXT = env_str("KUBE_CONTEXT", "") or ""
 KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)
 KUBE_REQUEST_TIMEOUT = env_float("KUBE_REQUEST_TIMEOUT", 10.0)
+# Team isolation: a NetworkPolicy in every team namespace lets in only the namespace itself
+# and these namespaces (Prometheus scraping, the ingress controller). Turn it off on clusters
+# whose network plugin does not enforce NetworkPolicy (the portal then removes its own).
+TEAM_NETWORK_POLICY = env_bool("TEAM_NETWORK_POLICY", True)
+TEAM_NETWORK_POLICY_INGRESS_NAMESPACES = env_list(
+    "TEAM_NETWORK_POLICY_INGRESS_NAMESPACES", ["monitoring", "ingress-nginx"]
+)
+# Empty: egress open. Otherwise DNS plus these CIDRs only (e.g. 10.0.0.0/8,0.0.0.0/0 …).
+TEAM_NETWORK_POLICY_EGRESS_CIDRS = env_list("TEAM_NETWORK_POLICY_EGRESS_CIDRS", [])
+for _cidr in TEAM_NETWORK_POLICY_EGRESS_CIDRS:
+    try:
+        ipaddress.ip_network(_cidr, strict=True)
+    except ValueError as _exc:
+        raise ConfigurationError(
+            f"TEAM_NETWORK_POLICY_EGRESS_CIDRS: {_cidr!r} is not a network in CIDR notation "
+            f"({_exc}); write it like 10.0.0.0/8."
+        ) from _exc
 # The schema version every generated manifest is validated against (kubernetes-validate).
 KUBERNETES_VERSION = env_str("KUBERNETES_VERSION", "1.33") or "1.33"
 # The submit form's "will it fit?" reuses a cluster snapshot this many seconds old at most.

@@ -49,6 +49,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

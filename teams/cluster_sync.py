@@ -1,4 +1,5 @@
-"""Make the cluster match a team: Namespace, ResourceQuota, LimitRange, PriorityClasses.
+"""Make the cluster match a team: Namespace, ResourceQuota, LimitRange, NetworkPolicy,
+PriorityClasses.
 
 Level-triggered and idempotent: each object is compared with what it should be
 and only created or replaced when it differs, so running it again changes nothing.
@@ -9,12 +10,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+
 from cluster import kube
 from cluster.labels import MANAGED_BY_LABEL, TEAM_LABEL
 from cluster.priority_classes import priority_classes
 from cluster.selectors import Catalog, catalog_get
 from scheduling import parse_quantity
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
+from teams.audit import audit_record
 from teams.models import GpuQuota, Team
 from teams.selectors import TeamQuotas, cohort_pool
 
@@ -22,6 +26,10 @@ logger = logging.getLogger(__name__)
 
 RESOURCE_QUOTA_NAME = "gpu-portal-quota"
 LIMIT_RANGE_NAME = "gpu-portal-defaults"
+NETWORK_POLICY_NAME = "gpu-portal-isolation"
+# The label the API server puts on every namespace (its name): what a namespaceSelector
+# can name a namespace by without anyone labelling it.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 # Containers that name no resources (none the portal creates) get a small, bounded default.
 LIMIT_RANGE_DEFAULT = {"cpu": "1", "memory": "2Gi"}
 
@@ -108,6 +116,49 @@ def limit_range_manifest(team: Team) -> dict[str, Any]:
     }
 
 
+def network_policy_manifest(
+    team: Team, *, ingress_namespaces: list[str], egress_cidrs: list[str]
+) -> dict[str, Any]:
+    """Seed 002's isolation for every pod of the team's namespace: ingress only from the
+    namespace itself and from ``ingress_namespaces`` (Prometheus, the ingress controller);
+    egress open, or with ``egress_cidrs`` DNS plus those networks only."""
+    sources: list[dict[str, Any]] = [{"podSelector": {}}]
+    sources += [
+        {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}
+        for name in ingress_namespaces
+    ]
+    spec: dict[str, Any] = {
+        "podSelector": {},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": sources}],
+    }
+    if egress_cidrs:
+        spec["policyTypes"] = ["Ingress", "Egress"]
+        spec["egress"] = [
+            {
+                # The cluster DNS, wherever it runs (kube-system's kube-dns in most clusters).
+                "to": [
+                    {
+                        "namespaceSelector": {},
+                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                    }
+                ],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            },
+            {"to": [{"ipBlock": {"cidr": cidr}} for cidr in egress_cidrs]},
+        ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": NETWORK_POLICY_NAME,
+            "namespace": team.namespace,
+            "labels": {MANAGED_BY_LABEL: "gpu-portal", TEAM_LABEL: team.slug},
+        },
+        "spec": spec,
+    }
+
+
 def _same_quantities(a: dict[str, Any], b: dict[str, Any]) -> bool:
     try:
         return a.keys() == b.keys() and all(
@@ -142,6 +193,41 @@ def _limit_range_same(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
         and _same_quantities(h.get("defaultRequest") or {}, w["defaultRequest"])
         for h, w in zip(have, want, strict=True)
     ) and _labels_present(existing, wanted)
+
+
+def _network_policy_same(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return existing.get("spec") == wanted["spec"] and _labels_present(existing, wanted)
+
+
+def _network_policy_sync(team: Team) -> str:
+    """Create or update the team's NetworkPolicy, or remove the portal's own when
+    ``TEAM_NETWORK_POLICY`` is off; every change is in the audit log."""
+    if settings.TEAM_NETWORK_POLICY:
+        wanted = network_policy_manifest(
+            team,
+            ingress_namespaces=list(settings.TEAM_NETWORK_POLICY_INGRESS_NAMESPACES),
+            egress_cidrs=list(settings.TEAM_NETWORK_POLICY_EGRESS_CIDRS),
+        )
+        result = kube.ensure(wanted, compare=_network_policy_same)
+        changes: dict[str, Any] = {"spec": wanted["spec"]}
+    else:
+        try:
+            existing = kube.get("NetworkPolicy", NETWORK_POLICY_NAME, team.namespace)
+        except kube.ObjectNotFound:
+            return "absent"
+        labels = existing.get("metadata", {}).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) != "gpu-portal":
+            return "unchanged"  # someone else's: not the portal's to remove
+        kube.delete("NetworkPolicy", NETWORK_POLICY_NAME, team.namespace)
+        result, changes = "deleted", {}
+    if result != "unchanged":
+        audit_record(
+            actor=None,
+            action=f"team.network_policy_{result}",
+            target=f"{team.slug}: NetworkPolicy {team.namespace}/{NETWORK_POLICY_NAME}",
+            changes=changes,
+        )
+    return result
 
 
 def _priority_class_same(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
@@ -181,9 +267,11 @@ def team_quota_ceilings(*, team: Team) -> dict[str, int]:
 
 
 def team_cluster_sync(*, team_id: int) -> dict[str, str]:
-    """Namespace, ResourceQuota and LimitRange of one team, plus the PriorityClasses.
+    """Namespace, ResourceQuota, LimitRange and NetworkPolicy of one team, plus the
+    PriorityClasses.
 
-    Returns what happened to each object (``created``/``updated``/``unchanged``).
+    Returns what happened to each object (``created``/``updated``/``unchanged``; the
+    NetworkPolicy may also be ``deleted`` or ``absent`` when ``TEAM_NETWORK_POLICY`` is off).
     Raises ``kube.TemporaryClusterError`` when the cluster cannot be reached.
     """
     team = Team.objects.get(pk=team_id)
@@ -200,6 +288,7 @@ def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     outcome[f"LimitRange/{LIMIT_RANGE_NAME}"] = kube.ensure(
         limit_range_manifest(team), compare=_limit_range_same
     )
+    outcome[f"NetworkPolicy/{NETWORK_POLICY_NAME}"] = _network_policy_sync(team)
     for name, result in priority_classes_sync().items():
         outcome[f"PriorityClass/{name}"] = result
     changed = {k: v for k, v in outcome.items() if v != "unchanged"}

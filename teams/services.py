@@ -9,34 +9,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from core.errors import ApplicationError
-from teams.models import AuditLog, Cohort, GpuQuota, Membership, Team
+from teams.audit import Actor, audit_record
+from teams.models import Cohort, GpuQuota, Membership, Team
 from teams.tasks import team_sync_enqueue
-
-Actor = User | AnonymousUser | None
-
-
-def audit_record(
-    *,
-    actor: Actor,
-    action: str,
-    target: object | str = "",
-    changes: dict[str, Any] | None = None,
-    ip_address: str | None = None,
-) -> AuditLog:
-    """Append one row to the audit log (who, what, old → new)."""
-    return AuditLog.objects.create(
-        actor=actor if isinstance(actor, User) else None,
-        action=action,
-        target_type=type(target).__name__ if not isinstance(target, str) else "",
-        target=str(target)[:200],
-        changes=changes or {},
-        ip_address=ip_address,
-    )
-
 
 _QUOTA_FIELDS = ("limit", "borrowing_limit", "lending_limit")
 # The old audit entries said only the limit: keep "old"/"new" for it, add the rest.

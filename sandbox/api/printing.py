@@ -354,6 +354,29 @@ def _resource_quota(obj: Obj, now: float) -> list[Any]:
     ]
 
 
+def _label_selector(selector: dict[str, Any] | None) -> str:
+    """``metav1.FormatLabelSelector``: ``a=b,c in (d)``, ``<none>`` for an empty one."""
+    selector = selector or {}
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        op, values = expr.get("operator", ""), expr.get("values") or []
+        if op in ("In", "NotIn"):
+            parts.append(f"{expr.get('key')} {op.lower()} ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(str(expr.get("key")))
+        else:
+            parts.append(f"!{expr.get('key')}")
+    return ",".join(parts) or "<none>"
+
+
+def _network_policy(obj: Obj, now: float) -> list[Any]:
+    return [
+        obj["metadata"]["name"],
+        _label_selector((obj.get("spec") or {}).get("podSelector")),
+        _age(obj, now),
+    ]
+
+
 def _priority_class(obj: Obj, now: float) -> list[Any]:
     return [
         obj["metadata"]["name"],
@@ -416,6 +439,10 @@ PRINTERS: dict[str, Printer] = {
     "ResourceQuota": (
         [NAME, AGE, ("Request", "string", "", 0), ("Limit", "string", "", 0)],
         _resource_quota,
+    ),
+    "NetworkPolicy": (
+        [NAME, ("Pod-Selector", "string", "", 0), AGE],
+        _network_policy,
     ),
     "PriorityClass": (
         [

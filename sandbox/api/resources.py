@@ -94,6 +94,15 @@ RESOURCES: list[ResourceType] = [
     ),
     ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", True),
     ResourceType(
+        "networkpolicies",
+        "networkpolicy",
+        "NetworkPolicy",
+        "networking.k8s.io",
+        "v1",
+        True,
+        ("netpol",),
+    ),
+    ResourceType(
         "priorityclasses",
         "priorityclass",
         "PriorityClass",

@@ -3,6 +3,8 @@ team bootstrap is idempotent."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
@@ -12,7 +14,7 @@ from jobs.models import Job, JobState
 from jobs.reconcile import cluster_reconcile
 from jobs.services import job_submit
 from teams.cluster_sync import team_cluster_sync
-from teams.models import Team
+from teams.models import AuditLog, Team
 from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
@@ -51,12 +53,64 @@ def test_team_bootstrap_creates_everything_once_then_changes_nothing(
     assert quota.spec.hard["requests.nvidia.com/gpu.shared"] == "8"
     assert quota.spec.hard["requests.nvidia.com/mig-2g.20gb"] == "0"
     assert core.read_namespaced_limit_range("gpu-portal-defaults", "team-vision")
+    policy = client.NetworkingV1Api(api(cluster)).read_namespaced_network_policy(
+        "gpu-portal-isolation", "team-vision"
+    )
+    # Every pod of the namespace; ingress from itself, Prometheus and the ingress controller.
+    assert policy.spec.pod_selector.match_labels is None
+    assert policy.spec.policy_types == ["Ingress"]
+    (rule,) = policy.spec.ingress
+    assert [p.namespace_selector and p.namespace_selector.match_labels for p in rule._from] == [
+        None,
+        {"kubernetes.io/metadata.name": "monitoring"},
+        {"kubernetes.io/metadata.name": "ingress-nginx"},
+    ]
     classes = {
         pc.metadata.name: pc
         for pc in client.SchedulingV1Api(api(cluster)).list_priority_class().items
     }
     assert classes["gpu-low"].preemption_policy == "Never"
     assert classes["gpu-critical"].value == 1_000_000
+
+
+def test_network_policy_follows_the_settings_and_every_change_is_audited(
+    seeded: dict[str, User], cluster: SandboxProcess, settings: Any
+) -> None:
+    speech = Team.objects.get(slug="speech")
+    networking = client.NetworkingV1Api(api(cluster))
+    team_cluster_sync(team_id=speech.pk)
+    AuditLog.objects.all().delete()
+
+    # Egress restricted: DNS plus the allowed networks only.
+    settings.TEAM_NETWORK_POLICY_EGRESS_CIDRS = ["10.0.0.0/8"]
+    settings.TEAM_NETWORK_POLICY_INGRESS_NAMESPACES = ["prometheus"]
+    outcome = team_cluster_sync(team_id=speech.pk)
+    assert outcome["NetworkPolicy/gpu-portal-isolation"] == "updated"
+    policy = networking.read_namespaced_network_policy("gpu-portal-isolation", "team-speech")
+    assert policy.spec.policy_types == ["Ingress", "Egress"]
+    dns, networks = policy.spec.egress
+    assert {(p.protocol, p.port) for p in dns.ports} == {("UDP", 53), ("TCP", 53)}
+    assert [t.ip_block.cidr for t in networks.to] == ["10.0.0.0/8"]
+    assert policy.spec.ingress[0]._from[1].namespace_selector.match_labels == {
+        "kubernetes.io/metadata.name": "prometheus"
+    }
+    assert team_cluster_sync(team_id=speech.pk)["NetworkPolicy/gpu-portal-isolation"] == (
+        "unchanged"
+    )
+
+    # Off (a cluster whose network plugin ignores NetworkPolicy): the portal removes its own.
+    settings.TEAM_NETWORK_POLICY = False
+    assert team_cluster_sync(team_id=speech.pk)["NetworkPolicy/gpu-portal-isolation"] == ("deleted")
+    assert team_cluster_sync(team_id=speech.pk)["NetworkPolicy/gpu-portal-isolation"] == ("absent")
+    names = [
+        i.metadata.name for i in networking.list_namespaced_network_policy("team-speech").items
+    ]
+    assert "gpu-portal-isolation" not in names
+    audited = list(AuditLog.objects.order_by("id").values_list("action", "target"))
+    assert audited == [
+        ("team.network_policy_updated", "speech: NetworkPolicy team-speech/gpu-portal-isolation"),
+        ("team.network_policy_deleted", "speech: NetworkPolicy team-speech/gpu-portal-isolation"),
+    ]
 
 
 def test_quota_change_updates_the_resource_quota(

@@ -15,6 +15,9 @@ from django.contrib.staticfiles import finders
 from django.template import Context, Template
 from django.test import Client
 
+from cluster import kube
+from monitoring import prometheus
+
 pytestmark = pytest.mark.django_db
 
 ASSET_RE = re.compile(r'<(?:script|link)\b[^>]*\b(?:src|href)="([^"]+)"', re.I)
@@ -113,3 +116,34 @@ def test_healthz_reports_ok(client: Client) -> None:
     # Then it answers ok
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+def test_readyz_needs_the_database_and_redis_and_reports_the_rest(
+    client: Client, settings: Any, admin_user: Any
+) -> None:
+    # Given the database and Redis, but no cluster and no Prometheus
+    settings.KUBECONFIG = "/nonexistent/kubeconfig"
+    settings.PROMETHEUS_URL = "http://127.0.0.1:9"
+    settings.READY_CHECK_TIMEOUT = 0.5
+    prometheus.reset_client()
+    kube.reset_client()
+    # When a probe asks (no login): ready, the two missing ones reported, no details
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    checks = ready.json()["checks"]
+    assert {k: v["ok"] for k, v in checks.items()} == {
+        "database": True,
+        "redis": True,
+        "cluster": False,
+        "prometheus": False,
+    }
+    assert "error" not in checks["prometheus"]
+    # Redis gone: not ready, and an admin sees why
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"
+    client.force_login(admin_user)
+    not_ready = client.get("/readyz")
+    assert not_ready.status_code == 503
+    body = not_ready.json()
+    assert body["status"] == "error" and body["checks"]["database"]["ok"]
+    assert "127.0.0.1:9" in body["checks"]["redis"]["error"]
+    assert "Prometheus" in body["checks"]["prometheus"]["error"]

@@ -22,7 +22,16 @@ pytestmark = pytest.mark.django_db
 
 SECRET_NAME = "vision-secret-experiment"
 # Public by design (no team data): home (a redirect), log-in, health, API description.
-PUBLIC = {"/", "/login/", "/logout/", "/healthz", "/api/schema/", "/api/docs/", "/metrics"}
+PUBLIC = {
+    "/",
+    "/login/",
+    "/logout/",
+    "/healthz",
+    "/readyz",
+    "/api/schema/",
+    "/api/docs/",
+    "/metrics",
+}
 DENIED = {302, 401, 403, 404, 405}
 
 
@@ -123,6 +132,7 @@ def test_another_teams_user_gets_nothing(victim_job: Job, carol: User, method: s
             "/settings/notifications/",
             "/settings/tokens/",
             "/api/v1/notifications/",
+            "/api/v1/reports/gpu-hours/",
         ) or url.startswith(
             ("/monitoring/", "/api/v1/monitoring/cluster", "/api/v1/monitoring/idle")
         ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -10,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from monitoring.models import GpuPrice
 from teams.models import Cohort, Membership, Team
 from teams.services import cohort_save, quota_set, team_save
 
@@ -21,6 +24,17 @@ PRODUCTS = [
     ("NVIDIA-H100-80GB-HBM3", 81559, 8),
     ("Tesla-T4", 15360, 4),
 ]
+# Demo prices per GPU-hour (per slice-hour for MIG) for the GPU-hour reports' cost column.
+PRICES = [
+    ("NVIDIA-A100-SXM4-80GB", "2.50"),
+    ("NVIDIA-H100-80GB-HBM3", "4.00"),
+    ("Tesla-T4", "0.35"),
+    ("shared:Tesla-T4", "0.35"),
+    ("mig-1g.10gb", "0.40"),
+    ("mig-2g.20gb", "0.75"),
+    ("mig-3g.40gb", "1.20"),
+]
+PRICES_FROM = date(2026, 1, 1)
 MIG_PROFILES = [("1g.10gb", 10, 56), ("2g.20gb", 20, 24), ("3g.40gb", 40, 16)]
 TEAMS = [("vision", "Vision"), ("nlp", "NLP"), ("speech", "Speech"), ("robotics", "Robotics")]
 # Teams that lend each other their unused quota; no borrowing or lending limits.
@@ -58,6 +72,12 @@ class Command(BaseCommand):
             for slug, resource, limit in QUOTAS:
                 quota_set(actor=None, team=teams[slug], resource=resource, limit=limit)
             self._cohorts(teams)
+            for product, price in PRICES:
+                GpuPrice.objects.get_or_create(
+                    product=product,
+                    effective_from=PRICES_FROM,
+                    defaults={"price_per_gpu_hour": Decimal(price)},
+                )
         self.stdout.write(
             self.style.SUCCESS("Demo data ready. Log in at http://127.0.0.1:8000/ with:")
         )
