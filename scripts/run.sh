@@ -97,11 +97,14 @@ pids+=($!)
 # Job rows follow the cluster's watch streams; beat's reconcile is the slow safety net.
 $BIN/python manage.py track_cluster >var/log/tracker.log 2>&1 &
 pids+=($!)
+# The GPU catalog from the nodes and every team's namespace, quota, limits and isolation.
+$BIN/python manage.py cluster_sync || echo "Teams not mirrored into the cluster (see above)." >&2
 $BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
 
 cat <<MSG
 
   GPU Portal: http://127.0.0.1:8000/    (API docs: http://127.0.0.1:8000/api/docs/)
+  Served by gunicorn as deployed (gunicorn.conf.py; RELOAD=true make run reloads on code changes)
   Users (password "demo"): alice (vision member), bob (vision lead), carol (nlp member), dave (robotics member), admin (platform admin)
   Cluster: $CLUSTER
   Metrics: $METRICS; GPU dashboards at http://127.0.0.1:8000/monitoring/
@@ -109,4 +112,4 @@ cat <<MSG
   Logs: var/log/worker.log, var/log/beat.log, var/log/tracker.log. Stop with Ctrl-C.
 
 MSG
-$BIN/python manage.py runserver 127.0.0.1:8000
+bash scripts/serve.sh 127.0.0.1:8000

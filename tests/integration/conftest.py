@@ -70,6 +70,7 @@ def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]
         "LOST_GRACE_SECONDS": "2",
         # The idle-GPU policy runs when a test says so, not on beat's clock.
         "IDLE_POLICY_INTERVAL_SECONDS": "3600",
+        "ACCOUNTING_INTERVAL_SECONDS": "3600",
         "CELERY_VISIBILITY_TIMEOUT": "8",
         "PORTAL_ENV": "development",
         "DEBUG": "false",

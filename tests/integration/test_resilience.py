@@ -3,13 +3,16 @@ team bootstrap is idempotent."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from kubernetes import client, config
 
+from cluster import kube
 from jobs.models import Job, JobState
 from jobs.reconcile import cluster_reconcile
 from jobs.services import job_submit
@@ -111,6 +114,36 @@ def test_network_policy_follows_the_settings_and_every_change_is_audited(
         ("team.network_policy_updated", "speech: NetworkPolicy team-speech/gpu-portal-isolation"),
         ("team.network_policy_deleted", "speech: NetworkPolicy team-speech/gpu-portal-isolation"),
     ]
+
+
+def test_cluster_sync_command_mirrors_every_team_and_names_what_failed(
+    seeded: dict[str, User], cluster: SandboxProcess, settings: Any, tmp_path: Any
+) -> None:
+    out = io.StringIO()
+    call_command("cluster_sync", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("GPU catalog: ")
+    assert {line.split(" ")[1] for line in lines[1:]} == set(
+        Team.objects.values_list("slug", flat=True)
+    )
+    core = client.CoreV1Api(api(cluster))
+    assert core.read_namespaced_resource_quota("gpu-portal-quota", "team-robotics")
+    # Run again: nothing to change.
+    again = io.StringIO()
+    call_command("cluster_sync", "--team", "robotics", stdout=again)
+    assert again.getvalue().splitlines()[1] == "team robotics (team-robotics): unchanged"
+    # A cluster it cannot reach: every part that failed is named, and the exit is an error.
+    kubeconfig = settings.KUBECONFIG
+    settings.KUBECONFIG = str(tmp_path / "missing-kubeconfig")
+    kube.reset_client()
+    errors = io.StringIO()
+    try:
+        with pytest.raises(CommandError, match="Not mirrored: the GPU catalog, team nlp"):
+            call_command("cluster_sync", stdout=io.StringIO(), stderr=errors)
+    finally:
+        settings.KUBECONFIG = kubeconfig  # the fixture's clean-up needs the cluster
+        kube.reset_client()
+    assert "team nlp: No cluster configured" in errors.getvalue()
 
 
 def test_quota_change_updates_the_resource_quota(

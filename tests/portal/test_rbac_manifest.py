@@ -23,6 +23,11 @@ NEEDED = {
     ("apps", "deployments", "create"), ("apps", "deployments", "delete"),
     ("", "services", "get"), ("", "services", "create"), ("", "services", "delete"),
     ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"), ("", "nodes", "list"),
+    ("apps", "deployments/scale", "update"),
+    ("networking.k8s.io", "networkpolicies", "get"),
+    ("networking.k8s.io", "networkpolicies", "create"),
+    ("networking.k8s.io", "networkpolicies", "update"),
+    ("networking.k8s.io", "networkpolicies", "delete"),
 }  # fmt: skip
 
 

@@ -12,13 +12,9 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
-from cluster import kube
-from cluster.services import catalog_refresh
 from core.errors import ApplicationError
 from jobs.models import Job
 from jobs.services import job_submit
-from teams.cluster_sync import team_cluster_sync
-from teams.models import Team
 
 PYTORCH = "nvcr.io/nvidia/pytorch:24.05-py3"
 TRITON = "nvcr.io/nvidia/tritonserver:24.05-py3"
@@ -67,20 +63,11 @@ DEMO_JOBS: list[tuple[str, dict[str, Any]]] = [
 
 
 class Command(BaseCommand):
-    help = "Mirror the demo teams into the cluster and submit the demo jobs (only once)."
+    help = "Submit the demo jobs (only once; `manage.py cluster_sync` mirrors the teams first)."
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PRODUCTION:
             raise CommandError("demo_jobs refuses to run with production settings.")
-        try:
-            catalog_refresh()
-        except kube.ClusterError as exc:
-            self.stderr.write(f"GPU catalog not refreshed from the cluster ({exc.message})")
-        for team in Team.objects.all():
-            try:
-                team_cluster_sync(team_id=team.pk)
-            except kube.ClusterError as exc:
-                self.stderr.write(f"team {team.slug}: cluster not reachable ({exc.message})")
         if Job.objects.exists():
             self.stdout.write("Demo jobs already submitted.")
             return

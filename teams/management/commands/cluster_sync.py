@@ -1,0 +1,57 @@
+"""Mirror every team into the cluster and refresh the GPU catalog from its nodes.
+
+    manage.py cluster_sync            # after the first install, a restore, or `make run`
+    manage.py cluster_sync --team vision
+
+What beat does every few minutes (``teams_sync_task``, ``catalog_refresh_task``), at once:
+the catalog first (the ResourceQuotas name its products), then each team's namespace,
+ResourceQuota, LimitRange, NetworkPolicy and the PriorityClasses. Safe to run again: only
+what differs changes. Exits 1 when the cluster refused or could not be reached, naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from cluster import kube
+from cluster.services import catalog_refresh
+from teams.cluster_sync import team_cluster_sync
+from teams.models import Team
+
+
+class Command(BaseCommand):
+    help = "Mirror every team into the cluster and refresh the GPU catalog from the nodes."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--team", help="only this team (its slug)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        failed: list[str] = []
+        try:
+            added = catalog_refresh()
+            found = [name for names in added.values() for name in names]
+            self.stdout.write(
+                f"GPU catalog: {', '.join(found) + ' added' if found else 'up to date'}"
+            )
+        except kube.ClusterError as exc:
+            failed.append("the GPU catalog")
+            self.stderr.write(f"GPU catalog not refreshed: {exc.message}")
+        teams = Team.objects.order_by("slug")
+        if options["team"]:
+            teams = teams.filter(slug=options["team"])
+            if not teams.exists():
+                raise CommandError(f"No team {options['team']!r}.")
+        for team in teams:
+            try:
+                outcome = team_cluster_sync(team_id=team.pk)
+            except kube.ClusterError as exc:
+                failed.append(f"team {team.slug}")
+                self.stderr.write(f"team {team.slug}: {exc.message}")
+                continue
+            changed = {k: v for k, v in outcome.items() if v not in ("unchanged", "absent")}
+            what = ", ".join(f"{k} {v}" for k, v in sorted(changed.items())) or "unchanged"
+            self.stdout.write(f"team {team.slug} ({team.namespace}): {what}")
+        if failed:
+            raise CommandError(f"Not mirrored: {', '.join(failed)} (see above).")
