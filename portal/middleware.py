@@ -1,4 +1,4 @@
-"""Security headers Django's SecurityMiddleware does not set (CSP and friends)."""
+"""The probes' short cut, and security headers Django's SecurityMiddleware does not set."""
 
 from __future__ import annotations
 
@@ -8,6 +8,28 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 
 from core.errors import NotFound
+
+
+class ProbeMiddleware:
+    """``GET /healthz`` and ``/readyz`` answered before anything else looks at the request.
+
+    Kubernetes probes a pod by its IP (a Host no ``ALLOWED_HOSTS`` lists) over plain HTTP
+    (which production would redirect to HTTPS): both would fail a healthy pod. The probes
+    need neither a session nor a user, and say nothing but ok or not.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method in ("GET", "HEAD"):
+            from portal import views  # the views import the apps; middleware loads first
+
+            if request.path == "/healthz":
+                return views.healthz(request)
+            if request.path == "/readyz":
+                return views.readyz(request)
+        return self.get_response(request)
 
 
 class SecurityHeadersMiddleware:
