@@ -94,6 +94,41 @@ RESOURCES: list[ResourceType] = [
     ),
     ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", True),
     ResourceType(
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        "PodDisruptionBudget",
+        "policy",
+        "v1",
+        True,
+        ("pdb",),
+        subresources=("status",),
+    ),
+    ResourceType(
+        "ingresses",
+        "ingress",
+        "Ingress",
+        "networking.k8s.io",
+        "v1",
+        True,
+        ("ing",),
+        subresources=("status",),
+    ),
+    ResourceType(
+        "clusterroles", "clusterrole", "ClusterRole", "rbac.authorization.k8s.io", "v1", False
+    ),
+    ResourceType(
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        "rbac.authorization.k8s.io",
+        "v1",
+        False,
+    ),
+    ResourceType("roles", "role", "Role", "rbac.authorization.k8s.io", "v1", True),
+    ResourceType(
+        "rolebindings", "rolebinding", "RoleBinding", "rbac.authorization.k8s.io", "v1", True
+    ),
+    ResourceType(
         "networkpolicies",
         "networkpolicy",
         "NetworkPolicy",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kubernetes import client
 
+from tests.sandbox.conftest import make_client
 from tests.sandbox_process import SandboxProcess
 
 HELM = Path(sys.executable).parent / "helm"
@@ -73,3 +74,78 @@ def test_install_upgrade_and_uninstall_a_chart(
     helm("uninstall", release, "--wait")
     names = [c.metadata.name for c in core.list_namespaced_config_map(namespace).items]
     assert f"{release}-cfg" not in names
+
+
+def test_the_portal_chart_installs_and_upgrades(
+    sandbox: SandboxProcess,
+    core: client.CoreV1Api,
+    apps: client.AppsV1Api,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """deploy/helm/gpu-portal: its hooks run (migrations before, the cluster mirror after),
+    every Deployment becomes ready, an upgrade rolls the changed settings out."""
+    chart = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpu-portal"
+    release = f"p{uuid.uuid4().hex[:6]}"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(sandbox.kubeconfig),
+        "HELM_CACHE_HOME": str(tmp_path),
+        "HELM_CONFIG_HOME": str(tmp_path),
+        "HELM_DATA_HOME": str(tmp_path),
+    }
+
+    def helm(*args: str) -> str:
+        done = subprocess.run(
+            [str(HELM), *args, "-n", namespace],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # The operator's Secret, which the chart only refers to.
+    core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "gpu-portal"},
+            "stringData": {
+                "secret-key": "x" * 50,
+                "database-url": "postgres://portal@db/portal",
+                "redis-url": "redis://redis:6379/0",
+            },
+        },
+    )
+    out = helm("install", release, str(chart), "--wait", "--timeout=120s")
+    assert "STATUS: deployed" in out and "createsuperuser" in out  # NOTES.txt
+    full = f"{release}-gpu-portal"
+    for component, replicas in (("web", 2), ("worker", 2), ("beat", 1), ("tracker", 2)):
+        status = apps.read_namespaced_deployment(f"{full}-{component}", namespace).status
+        assert status.ready_replicas == replicas, component
+    config = core.read_namespaced_config_map(full, namespace).data
+    assert config["TRACKER_LEASE_NAMESPACE"] == namespace
+    rbac = client.RbacAuthorizationV1Api(make_client(sandbox))
+    assert rbac.read_cluster_role(full).rules
+    assert rbac.read_namespaced_role_binding(f"{full}-tracker", namespace).subjects[0].name == full
+    # Upgrade with a changed setting: the ConfigMap changes and the pods roll to it.
+    before = apps.read_namespaced_deployment(f"{full}-web", namespace)
+    checksum = before.spec.template.metadata.annotations["checksum/settings"]
+    helm(
+        "upgrade",
+        release,
+        str(chart),
+        "--set",
+        "portal.env.ACCOUNTING_CURRENCY=EUR",
+        "--wait",
+        "--timeout=120s",
+    )
+    assert core.read_namespaced_config_map(full, namespace).data["ACCOUNTING_CURRENCY"] == "EUR"
+    after = apps.read_namespaced_deployment(f"{full}-web", namespace)
+    assert after.spec.template.metadata.annotations["checksum/settings"] != checksum
+    assert after.status.ready_replicas == 2
+    history = json.loads(helm("history", release, "-o", "json"))
+    assert [h["status"] for h in history] == ["superseded", "deployed"]
+    helm("uninstall", release, "--wait")
+    assert full not in [d.metadata.name for d in apps.list_namespaced_deployment(namespace).items]
