@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
@@ -32,6 +33,18 @@ class ProbeMiddleware:
         return self.get_response(request)
 
 
+def content_security_policy() -> str:
+    """``CONTENT_SECURITY_POLICY``, with the identity provider allowed as a form's target:
+    browsers apply ``form-action`` to a form's redirects too, and Log out (a POST) ends at
+    the provider's end-session endpoint."""
+    policy = str(settings.CONTENT_SECURITY_POLICY)
+    if settings.OIDC_ISSUER:
+        parts = urlsplit(settings.OIDC_ISSUER)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        policy = policy.replace("form-action 'self'", f"form-action 'self' {origin}")
+    return policy
+
+
 class SecurityHeadersMiddleware:
     """Content-Security-Policy without inline scripts, plus isolation headers."""
 
@@ -40,7 +53,7 @@ class SecurityHeadersMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        response.headers.setdefault("Content-Security-Policy", settings.CONTENT_SECURITY_POLICY)
+        response.headers.setdefault("Content-Security-Policy", content_security_policy())
         response.headers.setdefault("Cross-Origin-Opener-Policy", "same-origin")
         response.headers.setdefault(
             "Permissions-Policy", "camera=(), microphone=(), geolocation=(), payment=()"

@@ -35,6 +35,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from joserfc.errors import JoseError
 
 from teams.models import SsoIdentity
 from teams.services import memberships_from_groups
@@ -115,8 +116,8 @@ def _user_for(claims: dict[str, Any]) -> User:
         .first()
     )
     if identity is None:
+        # No password given: an unusable one, so this user signs on through the provider only.
         user = User.objects.create_user(username=_username(claims))
-        user.set_unusable_password()  # signs on only through the provider
         identity = SsoIdentity.objects.create(
             user=user, issuer=claims["iss"], subject=claims["sub"]
         )
@@ -142,9 +143,11 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
     try:
         token = oidc_client().authorize_access_token(request)
     except AuthlibBaseError as exc:
-        # A replayed or forged state, a code already used, a token whose signature,
-        # audience, issuer, expiry or nonce is wrong: nothing is signed in.
+        # A replayed or forged state, a code already used: nothing is signed in.
         return _failed(request, exc.description or exc.error or str(exc))
+    except JoseError as exc:
+        # An ID token whose signature, audience, issuer, expiry or nonce is wrong.
+        return _failed(request, f"the ID token was refused ({exc.error}: {exc.description})")
     claims = dict(token.get("userinfo") or {})
     if not claims.get("sub"):
         return _failed(request, "the ID token names no subject")

@@ -15,7 +15,16 @@ from django.db.models import QuerySet
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
-from teams.models import AuditLog, Cohort, GpuQuota, Membership, Team
+from teams.audit import audit_record
+from teams.models import (
+    AuditLog,
+    Cohort,
+    GpuQuota,
+    GroupMapping,
+    Membership,
+    SsoIdentity,
+    Team,
+)
 from teams.services import (
     cohort_delete,
     cohort_save,
@@ -233,4 +242,48 @@ class AuditLogAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(GroupMapping)
+class GroupMappingAdmin(admin.ModelAdmin):
+    """Identity-provider groups → teams and roles (or platform admin); audited. Memberships
+    follow them at each user's next sign-on."""
+
+    list_display = ["group", "team", "role", "platform_admin"]
+    list_filter = ["platform_admin", "role", "team"]
+    search_fields = ["group", "team__slug"]
+    list_select_related = ["team"]
+
+    def save_model(
+        self, request: HttpRequest, obj: GroupMapping, form: ModelForm, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        audit_record(
+            actor=request.user,
+            action="group_mapping.update" if change else "group_mapping.create",
+            target=obj,
+            changes={"group": obj.group, "team": obj.team.slug if obj.team else None,
+                     "role": obj.role, "platform_admin": obj.platform_admin},
+        )  # fmt: skip
+
+    def delete_model(self, request: HttpRequest, obj: GroupMapping) -> None:
+        audit_record(actor=request.user, action="group_mapping.delete", target=obj)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[GroupMapping]) -> None:
+        for mapping in queryset:
+            audit_record(actor=request.user, action="group_mapping.delete", target=mapping)
+        super().delete_queryset(request, queryset)
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(admin.ModelAdmin):
+    """Who signed on from where, with the groups of their last sign-on (read only)."""
+
+    list_display = ["user", "subject", "issuer", "groups", "last_login"]
+    search_fields = ["user__username", "subject"]
+    readonly_fields = ["user", "issuer", "subject", "groups", "last_login"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

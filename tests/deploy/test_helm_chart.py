@@ -134,6 +134,7 @@ def test_the_chart_runs_what_the_portal_needs_with_defaults() -> None:
     assert sync["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "cluster_sync"
     assert sync["spec"]["template"]["spec"]["serviceAccountName"] == "rel-gpu-portal"
     assert config["PORTAL_ENV"] == "production" and config["KUBE_IN_CLUSTER"] == "true"
+    assert "OIDC_ISSUER" not in config and "OIDC_CLIENT_SECRET" not in secret_env
     assert config["ALLOWED_HOSTS"] == (
         "gpu-portal.example.com,rel-gpu-portal,rel-gpu-portal.gpu-portal.svc"
     )
@@ -145,12 +146,19 @@ def test_full_values_reach_the_objects() -> None:
     assert config["ACCOUNTING_CURRENCY"] == "EUR" and config["IDLE_GPU_THRESHOLD_PERCENT"] == "3"
     assert config["TEAM_NETWORK_POLICY_EGRESS_CIDRS"] == "10.0.0.0/8,203.0.113.0/24"
     assert config["CSRF_TRUSTED_ORIGINS"] == "https://gpu.example.com"
+    assert config["OIDC_ISSUER"] == "https://keycloak.example.com/realms/ml"
+    assert config["LOCAL_LOGIN_ENABLED"] == "false"
     ingress = named(docs, "Ingress", "rel-gpu-portal")
     assert ingress["spec"]["tls"] == [
         {"hosts": ["gpu.example.com"], "secretName": "gpu-portal-tls"}
     ]
     web = named(docs, "Deployment", "rel-gpu-portal-web")
     pod = web["spec"]["template"]["spec"]
+    oidc_secret = next(e for e in pod["containers"][0]["env"] if e["name"] == "OIDC_CLIENT_SECRET")
+    assert oidc_secret["valueFrom"]["secretKeyRef"] == {
+        "name": "portal-secrets",
+        "key": "keycloak-client-secret",
+    }
     assert web["spec"]["replicas"] == 3
     assert pod["containers"][0]["image"] == "registry.example.com/ml/gpu-portal:2026.11.24"
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]

@@ -53,6 +53,15 @@ TEAM_NETWORK_POLICY: {{ .Values.teamNetworkPolicy.enabled | quote }}
 TEAM_NETWORK_POLICY_INGRESS_NAMESPACES: {{ join "," .Values.teamNetworkPolicy.ingressNamespaces | quote }}
 TEAM_NETWORK_POLICY_EGRESS_CIDRS: {{ join "," .Values.teamNetworkPolicy.egressCidrs | quote }}
 STATIC_ROOT: "/app/staticfiles"
+LOCAL_LOGIN_ENABLED: {{ .Values.oidc.localLogin | quote }}
+{{- if .Values.oidc.issuer }}
+OIDC_ISSUER: {{ .Values.oidc.issuer | quote }}
+OIDC_CLIENT_ID: {{ .Values.oidc.clientId | quote }}
+OIDC_SCOPES: {{ join "," .Values.oidc.scopes | quote }}
+OIDC_GROUPS_CLAIM: {{ .Values.oidc.groupsClaim | quote }}
+OIDC_DISPLAY_NAME: {{ .Values.oidc.displayName | quote }}
+OIDC_SUPPORT_CONTACT: {{ .Values.oidc.supportContact | quote }}
+{{- end }}
 {{- range $key, $value := .Values.portal.env }}
 {{ $key }}: {{ $value | toString | quote }}
 {{- end }}
@@ -66,6 +75,10 @@ STATIC_ROOT: "/app/staticfiles"
   valueFrom: {secretKeyRef: {name: {{ .Values.existingSecret.name }}, key: {{ .Values.existingSecret.databaseUrlKey }}}}
 - name: REDIS_URL
   valueFrom: {secretKeyRef: {name: {{ .Values.existingSecret.name }}, key: {{ .Values.existingSecret.redisUrlKey }}}}
+{{- if .Values.oidc.issuer }}
+- name: OIDC_CLIENT_SECRET
+  valueFrom: {secretKeyRef: {name: {{ .Values.existingSecret.name }}, key: {{ .Values.existingSecret.oidcClientSecretKey }}}}
+{{- end }}
 {{- end -}}
 
 {{/* Pod Security Standards "restricted" for every pod and container. */}}
