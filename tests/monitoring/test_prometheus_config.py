@@ -152,8 +152,9 @@ def test_recorded_lines_equal_the_raw_panel_queries(tmp_path: Path) -> None:
         + [(queries.team_busy_gpus("team-b", recorded=r), 0.6) for r in (False, True)],
     }
     # and the idle GPU-seconds under 70 % over the last 3 minutes (samples a minute apart):
-    # every pod but a-0 (80 %) spent them all under it
-    idle = {"a-1": 240, "b-0": 240, "b-1": 240}
+    # every pod but a-0 (80 %) spent them all under it: three steps, 180 s (the step at the
+    # window's start belongs to the window before)
+    idle = {"a-1": 180, "b-0": 180, "b-1": 180}
     case = {
         "interval": "1m",
         "input_series": [
