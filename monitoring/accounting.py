@@ -262,6 +262,11 @@ def usage_rollup_day(*, day: date, now: datetime | None = None) -> RollupResult:
         idle = sum(measured.idle.get(p, 0.0) for p in pods) / 3600 if pods else None
         if allocated <= 0 and not used:
             continue
+        if allocated > 0:
+            # A step counts whole: a pod that started within the step's last seconds is
+            # counted for all of it. Nothing is used, or idle, longer than it is held.
+            used = None if used is None else min(used, allocated)
+            idle = None if idle is None else min(idle, allocated)
         product = accounting_product(job)
         price = prices.get(product)
         rows.append(

@@ -109,7 +109,7 @@ cat <<MSG
   Cluster: $CLUSTER
   Metrics: $METRICS; GPU dashboards at http://127.0.0.1:8000/monitoring/
   Notifications: $MAIL; command line: .venv/bin/gpuportal (a token: Tokens in the menu)
-  Logs: var/log/worker.log, var/log/beat.log, var/log/tracker.log. Stop with Ctrl-C.
+  Logs: var/log/worker.log, var/log/beat.log, var/log/tracker.log, var/log/access.log. Stop with Ctrl-C.
 
 MSG
-bash scripts/serve.sh 127.0.0.1:8000
+ACCESS_LOG=var/log/access.log bash scripts/serve.sh 127.0.0.1:8000
