@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         from sandbox import history
 
         return history.main(argv[1:])
+    if argv and argv[0] == "fault":
+        from sandbox import faults
+
+        return faults.main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     profile = load_profile(args.profile)

@@ -16,6 +16,7 @@ import zlib
 from typing import Any
 
 from sandbox import annotations as ann
+from sandbox import faults
 from sandbox.cluster import Cluster
 from sandbox.profiles import DRIVER_VERSION, GPU_MODELS, MIG_PROFILES, Device
 from sandbox.store import Obj
@@ -36,6 +37,7 @@ FAMILIES: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
     ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
@@ -189,6 +191,7 @@ def _gpu_samples(
     boot: float,
 ) -> None:
     banked = float(cluster.store.meta_get(f"energy/{node}/{gpu_index}", 0.0))
+    fault = faults.gpu_fault(cluster, node, gpu_index) or {}
     for reading in gpu_readings(
         seed=seed,
         node=node,
@@ -198,6 +201,10 @@ def _gpu_samples(
         boot=boot,
         banked_energy=banked,
     ):
+        if fault:
+            # The last XID stays until the driver reloads; the ECC count only grows.
+            reading.values["DCGM_FI_DEV_XID_ERRORS"] = float(fault.get("xid", 0))
+            reading.values["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] = float(fault.get("ecc_dbe", 0))
         for name, _, _ in FAMILIES:
             if name not in reading.values:
                 continue
@@ -326,6 +333,7 @@ def gpu_readings(
             "DCGM_FI_DEV_ENC_UTIL": 0.0,
             "DCGM_FI_DEV_DEC_UTIL": 0.0,
             "DCGM_FI_DEV_XID_ERRORS": 0.0,
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
             "DCGM_FI_DEV_FB_FREE": free,
             "DCGM_FI_DEV_FB_USED": used,
             "DCGM_FI_DEV_FB_RESERVED": float(reserved),

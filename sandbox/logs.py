@@ -30,6 +30,7 @@ class Timeline:
     env: dict[str, str]
     port: int
     seed: str
+    xid: int | None = None  # the GPU failed under it (sandbox.faults): CUDA's last words
 
 
 def _ts(t: float) -> str:
@@ -77,7 +78,32 @@ def _training_step(tl: Timeline, k: int, total: int, epochs: int) -> str:
     )
 
 
+# How a CUDA program's log ends when its GPU fails with an XID (sandbox.faults): the CUDA
+# error, never the XID itself (that is in the driver's log and in DCGM, not the program's).
+CUDA_ERRORS: dict[int, str] = {
+    48: "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    74: "RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+    79: "RuntimeError: CUDA error: unspecified launch failure",
+    94: "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    95: "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+}
+
+
+def _gpu_failure_footer(tl: Timeline) -> list[str]:
+    return [
+        "Traceback (most recent call last):",
+        '  File "/workspace/train.py", line 187, in train_step',
+        "    loss.backward()",
+        CUDA_ERRORS.get(tl.xid or 0, "RuntimeError: CUDA error: unknown error"),
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect.",
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    ]
+
+
 def _training_footer(tl: Timeline) -> list[str]:
+    if tl.xid is not None:
+        return _gpu_failure_footer(tl)
     if tl.exit_code == 0:
         return [
             "Saving checkpoint to /checkpoints/final.pt",
@@ -156,7 +182,9 @@ def render(
         )
         footer = (
             ["INFO:     Shutting down", "INFO:     Finished server process [1]"]
-            if (tl.finished is not None)
+            if tl.finished is not None and tl.xid is None
+            else _gpu_failure_footer(tl)
+            if tl.finished is not None
             else []
         )
         count = len(head) + requests + len(footer)

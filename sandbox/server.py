@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import dcgm
+from sandbox import dcgm, faults
 from sandbox.api import objects, printing
 from sandbox.api.handlers import Request, Response, handle, parse_target, pod_log, resolve
 from sandbox.cluster import Cluster
@@ -26,6 +26,8 @@ from sandbox.selectors import fields_match, labels_match, parse_field_selector, 
 
 log = logging.getLogger("sandbox.http")
 HANDSHAKE_TIMEOUT_SECONDS = 10
+# Fault injection, beside the Kubernetes API (same bearer token): see sandbox/faults.py.
+FAULTS_PATH = "/sandbox/faults"
 # A watch without timeoutSeconds ends after this long, as the API server's
 # --min-request-timeout (30 min) does; clients reconnect from their last version.
 WATCH_DEFAULT_TIMEOUT = 1800.0
@@ -114,6 +116,27 @@ class ApiHandler(_Base):
     def do_DELETE(self) -> None:
         self._dispatch()
 
+    def _faults(self, body: bytes) -> None:
+        """``GET``: every GPU fault; ``POST``: inject or repair one (``sandbox.faults``)."""
+        cluster = self.server.cluster
+        with cluster.store.serving():
+            if self.command == "POST":
+                try:
+                    request = json.loads(body or b"{}")
+                except ValueError as exc:
+                    raise bad_request(f"the body is not JSON: {exc}") from exc
+                if not isinstance(request, dict):
+                    raise bad_request("the body must be a JSON object")
+                result: Any = faults.inject(cluster, request)
+            elif self.command == "GET":
+                result = {
+                    key[len("fault/") :]: cluster.store.meta_get(key)
+                    for key in cluster.store.meta_keys("fault/")
+                }
+            else:
+                raise ApiError(405, "MethodNotAllowed", "use GET or POST")
+        self._send(200, json.dumps(result).encode(), "application/json")
+
     def _dispatch(self) -> None:
         cluster = self.server.cluster
         split = urlsplit(self.path)
@@ -127,6 +150,9 @@ class ApiHandler(_Base):
             auth = self.headers.get("Authorization", "")
             if auth != f"Bearer {cluster.options.token}":
                 raise unauthorized()
+            if split.path == FAULTS_PATH:
+                self._faults(body)
+                return
             if self.command == "GET" and query.get("watch", "").lower() in ("true", "1"):
                 self._watch(split.path, query)
                 return

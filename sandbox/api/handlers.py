@@ -365,6 +365,7 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
         env=env,
         port=int(port),
         seed=f"{cluster.options.seed}/{pod['metadata']['uid']}/{container}",
+        xid=int(life["xid"]) if life.get("xid") is not None else None,
     )
     since: float | None = None
     if q.get("sinceSeconds"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import annotations as ann
+from sandbox import faults
 from sandbox.clock import parse_duration
 from sandbox.cluster import Cluster
 from sandbox.dcgm import bank_energy
@@ -72,8 +73,11 @@ def assign_devices(cluster: Cluster, pod: Obj) -> list[str]:
     chosen: list[str] = []
     if wanted:
         used = _node_usage(cluster, node)
+        unhealthy = faults.unhealthy_devices(cluster, node)  # the device plugin skips them
         for resource, count in sorted(wanted.items()):
-            candidates = [d for d in cluster.devices(node) if d.resource == resource]
+            candidates = [
+                d for d in cluster.devices(node) if d.resource == resource and d.id not in unhealthy
+            ]
             for _ in range(int(count)):
                 # Spread time-slice replicas over physical GPUs: least-shared first.
                 free = [d for d in candidates if used.get(d.id, 0) < d.slots]
@@ -211,7 +215,7 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
         _start_containers(tick, life, node)
     elif (
         life["state"] == "running"
-        and life["kind"] == "training"
+        and (life["kind"] == "training" or life.get("xid") is not None)
         and now >= life["started"] + life["duration"]
     ):
         _exit_containers(tick, life)
@@ -330,7 +334,11 @@ def _exit_containers(tick: _Tick, life: dict[str, Any]) -> None:
             "containerID": f"containerd://{tick.uid.replace('-', '')}",
         }
     }
-    if code != 0 and tick.pod["spec"].get("restartPolicy") == "OnFailure":
+    if (
+        code != 0
+        and life.get("xid") is None
+        and tick.pod["spec"].get("restartPolicy") == "OnFailure"
+    ):
         _back_off(tick, life, finished, terminated)
         return
     pod = tick.pod
@@ -405,7 +413,7 @@ def _next_due(pod: Obj, life: dict[str, Any] | None) -> float:
         return math.inf
     if life["state"] in ("creating", "backoff"):
         return float(life["start_at"])
-    if life["state"] == "running" and life["kind"] == "training":
+    if life["state"] == "running" and (life["kind"] == "training" or life.get("xid") is not None):
         return float(life["started"]) + float(life["duration"])
     return math.inf
 

@@ -1,0 +1,205 @@
+"""GPUs that fail like real hardware (fault injection, outside the Kubernetes API).
+
+``POST /sandbox/faults`` (the API server's bearer token) or ``python -m sandbox fault``:
+
+- ``{"node": N, "gpu": 5, "xid": 79}``: GPU 5 of node N reports the XID error. dcgm-exporter
+  then shows the code in ``DCGM_FI_DEV_XID_ERRORS`` for every device of that GPU (an ECC
+  error — 48, 94, 95 — also moves ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``); the device plugin marks
+  it unhealthy, so the node's allocatable GPU resources drop by what the GPU offered while
+  its capacity stays; and every container using it exits with a failure whose log ends the
+  way a CUDA program's does. Nothing is assigned the GPU until it is repaired.
+- ``{"node": N, "gpu": 5, "repair": true}``: healthy again (allocatable restored; the last
+  XID stays in the exporter, as it does until the driver is reloaded, and the ECC count).
+
+Deterministic: a fault happens when it is asked for, nothing is random.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from sandbox.cluster import Cluster
+from sandbox.errors import ApiError
+
+# The XID codes a fault may name, in NVIDIA's words.
+XID_MEANINGS: dict[int, str] = {
+    48: "double-bit ECC error",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+}
+ECC_XIDS = frozenset({48, 94, 95})
+# How the program using the GPU ends (an uncaught CUDA error in Python exits with 1; its
+# last log lines are sandbox.logs.CUDA_ERRORS').
+FAILED_EXIT_CODE = 1
+
+
+def _key(node: str, gpu: int) -> str:
+    return f"fault/{node}/{gpu}"
+
+
+def gpu_fault(cluster: Cluster, node: str, gpu: int) -> dict[str, Any] | None:
+    """The fault of one physical GPU (``xid``, ``at``, ``healthy``, ``ecc_dbe``), if any."""
+    found = cluster.store.meta_get(_key(node, gpu))
+    return dict(found) if isinstance(found, dict) else None
+
+
+def unhealthy_devices(cluster: Cluster, node: str) -> set[str]:
+    """Device ids (GPUs and their MIG instances) of the node's unhealthy GPUs."""
+    bad = {
+        gpu
+        for gpu in {d.gpu for d in cluster.devices(node)}
+        if (gpu_fault(cluster, node, gpu) or {}).get("healthy") is False
+    }
+    return {d.id for d in cluster.devices(node) if d.gpu in bad}
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def _offered(cluster: Cluster, node: str, gpu: int) -> dict[str, int]:
+    """What one physical GPU adds to the node's allocatable resources."""
+    offered: dict[str, int] = {}
+    for dev in cluster.devices(node):
+        if dev.gpu == gpu:
+            offered[dev.resource] = offered.get(dev.resource, 0) + int(dev.slots)
+    return offered
+
+
+def _adjust_allocatable(cluster: Cluster, node: str, gpu: int, sign: int) -> None:
+    obj = cluster.store.get("nodes", "", node)
+    if obj is None:
+        return
+    allocatable = obj["status"].setdefault("allocatable", {})
+    for resource, count in _offered(cluster, node, gpu).items():
+        current = int(str(allocatable.get(resource, "0")))
+        allocatable[resource] = str(max(0, current + sign * count))
+    cluster.store.put("nodes", obj)
+
+
+def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
+    """Apply one fault request (see the module's docstring); returns the GPU's fault."""
+    node, gpu = body.get("node"), body.get("gpu")
+    if not isinstance(node, str) or cluster.store.get("nodes", "", node) is None:
+        raise _bad_request(f"node: no node named {node!r}")
+    if not isinstance(gpu, int) or gpu not in {d.gpu for d in cluster.devices(node)}:
+        raise _bad_request(f"gpu: node {node} has no GPU {gpu!r}")
+    current = gpu_fault(cluster, node, gpu) or {}
+    if body.get("repair"):
+        if current.get("healthy") is False:
+            _adjust_allocatable(cluster, node, gpu, +1)
+        current["healthy"] = True
+        cluster.store.meta_set(_key(node, gpu), current)
+        cluster.record_event(
+            cluster.store.get("nodes", "", node) or {"kind": "Node", "metadata": {"name": node}},
+            "Normal",
+            "GPUHealthy",
+            f"GPU {gpu} is healthy again",
+            "nvidia-device-plugin",
+            host=node,
+        )
+        return current
+    xid = body.get("xid")
+    if xid not in XID_MEANINGS:
+        known = ", ".join(f"{code} ({words})" for code, words in XID_MEANINGS.items())
+        raise _bad_request(f"xid: one of {known}")
+    now = cluster.now()
+    if current.get("healthy") is not False:
+        _adjust_allocatable(cluster, node, gpu, -1)
+    fault = {
+        "xid": int(xid),
+        "at": now,
+        "healthy": False,
+        "ecc_dbe": int(current.get("ecc_dbe", 0)) + (1 if xid in ECC_XIDS else 0),
+    }
+    cluster.store.meta_set(_key(node, gpu), fault)
+    node_obj = cluster.store.get("nodes", "", node)
+    if node_obj is not None:
+        cluster.record_event(
+            node_obj,
+            "Warning",
+            "GPUUnhealthy",
+            f"GPU {gpu} reported XID {xid} ({XID_MEANINGS[int(xid)]}); marked unhealthy",
+            "nvidia-device-plugin",
+            host=node,
+        )
+    _fail_holders(cluster, node, gpu, int(xid), now)
+    return fault
+
+
+def _fail_holders(cluster: Cluster, node: str, gpu: int, xid: int, now: float) -> None:
+    """Every running container on the GPU exits now, with a failure (its log says CUDA's)."""
+    ids = {d.id for d in cluster.devices(node) if d.gpu == gpu}
+    for key in cluster.store.meta_keys("assign/"):
+        entry = cluster.store.meta_get(key) or {}
+        if entry.get("node") != node or not ids.intersection(entry.get("devices", [])):
+            continue
+        uid = key[len("assign/") :]
+        life = cluster.store.meta_get(f"life/{uid}")
+        if not isinstance(life, dict) or life.get("state") != "running":
+            continue
+        # Its container exits now (a server's too: the kubelet sees the XID and ends it).
+        life.update(
+            {
+                "duration": max(0.0, now - float(life["started"])),
+                "exit": FAILED_EXIT_CODE,
+                "xid": xid,
+            }
+        )
+        cluster.store.meta_set(f"life/{uid}", life)
+        cluster.settled.get("kubelet", {}).pop(uid, None)  # due now, not when it was
+
+
+def main(argv: list[str]) -> int:
+    """``python -m sandbox fault``: inject or repair a GPU fault in a running sandbox, found
+    through a kubeconfig the sandbox wrote (its server, CA and token)."""
+    import argparse
+    import base64
+    import json
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    import yaml
+
+    p = argparse.ArgumentParser(
+        prog="python -m sandbox fault",
+        description="Make a GPU of a running sandbox fail like real hardware (an XID error), "
+        "or repair it.",
+    )
+    p.add_argument("--kubeconfig", required=True, help="the kubeconfig the sandbox wrote")
+    p.add_argument("--node", required=True)
+    p.add_argument("--gpu", required=True, type=int, help="the physical GPU's index")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--xid", type=int, choices=sorted(XID_MEANINGS))
+    what.add_argument("--repair", action="store_true")
+    args = p.parse_args(argv)
+    with open(args.kubeconfig) as fh:
+        config = yaml.safe_load(fh)
+    cluster = config["clusters"][0]["cluster"]
+    token = config["users"][0]["user"]["token"]
+    context = None
+    if cluster.get("certificate-authority-data"):
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        context = ssl.create_default_context(cadata=ca)
+    body = {"node": args.node, "gpu": args.gpu}
+    body |= {"repair": True} if args.repair else {"xid": args.xid}
+    server = str(cluster["server"]).rstrip("/")
+    if not server.startswith(("https://", "http://")):
+        p.error(f"the kubeconfig's server {server!r} is not an http(s) URL")
+    request = urllib.request.Request(  # noqa: S310 - an http(s) URL, checked above
+        server + "/sandbox/faults",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:  # noqa: S310
+            print(response.read().decode())
+    except urllib.error.HTTPError as exc:
+        print(exc.read().decode(), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,146 @@
+"""GPUs that fail like real hardware: an XID error injected into a running sandbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from conftest import REPO_ROOT, job_manifest, wait_for
+from prometheus_client.parser import text_string_to_metric_families
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def scrape(sandbox: Any) -> dict[str, list[Any]]:
+    with urllib.request.urlopen(sandbox.metrics_url, timeout=10) as resp:
+        return {f.name: f.samples for f in text_string_to_metric_families(resp.read().decode())}
+
+
+def held_gpu(sandbox: Any, namespace: str, prefix: str) -> tuple[str, str] | None:
+    """(node, GPU index) of the device a pod of ``prefix`` holds, as the exporter says."""
+    for sample in scrape(sandbox)["DCGM_FI_DEV_GPU_UTIL"]:
+        labels = sample.labels
+        if labels.get("namespace") == namespace and labels.get("pod", "").startswith(prefix):
+            return labels["Hostname"], labels["gpu"]
+    return None
+
+
+def fault(sandbox: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sandbox", "fault", "--kubeconfig", str(sandbox.kubeconfig), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def gpus(core: Any, node: str) -> tuple[str, str]:
+    status = core.read_node(node).status
+    return status.capacity["nvidia.com/gpu"], status.allocatable["nvidia.com/gpu"]
+
+
+def test_an_xid_fails_the_job_marks_the_gpu_unhealthy_and_shows_in_dcgm(
+    sandbox: Any, batch: Any, core: Any, namespace: str
+) -> None:
+    # Given a training job running on one A100
+    batch.create_namespaced_job(
+        namespace,
+        job_manifest(
+            "trainer", {"nvidia.com/gpu": 1}, product=A100,
+            annotations={"sandbox.gpu-portal.dev/duration": "2h"},
+        ),
+    )  # fmt: skip
+    pod = wait_for(
+        lambda: next(
+            (p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"),
+            None,
+        )
+    )
+    held = wait_for(lambda: held_gpu(sandbox, namespace, "trainer"))
+    assert held is not None
+    node, gpu = held
+    capacity, allocatable = gpus(core, node)
+
+    # When its GPU falls off the bus
+    done = fault(sandbox, "--node", node, "--gpu", gpu, "--xid", "79")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["xid"] == 79
+
+    # Then its container fails as a CUDA program does (exit 1, CUDA's words in the log)...
+    failed = wait_for(
+        lambda: (
+            (p := core.read_namespaced_pod(pod.metadata.name, namespace)).status.phase == "Failed"
+            and p
+        )
+    )
+    terminated = failed.status.container_statuses[0].state.terminated
+    assert terminated.exit_code == 1 and terminated.reason == "Error"
+    log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=5)
+    assert "RuntimeError: CUDA error: unspecified launch failure" in log
+    assert "Xid" not in log and "XID" not in log  # the XID is the driver's, not the program's
+    # ...the device plugin takes the GPU out of allocatable, not out of capacity...
+    assert gpus(core, node) == (capacity, str(int(allocatable) - 1))
+    events = core.list_namespaced_event("default").items
+    assert any(e.reason == "GPUUnhealthy" and f"GPU {gpu}" in e.message for e in events)
+    # ...and dcgm-exporter reports the XID on that GPU, and only there.
+    xids = {
+        (s.labels["Hostname"], s.labels["gpu"]): s.value
+        for s in scrape(sandbox)["DCGM_FI_DEV_XID_ERRORS"]
+    }
+    assert xids[(node, gpu)] == 79
+    assert {k: v for k, v in xids.items() if k != (node, gpu)} == dict.fromkeys(
+        [k for k in xids if k != (node, gpu)], 0.0
+    )
+
+    # A new pod on that node never gets the unhealthy GPU.
+    after = job_manifest(
+        "after", {"nvidia.com/gpu": 1}, product=A100,
+        annotations={"sandbox.gpu-portal.dev/duration": "2h"},
+    )  # fmt: skip
+    after["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+    batch.create_namespaced_job(namespace, after)
+    assert wait_for(lambda: held_gpu(sandbox, namespace, "after")) != (node, gpu)
+
+    # Repaired: allocatable again; the last XID stays, as it does until the driver reloads.
+    assert fault(sandbox, "--node", node, "--gpu", gpu, "--repair").returncode == 0
+    assert gpus(core, node) == (capacity, allocatable)
+    assert {
+        (s.labels["Hostname"], s.labels["gpu"]): s.value
+        for s in scrape(sandbox)["DCGM_FI_DEV_XID_ERRORS"]
+    }[(node, gpu)] == 79
+
+
+def test_an_ecc_error_moves_the_ecc_counter_and_bad_requests_name_the_field(
+    sandbox: Any, core: Any
+) -> None:
+    node = next(
+        n.metadata.name
+        for n in core.list_node().items
+        if int(n.status.capacity.get("nvidia.com/gpu", "0")) > 0
+    )
+    assert fault(sandbox, "--node", node, "--gpu", "0", "--xid", "48").returncode == 0
+    dbe = {
+        (s.labels["Hostname"], s.labels["gpu"]): s.value
+        for s in scrape(sandbox)["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
+    }
+    assert dbe[(node, "0")] == 1
+    assert fault(sandbox, "--node", node, "--gpu", "0", "--repair").returncode == 0
+
+    unknown = fault(sandbox, "--node", "no-such-node", "--gpu", "0", "--xid", "79")
+    assert unknown.returncode == 1 and "node: no node named 'no-such-node'" in unknown.stderr
+    request = urllib.request.Request(
+        sandbox.api_url + "/sandbox/faults",
+        data=json.dumps({"node": node, "gpu": 0, "xid": 13}).encode(),
+        headers={"Authorization": f"Bearer {sandbox.token}"},
+        method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=10, context=sandbox.ssl_context())
+        raise AssertionError("an unknown XID was accepted")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 400 and "xid: one of 48" in exc.read().decode()
