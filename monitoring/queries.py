@@ -230,6 +230,31 @@ def _held_devices_by_pod() -> str:
     return _devices(matchers(held=True), "namespace", "pod")
 
 
+# --- GPU failures ----------------------------------------------------------------------
+
+XID = "DCGM_FI_DEV_XID_ERRORS"
+
+
+def held_devices_over(window_seconds: float) -> str:
+    """Every (pod, device) a pod held at some point in the window (its utilisation series
+    carry the pod while it holds the device)."""
+    held = matchers(held=True)
+    window = f"[{duration(window_seconds)}]"
+    source = f"(max_over_time({UTIL}{held}{window}) or max_over_time({MIG_UTIL}{held}{window}))"
+    return f"max {by('namespace', 'pod', *GPU_KEY)} ({source})"
+
+
+def new_xid_errors(window_seconds: float) -> str:
+    """GPUs whose last XID changed within the window (value: the newest code seen). DCGM keeps
+    a GPU's last XID until the driver reloads, so an XID that was there all along is old
+    news: only a change counts. Per physical GPU, over its series with and without a pod."""
+    window = f"[{duration(window_seconds)}]"
+    return (
+        f"max {by(*GPU_KEY)} (max_over_time({XID}{window}))"
+        f" > max {by(*GPU_KEY)} (min_over_time({XID}{window}))"
+    )
+
+
 # --- Team usage ------------------------------------------------------------------------
 
 

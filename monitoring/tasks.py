@@ -10,6 +10,7 @@ from django.conf import settings
 
 from cluster.tasks import ROBUST
 from monitoring.accounting import monthly_summary_send, rollup_summary, usage_rollup
+from monitoring.gpu_failures import gpu_failures_check
 from monitoring.prometheus import MetricsUnavailable
 from monitoring.services import idle_policy_run
 
@@ -45,3 +46,13 @@ def usage_rollup_task() -> dict[str, Any]:
 def monthly_summary_task() -> list[int]:
     """Daily (beat): last month's summary to each team's leads, once it is rolled up."""
     return monthly_summary_send()
+
+
+@shared_task(**ROBUST, soft_time_limit=60, time_limit=90)
+def gpu_failures_task() -> list[int]:
+    """Periodic (beat): explain the jobs that failed because a GPU failed (XID errors)."""
+    try:
+        return gpu_failures_check()
+    except MetricsUnavailable as exc:
+        logger.warning("GPU failure check skipped: %s", exc)
+        return []

@@ -35,6 +35,12 @@ EVENTS: tuple[EventType, ...] = (
         on_reason="IdleStopped",
         default=True,
     ),
+    EventType(
+        "job.gpu_failed",
+        "failed because a GPU failed",
+        on_reason="GPUFailure",
+        default=True,
+    ),
     # Not a timeline entry: the monitoring layer sends it to each team's leads once a
     # month is rolled up (its subject is worded there).
     EventType("report.monthly", "monthly GPU-hours summary (team leads)", default=True),

@@ -199,6 +199,9 @@ STALE_QUEUE_SECONDS = env_float("STALE_QUEUE_SECONDS", 60.0)
 LOST_GRACE_SECONDS = env_float("LOST_GRACE_SECONDS", 30.0)
 # How often the idle-GPU policy looks at the running jobs (report, warn, stop).
 IDLE_POLICY_INTERVAL_SECONDS = env_float("IDLE_POLICY_INTERVAL_SECONDS", 60.0)
+# How often failed jobs are checked for GPU failures (XID errors), and how far back.
+GPU_FAILURE_CHECK_INTERVAL_SECONDS = env_float("GPU_FAILURE_CHECK_INTERVAL_SECONDS", 30.0)
+GPU_FAILURE_WINDOW_MINUTES = env_float("GPU_FAILURE_WINDOW_MINUTES", 15.0)
 # How often the GPU-hour rollup updates today (and catches up on past days).
 ACCOUNTING_INTERVAL_SECONDS = env_float("ACCOUNTING_INTERVAL_SECONDS", 900.0)
 CELERY_BEAT_SCHEDULE = {
@@ -209,6 +212,10 @@ CELERY_BEAT_SCHEDULE = {
     "idle-policy": {
         "task": "monitoring.tasks.idle_policy_task",
         "schedule": IDLE_POLICY_INTERVAL_SECONDS,
+    },
+    "gpu-failures": {
+        "task": "monitoring.tasks.gpu_failures_task",
+        "schedule": GPU_FAILURE_CHECK_INTERVAL_SECONDS,
     },
     "usage-rollup": {
         "task": "monitoring.tasks.usage_rollup_task",

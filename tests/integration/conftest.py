@@ -71,6 +71,7 @@ def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]
         # The idle-GPU policy runs when a test says so, not on beat's clock.
         "IDLE_POLICY_INTERVAL_SECONDS": "3600",
         "ACCOUNTING_INTERVAL_SECONDS": "3600",
+        "GPU_FAILURE_CHECK_INTERVAL_SECONDS": "3600",
         "CELERY_VISIBILITY_TIMEOUT": "8",
         "PORTAL_ENV": "development",
         "DEBUG": "false",

@@ -1,0 +1,108 @@
+"""Jobs that failed because their GPU failed: DCGM's XID errors, joined to the pods that held
+the GPUs, explained on the job (``jobs.hardware.job_gpu_failure_record``).
+
+A failed training job's exit code cannot tell a program's bug from a GPU that fell off the
+bus (both exit 1). DCGM can: the GPU's ``DCGM_FI_DEV_XID_ERRORS`` changes to the XID code.
+Every ``GPU_FAILURE_CHECK_INTERVAL_SECONDS`` the jobs that failed within
+``GPU_FAILURE_WINDOW_MINUTES`` are checked with two queries: the devices their pods held in
+the window, and the GPUs whose XID changed in it. A job whose device is among them failed
+because of the hardware; the others failed on their own. No metrics: nothing is decided.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from jobs.hardware import GPU_FAILURE, job_gpu_failure_record
+from jobs.models import Job, JobState
+from monitoring import prometheus, queries
+from monitoring.selectors.common import PodKey, pods_to_jobs
+
+logger = logging.getLogger(__name__)
+
+# NVIDIA's XID codes, in the words of its XID catalogue (the ones that fail a job's GPU).
+XID_MEANINGS: dict[int, str] = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup, due to a previous error",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint/warning",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+}
+
+
+def xid_text(code: int) -> str:
+    return f"XID {code} ({XID_MEANINGS.get(code, 'see NVIDIA’s XID catalogue')})"
+
+
+@dataclass(frozen=True)
+class _Device:
+    node: str
+    gpu: str
+
+
+def _device(labels: dict[str, str]) -> _Device:
+    node = labels.get("node") or labels.get("Hostname") or labels.get("hostname") or "?"
+    return _Device(node, labels.get("gpu", "?"))
+
+
+def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
+    """Explain the recently failed jobs whose GPUs reported a new XID; returns their ids.
+    Raises ``MetricsUnavailable`` (the next run looks again)."""
+    now = now or timezone.now()
+    window = timedelta(minutes=float(settings.GPU_FAILURE_WINDOW_MINUTES))
+    failed = list(
+        Job.objects.filter(
+            state=JobState.FAILED, gpu_count__gt=0, finished_at__gte=now - window
+        ).exclude(reason=GPU_FAILURE)
+    )
+    if not failed:
+        return []
+    seconds = window.total_seconds()
+    xids = {
+        _device(s.labels): int(s.value or 0)
+        for s in prometheus.query(queries.new_xid_errors(seconds), at=now)
+        if s.value
+    }
+    if not xids:
+        return []
+    held: dict[PodKey, set[_Device]] = defaultdict(set)
+    for s in prometheus.query(queries.held_devices_over(seconds), at=now):
+        held[(s.labels.get("namespace", ""), s.labels.get("pod", ""))].add(_device(s.labels))
+    by_job: dict[int, list[tuple[str, _Device]]] = defaultdict(list)
+    for pod, job in pods_to_jobs(held, failed).items():
+        for device in sorted(held[pod] & xids.keys(), key=lambda d: (d.node, d.gpu)):
+            by_job[job.pk].append((pod[1], device))
+    explained: list[int] = []
+    for job in failed:
+        hits = by_job.get(job.pk)
+        if not hits:
+            continue
+        when = timezone.localtime(job.finished_at or now)
+        parts = [
+            f"pod {pod} failed: GPU {device.gpu} on node {device.node} reported "
+            f"{xid_text(xids[device])} at {when:%H:%M}"
+            for pod, device in hits
+        ]
+        message = "; ".join(parts) + (
+            ". The hardware failed, not the program: run it again (the failed GPU is out of "
+            "service until it is repaired)."
+        )
+        if job_gpu_failure_record(job_id=job.pk, message=message):
+            explained.append(job.pk)
+            logger.warning("job %s: %s", job.pk, message)
+    return explained

@@ -1,0 +1,75 @@
+"""A job whose GPU fails says so: a real sandbox GPU reports XID 79 under a running job (run
+by a real worker), Prometheus scrapes the exporter, and the check explains the failure; a
+job that fails on its own (exit 1, healthy GPUs) is left as it is."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from jobs.models import Job, JobEvent, JobState
+from jobs.services import job_submit
+from monitoring.gpu_failures import gpu_failures_check
+from notifications.events import event_for
+from tests.conftest import training_spec
+from tests.monitoring.conftest import instant, submit_running
+from tests.monitoring.prometheus_process import PrometheusProcess
+from tests.sandbox_process import SandboxProcess
+from tests.worker_process import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{sandbox.api_url}/sandbox/faults",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {sandbox.token}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10, context=sandbox.ssl_context()) as resp:
+        return dict(json.load(resp))
+
+
+def test_a_job_whose_gpu_falls_off_the_bus_says_so(
+    users: dict[str, User], metrics: PrometheusProcess, sandbox: SandboxProcess
+) -> None:
+    # Given a running job, and one that will fail on its own (exit 1, healthy GPUs)
+    job = submit_running(users["alice"], name="ft", env={})
+    buggy = job_submit(
+        user=users["alice"],
+        data=training_spec(name="buggy", env={"SANDBOX_DURATION": "2s", "SANDBOX_EXIT_CODE": "1"}),
+    )
+    pod = job.placement["pods"][0]["name"]
+    held = wait_for(lambda: instant(metrics, f'DCGM_FI_DEV_GPU_UTIL{{pod="{pod}"}}'), timeout=20)
+    node, gpu = held[0]["metric"]["Hostname"], held[0]["metric"]["gpu"]
+
+    # When the job's GPU falls off the bus
+    inject(sandbox, node=node, gpu=int(gpu), xid=79)
+    for failing in (job, buggy):
+        wait_for(lambda j=failing: Job.objects.get(pk=j.pk).state == JobState.FAILED, timeout=40)
+    # (Prometheus has scraped the XID: a second, after the fault)
+    wait_for(
+        lambda: instant(metrics, f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}",gpu="{gpu}"}} == 79'),
+        timeout=20,
+    )
+
+    # Then the check explains it, once; the job that failed on its own keeps its own reason
+    assert gpu_failures_check() == [job.pk]
+    assert gpu_failures_check() == []
+    failed = Job.objects.get(pk=job.pk)
+    assert failed.reason == "GPUFailure"
+    assert (
+        f"pod {pod} failed: GPU {gpu} on node {node} reported XID 79 (GPU has fallen off the bus)"
+        in failed.message
+    )
+    entry = JobEvent.objects.get(job=job, reason="GPUFailure")
+    assert entry.type == "Warning" and entry.message == failed.message
+    event = event_for(state=None, reason="GPUFailure")
+    assert event is not None and event.key == "job.gpu_failed"  # the owner is told
+    assert Job.objects.get(pk=buggy.pk).reason != "GPUFailure"
+    inject(sandbox, node=node, gpu=int(gpu), repair=True)
