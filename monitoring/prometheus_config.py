@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from monitoring.queries import FB_FREE, TEMP, UTIL, recording_rules, with_node
+from monitoring.queries import ECC_DBE, FB_FREE, TEMP, UTIL, XID, recording_rules, with_node
 
 RULES_PATH = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "gpu-alerts.yml"
 COMPOSE_CONFIG_PATH = RULES_PATH.parent / "prometheus.yml"
@@ -63,6 +63,25 @@ ALERT_RULES: tuple[AlertRule, ...] = (
         severity="info",
         summary="GPU {{ $labels.gpu }} on {{ $labels.node }} utilization high",
         description="GPU utilization is {{ $value }}%" + HOLDER,
+    ),
+    AlertRule(
+        # DCGM keeps a GPU's last XID until the driver reloads: firing until then is the
+        # reminder that the GPU needs a look (the device plugin may have taken it away).
+        name="GPUXidError",
+        expr=f"{XID} > 0",
+        duration="0m",
+        severity="critical",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.node }} reported XID {{ $value }}",
+        description="The GPU reported XID {{ $value }}; jobs on it fail with CUDA errors until "
+        "it is repaired" + HOLDER,
+    ),
+    AlertRule(
+        name="GPUUncorrectableECC",
+        expr=f"increase({ECC_DBE}[10m]) > 0",
+        duration="0m",
+        severity="critical",
+        summary="GPU {{ $labels.gpu }} on {{ $labels.node }} had uncorrectable ECC errors",
+        description="{{ $value }} double-bit ECC errors in 10 minutes" + HOLDER,
     ),
 )
 

@@ -35,6 +35,8 @@ TEMP = "DCGM_FI_DEV_GPU_TEMP"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 FB_USED = "DCGM_FI_DEV_FB_USED"
 FB_FREE = "DCGM_FI_DEV_FB_FREE"
+XID = "DCGM_FI_DEV_XID_ERRORS"
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 
 # One physical device (or MIG instance): what ``max by`` keeps to de-duplicate the
 # per-pod copies of a time-sliced GPU's series.
@@ -232,7 +234,6 @@ def _held_devices_by_pod() -> str:
 
 # --- GPU failures ----------------------------------------------------------------------
 
-XID = "DCGM_FI_DEV_XID_ERRORS"
 
 
 def held_devices_over(window_seconds: float) -> str:

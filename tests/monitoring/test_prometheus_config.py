@@ -37,7 +37,7 @@ def test_shipped_rules_pass_promtool_check_rules() -> None:
     # Given the rule file Prometheus loads; When promtool checks it; Then it passes
     result = promtool("check", "rules", str(RULES_PATH))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_shipped_files_are_the_generated_ones() -> None:
@@ -212,3 +212,58 @@ def test_no_recording_rule_reads_another() -> None:
     }
     assert len(records) == 4
     assert not [name for name, rule in records.items() if "gpu_portal:" in str(rule["expr"])]
+
+
+def test_xid_and_ecc_alerts_fire_for_the_failed_gpu_only(tmp_path: Path) -> None:
+    # Given two GPUs: GPU 0 reports XID 79 and a double-bit ECC error from the third minute,
+    # held by pod t-0; GPU 1 stays healthy
+    held = '{Hostname="n1",gpu="0",namespace="team-a",pod="t-0"}'
+    series = [
+        (f"DCGM_FI_DEV_XID_ERRORS{held}", "0 0 79 79 79"),
+        ('DCGM_FI_DEV_XID_ERRORS{Hostname="n1",gpu="1"}', "0x4"),
+        (f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{held}", "0 0 1 1 1"),
+        ('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{Hostname="n1",gpu="1"}', "0x4"),
+    ]
+    failed = {"Hostname": "n1", "gpu": "0", "node": "n1", "namespace": "team-a", "pod": "t-0"}
+
+    def fired(name: str, value: str) -> dict[str, object]:
+        return {
+            "eval_time": "3m",
+            "alertname": name,
+            "exp_alerts": [
+                {
+                    "exp_labels": {**failed, "severity": "critical"},
+                    "exp_annotations": {
+                        key: text.replace("{{ $labels.gpu }}", "0")
+                        .replace("{{ $labels.node }}", "n1")
+                        .replace("{{ $value }}", value)
+                        .replace(
+                            "{{ if $labels.pod }} (pod {{ $labels.namespace }}/{{ $labels.pod }})"
+                            "{{ end }}",
+                            " (pod team-a/t-0)",
+                        )
+                        for key, text in rules_by_name(RULES_PATH.read_text())[name][
+                            "annotations"
+                        ].items()
+                    },
+                }
+            ],
+        }
+
+    case = {
+        "interval": "1m",
+        "input_series": [{"series": s, "values": v} for s, v in series],
+        # Then at minute 3 each alert fires once, for GPU 0 and its pod, naming the XID
+        "alert_rule_test": [
+            fired("GPUXidError", "79"),
+            fired("GPUUncorrectableECC", "1"),
+            {"eval_time": "1m", "alertname": "GPUXidError", "exp_alerts": []},
+        ],
+    }
+    (tmp_path / "tests.yml").write_text(
+        yaml.safe_dump(
+            {"rule_files": [str(RULES_PATH)], "evaluation_interval": "1m", "tests": [case]}
+        )
+    )
+    result = promtool("test", "rules", str(tmp_path / "tests.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
