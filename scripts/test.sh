@@ -45,4 +45,30 @@ $BIN/ruff format --check .
 echo "== mypy"
 $BIN/mypy
 echo "== pytest"
-$BIN/pytest "$@"
+if [ "$#" -gt 0 ]; then
+  exec $BIN/pytest "$@"  # some tests, as asked
+fi
+# The whole suite in two processes at once, each with its own test database and Redis
+# database: the tests that drive real workers, sandboxes and browsers mostly wait on them.
+SLOW=(tests/integration tests/security tests/web)
+REST=()
+for dir in tests/*/; do
+  dir=${dir%/}
+  compgen -G "$dir/test_*.py" >/dev/null || continue  # fixtures and helpers only
+  [[ " ${SLOW[*]} " == *" $dir "* ]] || REST+=("$dir")
+done
+REST+=(tests/test_architecture.py)
+redis_db=${REDIS_URL##*/}
+mkdir -p var/log
+(
+  export DATABASE_URL="${DATABASE_URL}_b"
+  export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 14) % 16 ))"
+  exec $BIN/pytest -p no:cacheprovider "${SLOW[@]}"
+) > var/log/pytest-slow.log 2>&1 &
+slow=$!
+status=0
+$BIN/pytest -p no:cacheprovider "${REST[@]}" || status=$?
+wait $slow || status=$?
+echo "== pytest (${SLOW[*]})"
+cat var/log/pytest-slow.log
+exit $status
