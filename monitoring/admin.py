@@ -3,8 +3,6 @@ only, with "re-build"), and each job's day rows (read only)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.forms import ModelForm
@@ -12,11 +10,13 @@ from django.http import HttpRequest
 
 from monitoring.accounting import usage_rollup_day
 from monitoring.models import GpuPrice, GpuUsageDay, RollupDay
-from teams.services import audit_record
+from teams.admin import AuditedDeleteAdmin, ReadOnlyAdmin
+from teams.audit import audit_record
 
 
 @admin.register(GpuPrice)
-class GpuPriceAdmin(admin.ModelAdmin):
+class GpuPriceAdmin(AuditedDeleteAdmin):
+    audit_prefix = "gpu_price"
     list_display = ["product", "price_per_gpu_hour", "effective_from", "created_at"]
     list_filter = ["product"]
     search_fields = ["product"]
@@ -43,26 +43,6 @@ class GpuPriceAdmin(admin.ModelAdmin):
             },
             ip_address=request.META.get("REMOTE_ADDR"),
         )
-
-    def delete_model(self, request: HttpRequest, obj: GpuPrice) -> None:
-        audit_record(actor=request.user, action="gpu_price.delete", target=obj)
-        super().delete_model(request, obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[GpuPrice]) -> None:
-        for price in queryset:
-            audit_record(actor=request.user, action="gpu_price.delete", target=price)
-        super().delete_queryset(request, queryset)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(RollupDay)

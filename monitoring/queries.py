@@ -235,7 +235,6 @@ def _held_devices_by_pod() -> str:
 # --- GPU failures ----------------------------------------------------------------------
 
 
-
 def held_devices_over(window_seconds: float) -> str:
     """Every (pod, device) a pod held at some point in the window (its utilisation series
     carry the pod while it holds the device)."""

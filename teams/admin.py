@@ -228,12 +228,8 @@ class MembershipAdmin(admin.ModelAdmin):
             self.delete_model(request, membership)
 
 
-@admin.register(AuditLog)
-class AuditLogAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "actor", "action", "target", "changes", "ip_address"]
-    list_filter = ["action", "created_at"]
-    search_fields = ["target", "actor__username", "action"]
-    date_hierarchy = "created_at"
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the admin shows and never edits (the audit log, rolled-up accounting)."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -245,11 +241,36 @@ class AuditLogAdmin(admin.ModelAdmin):
         return False
 
 
+class AuditedDeleteAdmin(admin.ModelAdmin):
+    """Deletions from the admin (one row, or the bulk action) each get an audit entry
+    ``<audit_prefix>.delete``."""
+
+    audit_prefix = ""
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        audit_record(actor=request.user, action=f"{self.audit_prefix}.delete", target=obj)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for obj in queryset:
+            audit_record(actor=request.user, action=f"{self.audit_prefix}.delete", target=obj)
+        super().delete_queryset(request, queryset)
+
+
+@admin.register(AuditLog)
+class AuditLogAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "actor", "action", "target", "changes", "ip_address"]
+    list_filter = ["action", "created_at"]
+    search_fields = ["target", "actor__username", "action"]
+    date_hierarchy = "created_at"
+
+
 @admin.register(GroupMapping)
-class GroupMappingAdmin(admin.ModelAdmin):
+class GroupMappingAdmin(AuditedDeleteAdmin):
     """Identity-provider groups → teams and roles (or platform admin); audited. Memberships
     follow them at each user's next sign-on."""
 
+    audit_prefix = "group_mapping"
     list_display = ["group", "team", "role", "platform_admin"]
     list_filter = ["platform_admin", "role", "team"]
     search_fields = ["group", "team__slug"]
@@ -266,15 +287,6 @@ class GroupMappingAdmin(admin.ModelAdmin):
             changes={"group": obj.group, "team": obj.team.slug if obj.team else None,
                      "role": obj.role, "platform_admin": obj.platform_admin},
         )  # fmt: skip
-
-    def delete_model(self, request: HttpRequest, obj: GroupMapping) -> None:
-        audit_record(actor=request.user, action="group_mapping.delete", target=obj)
-        super().delete_model(request, obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[GroupMapping]) -> None:
-        for mapping in queryset:
-            audit_record(actor=request.user, action="group_mapping.delete", target=mapping)
-        super().delete_queryset(request, queryset)
 
 
 @admin.register(SsoIdentity)

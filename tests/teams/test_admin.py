@@ -11,7 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from jobs.models import JobState
-from teams.models import AuditLog, GpuQuota, Team
+from monitoring.models import GpuPrice
+from teams.models import AuditLog, GpuQuota, GroupMapping, Team
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -233,3 +234,49 @@ def test_new_team_without_namespace_gets_team_slug(client: Client, admin_user: U
     assert response.status_code == 302, response.content.decode()[:2000]
     assert Team.objects.get(slug="perception").namespace == "team-perception"
     assert AuditLog.objects.filter(action="team.create", actor=admin_user).exists()
+
+
+def test_group_mappings_and_gpu_prices_are_audited(client: Client, admin_user: User) -> None:
+    client.force_login(admin_user)
+    vision = Team.objects.get(slug="vision")
+    # Given a platform admin mapping an IdP group to a team and setting a GPU price
+    added = client.post(
+        "/admin/teams/groupmapping/add/",
+        {"group": "ml-vision-leads", "team": vision.pk, "role": "lead"},
+    )
+    assert added.status_code == 302, added.content[:500]
+    priced = client.post(
+        "/admin/monitoring/gpuprice/add/",
+        {"product": "NVIDIA-H100-80GB-HBM3", "price_per_gpu_hour": "4.25",
+         "effective_from": "2026-12-01"},
+    )  # fmt: skip
+    assert priced.status_code == 302, priced.content[:500]
+    mapping = GroupMapping.objects.get(group="ml-vision-leads")
+    price = GpuPrice.objects.get(effective_from="2026-12-01")
+    # When both are deleted with the bulk action
+    for url, pk in (
+        ("/admin/teams/groupmapping/", mapping.pk),
+        ("/admin/monitoring/gpuprice/", price.pk),
+    ):
+        response = client.post(
+            url, {"action": "delete_selected", "_selected_action": [pk], "post": "yes"}
+        )
+        assert response.status_code == 302
+    # Then every change is in the audit log, with who made it
+    actions = list(
+        AuditLog.objects.filter(actor=admin_user, action__startswith=("group_mapping"))
+        .values_list("action", flat=True)
+        .order_by("id")
+    ) + list(
+        AuditLog.objects.filter(actor=admin_user, action__startswith="gpu_price")
+        .values_list("action", flat=True)
+        .order_by("id")
+    )
+    assert actions == [
+        "group_mapping.create",
+        "group_mapping.delete",
+        "gpu_price.create",
+        "gpu_price.delete",
+    ]
+    created = AuditLog.objects.get(action="gpu_price.create")
+    assert created.changes["price_per_gpu_hour"] == [None, "4.25"]
