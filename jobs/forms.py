@@ -76,6 +76,14 @@ class JobForm(forms.Form):
         ),
         help_text="One PersistentVolumeClaim per line: claim:/mount/path, add :ro for read-only.",
     )
+    checkpoint = forms.CharField(
+        required=False,
+        max_length=530,
+        label="Checkpoint volume",
+        widget=forms.TextInput(attrs={"placeholder": "checkpoints:/checkpoints"}),
+        help_text="Training: claim:/mount/path. The container gets CHECKPOINT_DIR and "
+        "RESTART_ATTEMPT; after a GPU failure the portal runs it again elsewhere.",
+    )
     # runtime — training
     workers = forms.IntegerField(required=False, min_value=1, initial=1, label="Workers (pods)")
     max_runtime_seconds = forms.IntegerField(required=False, label="Max runtime (seconds)")
@@ -90,7 +98,7 @@ class JobForm(forms.Form):
         ("GPUs", ("gpu_count", "gpu_sharing", "gpu_product", "gpu_mig_profile")),
         ("Resources", ("cpu", "memory")),
         ("Scheduling", ("priority",)),
-        ("Storage", ("volumes",)),
+        ("Storage", ("volumes", "checkpoint")),
         (
             "Runtime",
             ("workers", "max_runtime_seconds", "retries", "replicas", "port", "health_path"),
@@ -144,6 +152,9 @@ class JobForm(forms.Form):
         for field in runtime:
             if data.get(field) not in (None, ""):
                 spec[field] = data[field]
+        checkpoint = _checkpoint(self)
+        if checkpoint is not None:
+            spec["checkpoint"] = checkpoint  # an inference job's is refused by the spec check
         return spec
 
     def add_spec_errors(self, field_errors: dict[str, list[str]], message: str) -> None:
@@ -179,6 +190,17 @@ def _env(form: JobForm) -> dict[str, str]:
             continue
         env[key.strip()] = value
     return env
+
+
+def _checkpoint(form: JobForm) -> dict[str, str] | None:
+    raw = (form.cleaned_data.get("checkpoint") or "").strip()
+    if not raw:
+        return None
+    claim, sep, path = raw.partition(":")
+    if not sep or not claim or not path:
+        form.add_error("checkpoint", "Write claim:/mount/path, e.g. checkpoints:/checkpoints.")
+        return None
+    return {"claim": claim, "mount_path": path}
 
 
 def _volumes(form: JobForm) -> list[dict[str, Any]]:
@@ -228,6 +250,11 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
         volumes="\n".join(
             f"{v['claim']}:{v['mount_path']}" + (":ro" if v.get("read_only") else "")
             for v in spec.get("volumes") or []
+        ),
+        checkpoint=(
+            f"{spec['checkpoint']['claim']}:{spec['checkpoint']['mount_path']}"
+            if spec.get("checkpoint")
+            else ""
         ),
     )
     return initial

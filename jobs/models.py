@@ -63,6 +63,9 @@ class Job(models.Model):
     # The runs an eviction ended, [started, released] ISO timestamps each: the GPU-hours
     # they held stay in the accounting after ``started_at`` is cleared for the next run.
     earlier_runs = models.JSONField(default=list, blank=True)
+    # Runs again after a GPU failure, and the nodes those failures happened on (avoided).
+    gpu_failure_retries = models.PositiveSmallIntegerField(default=0)
+    excluded_nodes = models.JSONField(default=list, blank=True)
     # The idle-GPU policy: when the owner was warned and when the job is to be stopped if
     # its GPUs stay idle (both cleared when they become active); a lead's exemption.
     idle_warned_at = models.DateTimeField(null=True, blank=True)

@@ -141,12 +141,22 @@ def _check_node_capacity(
             )
 
 
-def _context(*, spec: JobSpec, team: Team, catalog: Catalog, job_id: int) -> ManifestContext:
+def _context(
+    *,
+    spec: JobSpec,
+    team: Team,
+    catalog: Catalog,
+    job_id: int,
+    attempt: int = 0,
+    excluded_nodes: tuple[str, ...] = (),
+) -> ManifestContext:
     return ManifestContext(
         job_id=job_id,
         namespace=team.namespace,
         shared_gpu_resource=catalog.shared_gpu_resource,
         kubernetes_version=settings.KUBERNETES_VERSION,
+        attempt=attempt,
+        excluded_nodes=excluded_nodes,
     )
 
 
@@ -186,8 +196,17 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     return CheckedSpec(spec=spec, team=team, catalog=catalog, demand=demand)
 
 
-def _manifests_for(checked: CheckedSpec, job_id: int) -> list[dict[str, Any]]:
-    ctx = _context(spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job_id)
+def _manifests_for(
+    checked: CheckedSpec, job_id: int, *, attempt: int = 0, excluded_nodes: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    ctx = _context(
+        spec=checked.spec,
+        team=checked.team,
+        catalog=checked.catalog,
+        job_id=job_id,
+        attempt=attempt,
+        excluded_nodes=excluded_nodes,
+    )
     manifests = build_manifests(checked.spec, ctx)
     violations = check_manifests(
         manifests,
@@ -328,3 +347,13 @@ def job_cancel(*, user: User, job_id: int) -> Job:
     # Freed quota may admit the next queued job.
     admission_enqueue(team_id=job.team_id)
     return job
+
+
+def job_manifests_rebuild(
+    *, job: Job, attempt: int, excluded_nodes: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """A job's manifests for another run: the same spec, with ``RESTART_ATTEMPT`` and the
+    nodes it must avoid (checked by the policy as at submission)."""
+    spec = JobSpec.from_dict(job.spec)
+    checked = CheckedSpec(spec=spec, team=job.team, catalog=catalog_get(), demand=job.demand)
+    return _manifests_for(checked, job.pk, attempt=attempt, excluded_nodes=excluded_nodes)

@@ -37,6 +37,17 @@ class VolumeMount:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """Where a training job keeps its checkpoints: a PersistentVolumeClaim of the team's
+    namespace, mounted read-write at ``mount_path``; the container gets ``CHECKPOINT_DIR``
+    (that path) and ``RESTART_ATTEMPT`` (0, then 1, 2 … when the portal runs it again after
+    a GPU failure), so the script resumes from its newest checkpoint."""
+
+    claim: str
+    mount_path: str
+
+
+@dataclass(frozen=True)
 class JobSpec:
     team: str
     name: str
@@ -51,6 +62,7 @@ class JobSpec:
     priority: Priority = "normal"
     volumes: tuple[VolumeMount, ...] = ()
     # training only
+    checkpoint: Checkpoint | None = None
     workers: int = 1
     max_runtime_seconds: int | None = None
     retries: int = 0
@@ -70,6 +82,11 @@ class JobSpec:
         data["volumes"] = [
             {name: getattr(v, name) for name in _VOLUME_FIELDS} for v in self.volumes
         ]
+        data["checkpoint"] = (
+            None
+            if self.checkpoint is None
+            else {"claim": self.checkpoint.claim, "mount_path": self.checkpoint.mount_path}
+        )
         return data
 
     @classmethod
@@ -81,6 +98,8 @@ class JobSpec:
         values["args"] = tuple(values.get("args") or ())
         values["env"] = dict(values.get("env") or {})
         values["volumes"] = tuple(VolumeMount(**v) for v in values.get("volumes") or ())
+        checkpoint = values.get("checkpoint")
+        values["checkpoint"] = Checkpoint(**checkpoint) if checkpoint else None
         return cls(**values)
 
     @property
@@ -94,7 +113,7 @@ class JobSpec:
 
 
 # The fields of one kind only: a spec of the other kind that sends one is refused.
-TRAINING_ONLY = ("workers", "max_runtime_seconds", "retries")
+TRAINING_ONLY = ("checkpoint", "workers", "max_runtime_seconds", "retries")
 INFERENCE_ONLY = ("replicas", "port", "health_path")
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))

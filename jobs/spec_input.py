@@ -266,11 +266,11 @@ class GpuInput(StrictSerializer):
         return attrs
 
 
-class VolumeInput(StrictSerializer):
+class ClaimMountInput(StrictSerializer):
+    """A PersistentVolumeClaim of the team's namespace and where the container mounts it."""
+
     claim = serializers.CharField(max_length=253, trim_whitespace=False)
     mount_path = serializers.CharField(max_length=256, trim_whitespace=False)
-    # The JSON name is fixed; DRF's metaclass moves it out of the class attribute it shadows.
-    read_only = serializers.BooleanField(default=False)  # type: ignore[assignment]
 
     def validate_claim(self, value: str) -> str:
         check_token(value, "a PersistentVolumeClaim name", "imagenet")
@@ -294,6 +294,15 @@ class VolumeInput(StrictSerializer):
                 f"{value} is a system path; mount volumes elsewhere, e.g. /data."
             )
         return normalised
+
+
+class VolumeInput(ClaimMountInput):
+    # The JSON name is fixed; DRF's metaclass moves it out of the class attribute it shadows.
+    read_only = serializers.BooleanField(default=False)  # type: ignore[assignment]
+
+
+class CheckpointInput(ClaimMountInput):
+    """``checkpoint: {claim, mount_path}`` (training): read-write, ``CHECKPOINT_DIR``."""
 
 
 def _string_list() -> serializers.ListField:
@@ -341,6 +350,12 @@ class JobSpecInput(StrictSerializer):
     memory = _optional_quantity()
     priority = serializers.ChoiceField(choices=PRIORITIES, default="normal")
     volumes = VolumeInput(many=True, required=False, default=list)
+    checkpoint = CheckpointInput(
+        required=False,
+        allow_null=True,
+        help_text="Training only: the claim checkpoints are kept on and where it is mounted; "
+        "the container gets CHECKPOINT_DIR and RESTART_ATTEMPT.",
+    )
     workers = serializers.IntegerField(required=False, min_value=1, max_value=MAX_WORKERS)
     max_runtime_seconds = serializers.IntegerField(
         required=False, allow_null=True, min_value=60, max_value=MAX_RUNTIME_SECONDS
@@ -459,6 +474,12 @@ class JobSpecInput(StrictSerializer):
         paths = [v["mount_path"] for v in attrs.get("volumes", [])]
         if len(paths) != len(set(paths)):
             errors["volumes"] = ["Two volumes use the same mount_path; give each its own."]
+        checkpoint = attrs.get("checkpoint")
+        if checkpoint and checkpoint["mount_path"] in paths:
+            errors["checkpoint.mount_path"] = [
+                f"A volume is mounted at {checkpoint['mount_path']} already; mount the "
+                "checkpoints elsewhere, e.g. /checkpoints."
+            ]
         if len(attrs.get("volumes", [])) > MAX_VOLUMES:
             errors["volumes"] = [f"At most {MAX_VOLUMES} volumes."]
         sizes = {

@@ -98,11 +98,9 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
             f"{xid_text(xids[device])} at {when:%H:%M}"
             for pod, device in hits
         ]
-        message = "; ".join(parts) + (
-            ". The hardware failed, not the program: run it again (the failed GPU is out of "
-            "service until it is repaired)."
-        )
-        if job_gpu_failure_record(job_id=job.pk, message=message):
+        message = "; ".join(parts) + ". The hardware failed, not the program."
+        nodes = sorted({device.node for _, device in hits})
+        if job_gpu_failure_record(job_id=job.pk, message=message, nodes=nodes):
             explained.append(job.pk)
             logger.warning("job %s: %s", job.pk, message)
     return explained

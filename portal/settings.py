@@ -202,6 +202,8 @@ IDLE_POLICY_INTERVAL_SECONDS = env_float("IDLE_POLICY_INTERVAL_SECONDS", 60.0)
 # How often failed jobs are checked for GPU failures (XID errors), and how far back.
 GPU_FAILURE_CHECK_INTERVAL_SECONDS = env_float("GPU_FAILURE_CHECK_INTERVAL_SECONDS", 30.0)
 GPU_FAILURE_WINDOW_MINUTES = env_float("GPU_FAILURE_WINDOW_MINUTES", 15.0)
+# A training job that failed on a GPU runs again (away from that node) this many times.
+GPU_FAILURE_RETRIES = env_int("GPU_FAILURE_RETRIES", 3)
 # How often the GPU-hour rollup updates today (and catches up on past days).
 ACCOUNTING_INTERVAL_SECONDS = env_float("ACCOUNTING_INTERVAL_SECONDS", 900.0)
 CELERY_BEAT_SCHEDULE = {

@@ -53,6 +53,13 @@ def _training_lines(tl: Timeline, now: float) -> tuple[list[tuple[float, str]], 
         "Loading dataset from /data ... 1281167 samples, 1000 classes",
         "Building model resnet50 (25.6M parameters), mixed precision bf16",
     ]
+    attempt = tl.env.get("RESTART_ATTEMPT", "0")
+    if tl.env.get("CHECKPOINT_DIR") and attempt not in ("", "0"):
+        # What a training script that honours the portal's checkpoint contract prints.
+        header.append(
+            f"Resuming from checkpoint {tl.env['CHECKPOINT_DIR']}/latest.pt "
+            f"(restart attempt {attempt})"
+        )
     step_every = max(STEP_SECONDS, tl.duration / 2000)
     total_steps = max(1, int(tl.duration // step_every))
     epochs = max(1, min(10, int(tl.duration // 30) or 1))

@@ -29,6 +29,9 @@ CONTAINER_NAME = "main"
 HTTP_PORT_NAME = "http"
 RENDEZVOUS_PORT_NAME = "rendezvous"
 SHM_VOLUME_NAME = "dshm"
+CHECKPOINT_VOLUME_NAME = "checkpoint"
+# The node label every kubelet sets to its node's name: what excluding a node selects on.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Pod Security Standards "restricted" forbids root; 1000 is the conventional
 # first non-system uid and what most ML base images create their user as.
 POD_UID = 1000
@@ -246,7 +249,7 @@ def _pod_template(
         spec,
         resources=resources,
         mounts=mounts,
-        env=_env(spec, portal_env or []),
+        env=_env(spec, [*(portal_env or []), *_checkpoint_env(spec, ctx)]),
         extras=dict(container_extras or {}),
     )
     pod_spec: dict[str, Any] = {}
@@ -260,7 +263,12 @@ def _pod_template(
     # at best, and they can shadow the user's own variables.
     pod_spec["enableServiceLinks"] = False
     pod_spec["securityContext"] = _pod_security_context()
-    affinity = _affinity(spec, has_gpu=has_gpu, pod_anti_affinity=pod_anti_affinity)
+    affinity = _affinity(
+        spec,
+        has_gpu=has_gpu,
+        pod_anti_affinity=pod_anti_affinity,
+        excluded_nodes=ctx.excluded_nodes,
+    )
     if affinity:
         pod_spec["affinity"] = affinity
     if has_gpu:
@@ -279,6 +287,14 @@ def _volumes(
     """The pod's volumes and the container's mounts: each claim, and /dev/shm for GPUs."""
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
+    if spec.checkpoint is not None:
+        volumes.append(
+            {
+                "name": CHECKPOINT_VOLUME_NAME,
+                "persistentVolumeClaim": {"claimName": spec.checkpoint.claim},
+            }
+        )
+        mounts.append({"name": CHECKPOINT_VOLUME_NAME, "mountPath": spec.checkpoint.mount_path})
     for index, volume in enumerate(spec.volumes):
         # Claim names may be DNS subdomains (dots, up to 253 characters);
         # volume names must be DNS labels, so number them instead.
@@ -349,31 +365,45 @@ def _pod_security_context() -> dict[str, Any]:
 
 
 def _affinity(
-    spec: JobSpec, *, has_gpu: bool, pod_anti_affinity: dict[str, Any] | None
+    spec: JobSpec,
+    *,
+    has_gpu: bool,
+    pod_anti_affinity: dict[str, Any] | None,
+    excluded_nodes: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Required node affinity to the GPU product, and the caller's pod anti-affinity."""
+    """Required node affinity to the GPU product and away from the nodes a GPU failed on,
+    and the caller's pod anti-affinity."""
     affinity: dict[str, Any] = {}
+    expressions: list[dict[str, Any]] = []
     # The GPU product only means something when GPUs are requested; spec
     # validation refuses a product without GPUs.
     if has_gpu and spec.gpu.product:
+        expressions.append(
+            {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": _product_label_values(spec)}
+        )
+    if excluded_nodes:
+        expressions.append(
+            {"key": HOSTNAME_LABEL, "operator": "NotIn", "values": sorted(set(excluded_nodes))}
+        )
+    if expressions:
         affinity["nodeAffinity"] = {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {
-                                "key": GPU_PRODUCT_LABEL,
-                                "operator": "In",
-                                "values": _product_label_values(spec),
-                            }
-                        ]
-                    }
-                ]
+                "nodeSelectorTerms": [{"matchExpressions": expressions}]
             }
         }
     if pod_anti_affinity is not None:
         affinity["podAntiAffinity"] = pod_anti_affinity
     return affinity
+
+
+def _checkpoint_env(spec: JobSpec, ctx: ManifestContext) -> list[dict[str, Any]]:
+    """The checkpoint contract: where checkpoints go, and which run this is (0 first)."""
+    if spec.checkpoint is None:
+        return []
+    return [
+        {"name": "CHECKPOINT_DIR", "value": spec.checkpoint.mount_path},
+        {"name": "RESTART_ATTEMPT", "value": str(ctx.attempt)},
+    ]
 
 
 def _env(spec: JobSpec, portal_env: list[dict[str, Any]]) -> list[dict[str, Any]]:

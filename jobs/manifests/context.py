@@ -23,3 +23,6 @@ class ManifestContext:
     # torchrun's default rendezvous port; any free port works as long as the
     # headless Service and the workers agree on it.
     master_port: int = 29500
+    # Runs of the job after a GPU failure (RESTART_ATTEMPT), and the nodes it must avoid.
+    attempt: int = 0
+    excluded_nodes: tuple[str, ...] = ()

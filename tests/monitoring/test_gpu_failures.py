@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from kubernetes import client, config
 
 from jobs.models import Job, JobEvent, JobState
 from jobs.services import job_submit
 from monitoring.gpu_failures import gpu_failures_check
 from notifications.events import event_for
 from tests.conftest import training_spec
-from tests.monitoring.conftest import instant, submit_running
+from tests.monitoring.conftest import instant
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import wait_for
@@ -38,8 +39,25 @@ def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
 def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     users: dict[str, User], metrics: PrometheusProcess, sandbox: SandboxProcess
 ) -> None:
-    # Given a running job, and one that will fail on its own (exit 1, healthy GPUs)
-    job = submit_running(users["alice"], name="ft", env={})
+    # Given a running job that keeps checkpoints, and one that will fail on its own (exit 1,
+    # healthy GPUs)
+    submitted = job_submit(
+        user=users["alice"],
+        data=training_spec(
+            name="ft",
+            env={"SANDBOX_DURATION": "1h"},
+            gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
+            checkpoint={"claim": "ckpt", "mount_path": "/checkpoints"},
+        ),
+    )
+    job = wait_for(
+        lambda: (
+            (j := Job.objects.get(pk=submitted.pk)).state == JobState.RUNNING
+            and j.placement.get("pods")
+            and j
+        ),
+        timeout=40,
+    )
     buggy = job_submit(
         user=users["alice"],
         data=training_spec(name="buggy", env={"SANDBOX_DURATION": "2s", "SANDBOX_EXIT_CODE": "1"}),
@@ -61,15 +79,47 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     # Then the check explains it, once; the job that failed on its own keeps its own reason
     assert gpu_failures_check() == [job.pk]
     assert gpu_failures_check() == []
-    failed = Job.objects.get(pk=job.pk)
-    assert failed.reason == "GPUFailure"
+    entry = JobEvent.objects.get(job=job, reason="GPUFailure")
+    assert entry.type == "Warning"
     assert (
         f"pod {pod} failed: GPU {gpu} on node {node} reported XID 79 (GPU has fallen off the bus)"
-        in failed.message
+        in entry.message
     )
-    entry = JobEvent.objects.get(job=job, reason="GPUFailure")
-    assert entry.type == "Warning" and entry.message == failed.message
+    assert f"attempt 2 of 4) away from node {node}, resuming from its checkpoints in" in (
+        entry.message
+    )
     event = event_for(state=None, reason="GPUFailure")
     assert event is not None and event.key == "job.gpu_failed"  # the owner is told
     assert Job.objects.get(pk=buggy.pk).reason != "GPUFailure"
+    assert Job.objects.get(pk=buggy.pk).state == JobState.FAILED  # not run again
+
+    # And it runs again, on another node, told it is a restart, and resumes its checkpoint
+    again = wait_for(
+        lambda: (
+            (j := Job.objects.get(pk=job.pk)).state == JobState.RUNNING
+            and j.placement.get("pods")
+            and j
+        ),
+        timeout=60,
+    )
+    assert again.gpu_failure_retries == 1 and again.excluded_nodes == [node]
+    assert [p["node"] for p in again.placement["pods"]] != [node]
+    new_pod = again.placement["pods"][0]["name"]
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(sandbox.kubeconfig)))
+    env = {
+        e.name: e.value
+        for e in core.read_namespaced_pod(new_pod, job.namespace).spec.containers[0].env
+    }
+    assert env["RESTART_ATTEMPT"] == "1" and env["CHECKPOINT_DIR"] == "/checkpoints"
+    log = wait_for(lambda: core.read_namespaced_pod_log(new_pod, job.namespace), timeout=20)
+    assert "Resuming from checkpoint /checkpoints/latest.pt (restart attempt 1)" in log
+    assert [
+        e.reason
+        for e in JobEvent.objects.filter(job=job, reason__in=["GPUFailure", "Retrying", "Requeued"])
+    ] == [
+        "GPUFailure",
+        "Retrying",
+        "Requeued",
+    ]
+    assert len(again.earlier_runs) == 1  # the failed run's GPU-hours are kept
     inject(sandbox, node=node, gpu=int(gpu), repair=True)

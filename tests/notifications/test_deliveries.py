@@ -308,5 +308,6 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
         "job.evicted",
         "job.idle",
         "job.idle_stopped",
+        "job.gpu_failed",
         "report.monthly",
     ]

@@ -1,0 +1,72 @@
+"""A job failed by its GPU: run again (training) away from the node, up to the limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from jobs.hardware import job_gpu_failure_record
+from jobs.models import Job, JobEvent, JobState
+from tests.conftest import training_spec
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def failed_job(demo: dict[str, Any], **fields: Any) -> Job:
+    spec = training_spec(checkpoint={"claim": "ckpt", "mount_path": "/checkpoints"})
+    spec.setdefault("workers", 1)
+    job = JobFactory(
+        team=demo["teams"]["vision"],
+        owner=demo["users"]["alice"],
+        name=spec["name"],
+        spec={**spec, "command": [], "args": [], "volumes": []},
+        state=JobState.FAILED,
+        object_name=f"{spec['name']}-1",
+        started_at=timezone.now() - timezone.timedelta(hours=1),
+        finished_at=timezone.now(),
+        **fields,
+    )
+    return job
+
+
+def test_a_training_job_runs_again_away_from_the_node_with_the_next_attempt(
+    demo: dict[str, Any],
+) -> None:
+    job = failed_job(demo)
+    assert job_gpu_failure_record(job_id=job.pk, message="GPU 5 failed.", nodes=["gpu-a"])
+    job.refresh_from_db()
+    assert (job.state, job.reason, job.gpu_failure_retries) == (JobState.QUEUED, "GPUFailure", 1)
+    assert job.evicted_at is not None and job.excluded_nodes == ["gpu-a"]
+    assert len(job.earlier_runs) == 1 and job.started_at is None
+    pod = job.manifests[-1]["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["gpu-a"]} in terms[
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["RESTART_ATTEMPT"] == "1" and env["CHECKPOINT_DIR"] == "/checkpoints"
+    assert {"name": "checkpoint", "mountPath": "/checkpoints"} in pod["containers"][0][
+        "volumeMounts"
+    ]
+    assert "attempt 2 of 4) away from node gpu-a, resuming from its checkpoints" in job.message
+    # Recorded once: a second look changes nothing.
+    assert not job_gpu_failure_record(job_id=job.pk, message="again", nodes=["gpu-a"])
+
+
+def test_past_the_limit_or_for_a_server_it_only_says_so(
+    demo: dict[str, Any], settings: Any
+) -> None:
+    settings.GPU_FAILURE_RETRIES = 2
+    exhausted = failed_job(demo, gpu_failure_retries=2, excluded_nodes=["gpu-a", "gpu-b"])
+    assert job_gpu_failure_record(job_id=exhausted.pk, message="GPU 1 failed.", nodes=["gpu-c"])
+    exhausted.refresh_from_db()
+    assert exhausted.state == JobState.FAILED and exhausted.reason == "GPUFailure"
+    assert exhausted.message.endswith("It failed on hardware 3 times: not run again.")
+    server = failed_job(demo, kind="inference")
+    assert job_gpu_failure_record(job_id=server.pk, message="GPU 2 failed.", nodes=["gpu-a"])
+    server.refresh_from_db()
+    assert server.state == JobState.FAILED and server.message == "GPU 2 failed."
+    assert JobEvent.objects.filter(reason="GPUFailure").count() == 2
