@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from cluster import kube
 from core.errors import ClusterUnavailable
@@ -59,6 +60,9 @@ class GpuNode:
     shared: ResourceUse | None  # nvidia.com/gpu.shared (time-slicing), when offered
     taints: list[NodeTaint]
     unschedulable: bool
+    # What the device plugin took out of service: GPU resources in capacity, not allocatable.
+    unhealthy_gpus: int = 0
+    ready: str = "True"  # the node's Ready condition: True, False or Unknown
 
 
 def cluster_gpu_nodes() -> list[GpuNode]:
@@ -70,7 +74,8 @@ def cluster_gpu_nodes() -> list[GpuNode]:
     Raises ``ClusterUnavailable`` (503) when the cluster cannot be read.
     """
     try:
-        nodes = [node_from_k8s(obj) for obj in kube.list_all("Node")]
+        raw = list(kube.list_all("Node"))
+        nodes = [node_from_k8s(obj) for obj in raw]
         bound = [
             pod_from_k8s(obj)
             for obj in kube.list_all("Pod")
@@ -84,6 +89,7 @@ def cluster_gpu_nodes() -> list[GpuNode]:
         for resource, amount in pod.requests.items():
             if is_gpu_resource(resource):
                 allocated[pod.node_name][resource] += amount
+    health = {(obj.get("metadata") or {}).get("name", ""): _health(obj) for obj in raw}
     result = []
     for node in sorted(nodes, key=lambda n: n.name):
         gpu_resources = {r: q for r, q in node.allocatable.items() if is_gpu_resource(r) and q}
@@ -109,9 +115,33 @@ def cluster_gpu_nodes() -> list[GpuNode]:
                 ),
                 taints=[NodeTaint(t.key, t.value, t.effect) for t in node.taints],
                 unschedulable=node.unschedulable,
+                unhealthy_gpus=health[node.name][0],
+                ready=health[node.name][1],
             )
         )
     return result
+
+
+def _health(obj: dict[str, Any]) -> tuple[int, str]:
+    """(GPU resources in capacity but not allocatable, the Ready condition's status)."""
+    status = obj.get("status") or {}
+    capacity, allocatable = status.get("capacity") or {}, status.get("allocatable") or {}
+    unhealthy = 0
+    for resource, amount in capacity.items():
+        if is_gpu_resource(resource):
+            try:
+                unhealthy += max(0, int(amount) - int(allocatable.get(resource, 0)))
+            except (TypeError, ValueError):
+                continue
+    ready = next(
+        (
+            c.get("status", "Unknown")
+            for c in status.get("conditions") or []
+            if c.get("type") == "Ready"
+        ),
+        "Unknown",
+    )
+    return unhealthy, str(ready)
 
 
 def _physical_gpus(labels: dict[str, str], whole: int) -> int:

@@ -155,6 +155,18 @@ class AlertOutput(serializers.Serializer):
     job_id = serializers.IntegerField(source="job.pk", allow_null=True, default=None)
 
 
+class GpuHealthOutput(serializers.Serializer):
+    node = serializers.CharField()
+    gpu = serializers.CharField(help_text="Empty for a node-wide row.")
+    xid = serializers.IntegerField(allow_null=True, help_text="The GPU's last XID (DCGM).")
+    xid_meaning = serializers.CharField()
+    ecc_dbe = serializers.IntegerField(allow_null=True, help_text="Double-bit ECC errors.")
+    unhealthy_gpus = serializers.IntegerField(
+        help_text="GPU resources the device plugin took out of service (capacity − allocatable)."
+    )
+    ready = serializers.CharField(help_text="The node's Ready condition.")
+
+
 class ClusterOutput(serializers.Serializer):
     range = serializers.CharField(source="range_key")
     window = WindowOutput()
@@ -163,6 +175,7 @@ class ClusterOutput(serializers.Serializer):
     utilisation = SeriesOutput(many=True, help_text="Cluster mean utilisation, %.")
     alerts = AlertOutput(many=True)
     idle = IdleOutput()
+    gpu_health = GpuHealthOutput(many=True)
 
 
 class ClusterMonitoringApi(ApiView):
@@ -197,6 +210,7 @@ class ClusterMonitoringApi(ApiView):
             "utilisation": overview.utilisation,
             "alerts": overview.alerts,
             "idle": overview.idle,
+            "gpu_health": overview.gpu_health,
         }
         return Response(ClusterOutput(data).data)
 

@@ -23,30 +23,9 @@ from jobs.hardware import GPU_FAILURE, job_gpu_failure_record
 from jobs.models import Job, JobState
 from monitoring import prometheus, queries
 from monitoring.selectors.common import PodKey, pods_to_jobs
+from monitoring.xid import xid_text
 
 logger = logging.getLogger(__name__)
-
-# NVIDIA's XID codes, in the words of its XID catalogue (the ones that fail a job's GPU).
-XID_MEANINGS: dict[int, str] = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup, due to a previous error",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-}
-
-
-def xid_text(code: int) -> str:
-    return f"XID {code} ({XID_MEANINGS.get(code, 'see NVIDIA’s XID catalogue')})"
 
 
 @dataclass(frozen=True)

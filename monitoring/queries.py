@@ -244,6 +244,16 @@ def held_devices_over(window_seconds: float) -> str:
     return f"max {by('namespace', 'pod', *GPU_KEY)} ({source})"
 
 
+def gpu_xid_now() -> str:
+    """Each GPU's last XID (DCGM keeps it until the driver reloads), where it is not 0."""
+    return f"max {by('node', 'gpu')} ({with_node(XID)}) > 0"
+
+
+def gpu_ecc_dbe_now() -> str:
+    """Each GPU's double-bit ECC error count, where it is not 0."""
+    return f"max {by('node', 'gpu')} ({with_node(ECC_DBE)}) > 0"
+
+
 def new_xid_errors(window_seconds: float) -> str:
     """GPUs whose last XID changed within the window (value: the newest code seen). DCGM keeps
     a GPU's last XID until the driver reloads, so an XID that was there all along is old

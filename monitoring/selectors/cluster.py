@@ -18,6 +18,7 @@ from monitoring import prometheus, queries
 from monitoring.prometheus import MetricsUnavailable, Sample, Series
 from monitoring.selectors.common import Window, jobs_for_pods
 from monitoring.selectors.idle import IdleReport, idle_report_get
+from monitoring.xid import xid_meaning
 from teams.selectors import teams_for_user
 
 
@@ -87,6 +88,20 @@ class GpuAlert:
     job: Job | None  # the holding job, when the user may see it
 
 
+@dataclass(frozen=True)
+class GpuHealth:
+    """One GPU (or node) that needs a look: its last XID and ECC errors (DCGM), GPUs the
+    device plugin took out of service and the node's readiness (the cluster)."""
+
+    node: str
+    gpu: str  # "" for a node-wide row
+    xid: int | None
+    xid_meaning: str
+    ecc_dbe: int | None
+    unhealthy_gpus: int
+    ready: str
+
+
 @dataclass
 class ClusterOverview:
     range_key: str
@@ -99,6 +114,7 @@ class ClusterOverview:
     alerts: list[GpuAlert] = field(default_factory=list)
     idle: IdleReport | None = None
     metrics_error: str | None = None
+    gpu_health: list[GpuHealth] = field(default_factory=list)
 
 
 def _cells(samples: list[Sample]) -> list[GpuCell]:
@@ -154,8 +170,10 @@ def cluster_overview_get(
     now = now or timezone.now()
     _, seconds = queries.parse_range(range_key)
     overview = ClusterOverview(range_key=range_key, window=Window.last(seconds, now=now))
+    nodes: list[GpuNode] = []
     try:
-        overview.products = capacity_by_product(cluster_gpu_nodes())
+        nodes = cluster_gpu_nodes()
+        overview.products = capacity_by_product(nodes)
     except ClusterUnavailable as exc:
         if not tolerate_errors:
             raise
@@ -176,8 +194,48 @@ def cluster_overview_get(
         )
         overview.alerts = gpu_alerts_get(user=user, now=now)
         overview.idle = idle_report_get(user=user, now=now)
+        xids = _by_gpu(prometheus.query(queries.gpu_xid_now(), at=now))
+        eccs = _by_gpu(prometheus.query(queries.gpu_ecc_dbe_now(), at=now))
     except MetricsUnavailable as exc:
         if not tolerate_errors:
             raise
         overview.metrics_error = exc.message
+        xids, eccs = {}, {}
+    overview.gpu_health = gpu_health_rows(nodes, xids, eccs)
     return overview
+
+
+def _by_gpu(samples: list[Sample]) -> dict[tuple[str, str], int]:
+    return {
+        (s.labels.get("node", "?"), s.labels.get("gpu", "?")): int(s.value or 0) for s in samples
+    }
+
+
+def gpu_health_rows(
+    nodes: Iterable[GpuNode],
+    xids: dict[tuple[str, str], int],
+    eccs: dict[tuple[str, str], int],
+) -> list[GpuHealth]:
+    """A row per GPU with an XID or ECC errors, and per node with GPUs out of service or not
+    Ready; nodes first by name, a node's own row before its GPUs'."""
+    rows: list[GpuHealth] = []
+    by_node = {node.name: node for node in nodes}
+    for node in by_node.values():
+        if node.unhealthy_gpus or node.ready != "True":
+            rows.append(GpuHealth(node.name, "", None, "", None, node.unhealthy_gpus, node.ready))
+    for key in sorted(set(xids) | set(eccs)):
+        node_name, gpu = key
+        xid = xids.get(key)
+        holder = by_node.get(node_name)
+        rows.append(
+            GpuHealth(
+                node_name,
+                gpu,
+                xid,
+                xid_meaning(xid) if xid else "",
+                eccs.get(key),
+                0,
+                holder.ready if holder else "?",
+            )
+        )
+    return sorted(rows, key=lambda r: (r.node, r.gpu != "", len(r.gpu), r.gpu))

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from kubernetes import client, config
 
 from jobs.models import Job, JobEvent, JobState
 from jobs.services import job_submit
 from monitoring.gpu_failures import gpu_failures_check
 from notifications.events import event_for
-from tests.conftest import training_spec
+from tests.conftest import api_client_for, training_spec
 from tests.monitoring.conftest import instant
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.sandbox_process import SandboxProcess
@@ -122,4 +123,22 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
         "Requeued",
     ]
     assert len(again.earlier_runs) == 1  # the failed run's GPU-hours are kept
+
+    # The cluster page's GPU health: the GPU's XID in words, the node's GPU out of service
+    api = api_client_for(users["alice"])
+    health = api.get("/api/v1/monitoring/cluster/").json()["gpu_health"]
+    rows = {(h["node"], h["gpu"]): h for h in health}
+    assert rows[(node, gpu)]["xid"] == 79
+    assert rows[(node, gpu)]["xid_meaning"] == "GPU has fallen off the bus"
+    assert rows[(node, "")]["unhealthy_gpus"] == 1 and rows[(node, "")]["ready"] == "True"
+    page = Client()
+    page.force_login(users["alice"])
+    html = page.get("/monitoring/").content.decode()
+    assert f'data-gpu-health="{node}/{gpu}"' in html and "GPU has fallen off the bus" in html
+    # Repaired: back in service; the last XID stays until the driver reloads
     inject(sandbox, node=node, gpu=int(gpu), repair=True)
+    rows = {
+        (h["node"], h["gpu"]): h
+        for h in api.get("/api/v1/monitoring/cluster/").json()["gpu_health"]
+    }
+    assert (node, "") not in rows and rows[(node, gpu)]["xid"] == 79
