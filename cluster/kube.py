@@ -406,12 +406,15 @@ def watch(
         response.release_conn()
 
 
-def pod_log(name: str, namespace: str, *, tail_lines: int = 200) -> str:
+def pod_log(name: str, namespace: str, *, tail_lines: int = 200, timestamps: bool = False) -> str:
+    """The last lines of a pod's log; ``timestamps``: each line starts with its RFC 3339
+    time, as ``kubectl logs --timestamps`` shows it."""
     text = _call(
         client.CoreV1Api(api_client()).read_namespaced_pod_log,
         name,
         namespace,
         tail_lines=tail_lines,
+        timestamps=timestamps,
     )
     return text if isinstance(text, str) else json.dumps(text)
 

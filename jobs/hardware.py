@@ -13,13 +13,19 @@ then it is admitted and applied again (``jobs.eviction``).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from cluster import kube
 from core.errors import ApplicationError
 from jobs.models import Job, JobState
 from jobs.services import job_manifests_rebuild
@@ -28,11 +34,53 @@ from jobs.timeline import timeline_add
 from jobs.transitions import job_transition
 
 GPU_FAILURE = "GPUFailure"
+# What a training script prints after saving a checkpoint (docs/jobs.md), e.g.
+# "GPU_PORTAL_CHECKPOINT step=41000 path=/checkpoints/step-41000.pt".
+CHECKPOINT_LINE = re.compile(r"^(?P<at>\S+) .*\bGPU_PORTAL_CHECKPOINT step=(?P<step>\d+)")
+LOG_LINES_READ = 2000
 
 
-def job_gpu_failure_record(*, job_id: int, message: str, nodes: list[str] | None = None) -> bool:
-    """Mark a failed job as failed by its hardware (once), and run a training job again
+@dataclass(frozen=True)
+class Lost:
+    """What a failed run cost: GPU-hours since its last checkpoint (or since it started)."""
+
+    gpu_hours: float
+    step: int | None
+    checkpoint_at: datetime | None
+
+
+def _last_checkpoint(job: Job, pods: list[str]) -> tuple[int, datetime] | None:
+    """The newest checkpoint line the failed pods logged (their logs with timestamps)."""
+    found: tuple[int, datetime] | None = None
+    for pod in pods:
+        try:
+            text = kube.pod_log(pod, job.namespace, tail_lines=LOG_LINES_READ, timestamps=True)
+        except kube.ClusterError:
+            continue  # the pod is gone or the cluster away: nothing reported from it
+        for line in text.splitlines():
+            match = CHECKPOINT_LINE.match(line)
+            at = parse_datetime(match["at"]) if match else None
+            if match and at is not None and (found is None or at > found[1]):
+                found = (int(match["step"]), at)
+    return found
+
+
+def _lost(job: Job, pods: list[str]) -> Lost:
+    end = job.finished_at or timezone.now()
+    checkpoint = _last_checkpoint(job, pods) if (job.spec or {}).get("checkpoint") else None
+    since = checkpoint[1] if checkpoint else job.started_at or end
+    hours = job.gpu_count * max(0.0, (end - since).total_seconds()) / 3600
+    return Lost(hours, checkpoint[0] if checkpoint else None, checkpoint[1] if checkpoint else None)
+
+
+def job_gpu_failure_record(
+    *, job_id: int, message: str, nodes: list[str] | None = None, pods: list[str] | None = None
+) -> bool:
+    """Mark a failed job as failed by its hardware (once), count the GPU-hours it lost since
+    its last checkpoint (read from the failed ``pods``' logs), and run a training job again
     on other nodes while it has retries left. Returns whether it changed."""
+    candidate = Job.objects.filter(pk=job_id, state=JobState.FAILED).first()
+    lost = _lost(candidate, pods or []) if candidate is not None else Lost(0.0, None, None)
     with transaction.atomic():
         job = (
             Job.objects.select_for_update()
@@ -56,6 +104,13 @@ def job_gpu_failure_record(*, job_id: int, message: str, nodes: list[str] | None
             except ApplicationError as exc:  # the policy changed since it was submitted
                 again = False
                 message += f" It cannot run again as it is: {exc.message}"
+        if lost.step is not None and lost.checkpoint_at is not None:
+            message += (
+                f" About {lost.gpu_hours:.2f} GPU-hours were lost since its last checkpoint "
+                f"(step {lost.step:,} at {timezone.localtime(lost.checkpoint_at):%H:%M})."
+            )
+        elif job.kind == Job.Kind.TRAINING:
+            message += f" About {lost.gpu_hours:.2f} GPU-hours were lost (no checkpoint)."
         if again:
             message += (
                 f" The portal runs it again (attempt {attempt + 1} of {retries + 1}) away from "
@@ -69,7 +124,10 @@ def job_gpu_failure_record(*, job_id: int, message: str, nodes: list[str] | None
         elif job.kind == Job.Kind.TRAINING and exhausted:
             message += f" It failed on hardware {retries + 1} times: not run again."
         Job.objects.filter(pk=job.pk).update(
-            reason=GPU_FAILURE, message=message, updated_at=timezone.now()
+            reason=GPU_FAILURE,
+            message=message,
+            gpu_hours_lost=F("gpu_hours_lost") + lost.gpu_hours,
+            updated_at=timezone.now(),
         )
         timeline_add(job_id=job.pk, reason=GPU_FAILURE, message=message, type="Warning")
         if again:

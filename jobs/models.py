@@ -66,6 +66,8 @@ class Job(models.Model):
     # Runs again after a GPU failure, and the nodes those failures happened on (avoided).
     gpu_failure_retries = models.PositiveSmallIntegerField(default=0)
     excluded_nodes = models.JSONField(default=list, blank=True)
+    # GPU-hours the failures cost: the time since each failed run's last checkpoint.
+    gpu_hours_lost = models.FloatField(default=0.0)
     # The idle-GPU policy: when the owner was warned and when the job is to be stopped if
     # its GPUs stay idle (both cleared when they become active); a lead's exemption.
     idle_warned_at = models.DateTimeField(null=True, blank=True)

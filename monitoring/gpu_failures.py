@@ -79,7 +79,8 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
         ]
         message = "; ".join(parts) + ". The hardware failed, not the program."
         nodes = sorted({device.node for _, device in hits})
-        if job_gpu_failure_record(job_id=job.pk, message=message, nodes=nodes):
+        pods = sorted({pod for pod, _ in hits})
+        if job_gpu_failure_record(job_id=job.pk, message=message, nodes=nodes, pods=pods):
             explained.append(job.pk)
             logger.warning("job %s: %s", job.pk, message)
     return explained

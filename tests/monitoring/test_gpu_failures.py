@@ -5,7 +5,9 @@ job that fails on its own (exit 1, healthy GPUs) is left as it is."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -64,6 +66,12 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
         data=training_spec(name="buggy", env={"SANDBOX_DURATION": "2s", "SANDBOX_EXIT_CODE": "1"}),
     )
     pod = job.placement["pods"][0]["name"]
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(sandbox.kubeconfig)))
+    # (it has saved a checkpoint: the sandbox trainer says so every 20 steps)
+    wait_for(
+        lambda: "GPU_PORTAL_CHECKPOINT step=" in core.read_namespaced_pod_log(pod, job.namespace),
+        timeout=30,
+    )
     held = wait_for(lambda: instant(metrics, f'DCGM_FI_DEV_GPU_UTIL{{pod="{pod}"}}'), timeout=20)
     node, gpu = held[0]["metric"]["Hostname"], held[0]["metric"]["gpu"]
 
@@ -89,6 +97,15 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     assert f"attempt 2 of 4) away from node {node}, resuming from its checkpoints in" in (
         entry.message
     )
+    lost = re.search(
+        r"About ([0-9.]+) GPU-hours were lost since its last checkpoint \(step ", entry.message
+    )
+    assert lost is not None, entry.message
+    recorded = Job.objects.get(pk=job.pk).gpu_hours_lost
+    assert recorded == pytest.approx(float(lost.group(1)), abs=0.005)
+    started, ended = (datetime.fromisoformat(t) for t in Job.objects.get(pk=job.pk).earlier_runs[0])
+    # Less than the whole run (one GPU): only the time since the checkpoint is lost
+    assert 0 < recorded < (ended - started).total_seconds() / 3600
     event = event_for(state=None, reason="GPUFailure")
     assert event is not None and event.key == "job.gpu_failed"  # the owner is told
     assert Job.objects.get(pk=buggy.pk).reason != "GPUFailure"
