@@ -229,6 +229,11 @@ def replace(manifest: Obj) -> Obj:
     )
 
 
+def cordon(node: str) -> Obj:
+    """Mark a node unschedulable, as ``kubectl cordon`` does (its running pods stay)."""
+    return _call(client.CoreV1Api(api_client()).patch_node, node, {"spec": {"unschedulable": True}})
+
+
 def scale(kind: str, name: str, namespace: str, replicas: int) -> Obj:
     """Set a workload's replicas through its ``scale`` subresource: a PUT of a ``Scale``, as
     ``kubectl scale`` and autoscalers do, so no patch format needs agreeing on."""

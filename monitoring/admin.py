@@ -9,7 +9,7 @@ from django.forms import ModelForm
 from django.http import HttpRequest
 
 from monitoring.accounting import usage_rollup_day
-from monitoring.models import GpuPrice, GpuUsageDay, RollupDay
+from monitoring.models import GpuPrice, GpuUsageDay, NodeFailure, RollupDay
 from teams.admin import AuditedDeleteAdmin, ReadOnlyAdmin
 from teams.audit import audit_record
 
@@ -81,3 +81,13 @@ class GpuUsageDayAdmin(ReadOnlyAdmin):
     search_fields = ["job_name", "user__username", "team__slug"]
     list_select_related = ["team", "user"]
     date_hierarchy = "day"
+
+
+@admin.register(NodeFailure)
+class NodeFailureAdmin(ReadOnlyAdmin):
+    """Each node's GPU failure history (XIDs that failed jobs), newest first."""
+
+    list_display = ["at", "node", "gpu", "xid", "job", "pod"]
+    list_filter = ["node", "xid"]
+    search_fields = ["node", "pod"]
+    date_hierarchy = "at"

@@ -165,6 +165,10 @@ class GpuHealthOutput(serializers.Serializer):
         help_text="GPU resources the device plugin took out of service (capacity − allocatable)."
     )
     ready = serializers.CharField(help_text="The node's Ready condition.")
+    failures_week = serializers.IntegerField(
+        help_text="Node rows: GPU failures that failed jobs in the last 7 days."
+    )
+    cordoned = serializers.BooleanField(help_text="Node rows: the node is unschedulable.")
 
 
 class ClusterOutput(serializers.Serializer):

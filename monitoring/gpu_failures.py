@@ -19,11 +19,14 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from cluster import kube
 from jobs.hardware import GPU_FAILURE, job_gpu_failure_record
 from jobs.models import Job, JobState
 from monitoring import prometheus, queries
+from monitoring.models import NodeFailure
 from monitoring.selectors.common import PodKey, pods_to_jobs
 from monitoring.xid import xid_text
+from teams.audit import audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -83,4 +86,41 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
         if job_gpu_failure_record(job_id=job.pk, message=message, nodes=nodes, pods=pods):
             explained.append(job.pk)
             logger.warning("job %s: %s", job.pk, message)
+            NodeFailure.objects.bulk_create(
+                NodeFailure(
+                    node=device.node,
+                    gpu=device.gpu,
+                    xid=xids[device],
+                    job=job,
+                    pod=pod,
+                    at=job.finished_at or now,
+                )
+                for pod, device in hits
+            )
+            for node in nodes:
+                _cordon_if_failing(node, now)
     return explained
+
+
+def _cordon_if_failing(node: str, now: datetime) -> None:
+    """Cordon a node whose GPUs failed jobs ``GPU_FAILURE_CORDON_AFTER`` times within the
+    window (off at 0); audited. A cluster that refuses is logged: the failures stay shown."""
+    limit = int(settings.GPU_FAILURE_CORDON_AFTER)
+    if limit <= 0:
+        return
+    since = now - timedelta(hours=float(settings.GPU_FAILURE_CORDON_WINDOW_HOURS))
+    failures = NodeFailure.objects.filter(node=node, at__gte=since).count()
+    if failures < limit:
+        return
+    try:
+        kube.cordon(node)
+    except kube.ClusterError as exc:
+        logger.error("node %s: %s GPU failures, not cordoned: %s", node, failures, exc.message)
+        return
+    logger.warning("node %s cordoned: %s GPU failures since %s", node, failures, since)
+    audit_record(
+        actor=None,
+        action="node.cordon",
+        target=f"Node {node}",
+        changes={"gpu_failures": failures, "since": since.isoformat()},
+    )

@@ -109,3 +109,22 @@ class RollupDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} ({'complete' if self.complete else 'partial'})"
+
+
+class NodeFailure(models.Model):
+    """A GPU failure that failed a job (an XID on a GPU its pod held): the node's failure
+    history, shown on the cluster page and in the admin, and what cordoning counts."""
+
+    node = models.CharField(max_length=253, db_index=True)
+    gpu = models.CharField(max_length=16)
+    xid = models.PositiveIntegerField()
+    job = models.ForeignKey(Job, null=True, on_delete=models.SET_NULL, related_name="+")
+    pod = models.CharField(max_length=253, blank=True)
+    at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name = "GPU failure"
+
+    def __str__(self) -> str:
+        return f"{self.node} GPU {self.gpu}: XID {self.xid} at {self.at:%Y-%m-%d %H:%M}"

@@ -5,16 +5,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Count
 from django.utils import timezone
 
 from cluster.nodes import GpuNode, cluster_gpu_nodes
 from core.errors import ClusterUnavailable
 from jobs.models import Job
 from monitoring import prometheus, queries
+from monitoring.models import NodeFailure
 from monitoring.prometheus import MetricsUnavailable, Sample, Series
 from monitoring.selectors.common import Window, jobs_for_pods
 from monitoring.selectors.idle import IdleReport, idle_report_get
@@ -100,6 +102,8 @@ class GpuHealth:
     ecc_dbe: int | None
     unhealthy_gpus: int
     ready: str
+    failures_week: int = 0  # node rows: GPU failures that failed jobs, last 7 days
+    cordoned: bool = False
 
 
 @dataclass
@@ -201,7 +205,9 @@ def cluster_overview_get(
             raise
         overview.metrics_error = exc.message
         xids, eccs = {}, {}
-    overview.gpu_health = gpu_health_rows(nodes, xids, eccs)
+    week = NodeFailure.objects.filter(at__gte=now - timedelta(days=7))
+    failures = dict(week.values_list("node").annotate(n=Count("id")).values_list("node", "n"))
+    overview.gpu_health = gpu_health_rows(nodes, xids, eccs, failures)
     return overview
 
 
@@ -215,14 +221,29 @@ def gpu_health_rows(
     nodes: Iterable[GpuNode],
     xids: dict[tuple[str, str], int],
     eccs: dict[tuple[str, str], int],
+    failures: dict[str, int] | None = None,
 ) -> list[GpuHealth]:
-    """A row per GPU with an XID or ECC errors, and per node with GPUs out of service or not
-    Ready; nodes first by name, a node's own row before its GPUs'."""
+    """A row per GPU with an XID or ECC errors, and per node with GPUs out of service, not
+    Ready, cordoned, or with GPU failures this week; a node's own row before its GPUs'."""
+    failures = failures or {}
     rows: list[GpuHealth] = []
     by_node = {node.name: node for node in nodes}
     for node in by_node.values():
-        if node.unhealthy_gpus or node.ready != "True":
-            rows.append(GpuHealth(node.name, "", None, "", None, node.unhealthy_gpus, node.ready))
+        failed = failures.get(node.name, 0)
+        if node.unhealthy_gpus or node.ready != "True" or node.unschedulable or failed:
+            rows.append(
+                GpuHealth(
+                    node.name,
+                    "",
+                    None,
+                    "",
+                    None,
+                    node.unhealthy_gpus,
+                    node.ready,
+                    failed,
+                    node.unschedulable,
+                )
+            )
     for key in sorted(set(xids) | set(eccs)):
         node_name, gpu = key
         xid = xids.get(key)

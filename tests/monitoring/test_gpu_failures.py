@@ -18,7 +18,9 @@ from kubernetes import client, config
 from jobs.models import Job, JobEvent, JobState
 from jobs.services import job_submit
 from monitoring.gpu_failures import gpu_failures_check
+from monitoring.models import NodeFailure
 from notifications.events import event_for
+from teams.models import AuditLog
 from tests.conftest import api_client_for, training_spec
 from tests.monitoring.conftest import instant
 from tests.monitoring.prometheus_process import PrometheusProcess
@@ -40,8 +42,9 @@ def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
 
 
 def test_a_job_whose_gpu_falls_off_the_bus_says_so(
-    users: dict[str, User], metrics: PrometheusProcess, sandbox: SandboxProcess
+    users: dict[str, User], metrics: PrometheusProcess, sandbox: SandboxProcess, settings: Any
 ) -> None:
+    settings.GPU_FAILURE_CORDON_AFTER = 1  # a node cordoned at its first GPU failure
     # Given a running job that keeps checkpoints, and one that will fail on its own (exit 1,
     # healthy GPUs)
     submitted = job_submit(
@@ -88,6 +91,11 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     # Then the check explains it, once; the job that failed on its own keeps its own reason
     assert gpu_failures_check() == [job.pk]
     assert gpu_failures_check() == []
+    # ...the node's history has it, and (set to 1 failure) the node is cordoned, audited
+    (failure,) = NodeFailure.objects.all()
+    assert (failure.node, failure.gpu, failure.xid, failure.job_id) == (node, gpu, 79, job.pk)
+    assert core.read_node(node).spec.unschedulable is True
+    assert AuditLog.objects.filter(action="node.cordon", target=f"Node {node}").exists()
     entry = JobEvent.objects.get(job=job, reason="GPUFailure")
     assert entry.type == "Warning"
     assert (
@@ -104,8 +112,9 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     recorded = Job.objects.get(pk=job.pk).gpu_hours_lost
     assert recorded == pytest.approx(float(lost.group(1)), abs=0.005)
     started, ended = (datetime.fromisoformat(t) for t in Job.objects.get(pk=job.pk).earlier_runs[0])
-    # Less than the whole run (one GPU): only the time since the checkpoint is lost
-    assert 0 < recorded < (ended - started).total_seconds() / 3600
+    # Less than the whole run (one GPU): only the time since the checkpoint is lost (the
+    # container's finish time has whole seconds: a checkpoint in its last second costs 0)
+    assert 0 <= recorded < (ended - started).total_seconds() / 3600
     event = event_for(state=None, reason="GPUFailure")
     assert event is not None and event.key == "job.gpu_failed"  # the owner is told
     assert Job.objects.get(pk=buggy.pk).reason != "GPUFailure"
@@ -148,6 +157,7 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     assert rows[(node, gpu)]["xid"] == 79
     assert rows[(node, gpu)]["xid_meaning"] == "GPU has fallen off the bus"
     assert rows[(node, "")]["unhealthy_gpus"] == 1 and rows[(node, "")]["ready"] == "True"
+    assert rows[(node, "")]["failures_week"] == 1 and rows[(node, "")]["cordoned"] is True
     page = Client()
     page.force_login(users["alice"])
     html = page.get("/monitoring/").content.decode()
@@ -158,4 +168,5 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
         (h["node"], h["gpu"]): h
         for h in api.get("/api/v1/monitoring/cluster/").json()["gpu_health"]
     }
-    assert (node, "") not in rows and rows[(node, gpu)]["xid"] == 79
+    assert rows[(node, "")]["unhealthy_gpus"] == 0 and rows[(node, gpu)]["xid"] == 79
+    core.patch_node(node, {"spec": {"unschedulable": False}})  # uncordoned by an admin

@@ -23,7 +23,7 @@ NEEDED = {
     ("apps", "deployments", "create"), ("apps", "deployments", "delete"),
     ("", "services", "get"), ("", "services", "create"), ("", "services", "delete"),
     ("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list"), ("", "nodes", "list"),
-    ("apps", "deployments/scale", "update"),
+    ("apps", "deployments/scale", "update"), ("", "nodes", "patch"),
     ("networking.k8s.io", "networkpolicies", "get"),
     ("networking.k8s.io", "networkpolicies", "create"),
     ("networking.k8s.io", "networkpolicies", "update"),
