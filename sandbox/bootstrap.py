@@ -10,7 +10,9 @@ from sandbox.cluster import Cluster
 from sandbox.profiles import build_nodes
 
 
-def _node_conditions(ts: str) -> list[dict[str, Any]]:
+def node_conditions(ts: str) -> list[dict[str, Any]]:
+    """A healthy kubelet's node conditions (also what a node coming back reports)."""
+
     def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:
         return {
             "type": ctype,
@@ -75,7 +77,7 @@ def bootstrap(cluster: Cluster, profile: dict[str, Any]) -> None:
         for spec in build_nodes(profile, cluster.options.seed, ts):
             node = spec.node
             node["metadata"]["uid"] = cluster.new_uid()
-            node["status"]["conditions"] = _node_conditions(ts)
+            node["status"]["conditions"] = node_conditions(ts)
             store.put("nodes", node)
             store.meta_set(
                 f"devices/{node['metadata']['name']}", [d.to_json() for d in spec.devices]

@@ -161,6 +161,8 @@ def render(cluster: Cluster) -> str:
         samples: dict[str, list[str]] = {name: [] for name, _, _ in FAMILIES}
         for node in cluster.store.list("nodes"):
             node_name = node["metadata"]["name"]
+            if faults.node_down(cluster, node_name):
+                continue  # its exporter went down with it
             devices = cluster.devices(node_name)
             by_gpu: dict[int, list[Device]] = {}
             for dev in devices:

@@ -8,6 +8,10 @@
   it unhealthy, so the node's allocatable GPU resources drop by what the GPU offered while
   its capacity stays; and every container using it exits with a failure whose log ends the
   way a CUDA program's does. Nothing is assigned the GPU until it is repaired.
+- ``{"node": N, "down": true}``: the node's kubelet stops (no Lease renewals, its pods
+  frozen, its exporter unreachable): the node lifecycle controller marks it ``Unknown``,
+  taints it unreachable and evicts its pods after their toleration
+  (``sandbox.controllers.nodelifecycle``); ``"down": false`` brings it back.
 - ``{"node": N, "gpu": 5, "repair": true}``: healthy again (allocatable restored; the last
   XID stays in the exporter, as it does until the driver is reloaded, and the ECC count).
 
@@ -80,11 +84,23 @@ def _adjust_allocatable(cluster: Cluster, node: str, gpu: int, sign: int) -> Non
     cluster.store.put("nodes", obj)
 
 
+def node_down(cluster: Cluster, node: str) -> bool:
+    """The node's kubelet is gone (a ``{"node", "down": true}`` fault): no heartbeats, its
+    pods frozen as they were, its exporter unreachable."""
+    return bool(cluster.store.meta_get(f"nodedown/{node}", False))
+
+
 def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
-    """Apply one fault request (see the module's docstring); returns the GPU's fault."""
+    """Apply one fault request (see the module's docstring); returns the GPU's fault, or
+    ``{"node", "down"}`` for a node."""
     node, gpu = body.get("node"), body.get("gpu")
     if not isinstance(node, str) or cluster.store.get("nodes", "", node) is None:
         raise _bad_request(f"node: no node named {node!r}")
+    if "down" in body:
+        if not isinstance(body["down"], bool):
+            raise _bad_request("down: true (the node stops) or false (it comes back)")
+        cluster.store.meta_set(f"nodedown/{node}", body["down"])
+        return {"node": node, "down": body["down"]}
     if not isinstance(gpu, int) or gpu not in {d.gpu for d in cluster.devices(node)}:
         raise _bad_request(f"gpu: node {node} has no GPU {gpu!r}")
     current = gpu_fault(cluster, node, gpu) or {}
@@ -172,11 +188,15 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--kubeconfig", required=True, help="the kubeconfig the sandbox wrote")
     p.add_argument("--node", required=True)
-    p.add_argument("--gpu", required=True, type=int, help="the physical GPU's index")
+    p.add_argument("--gpu", type=int, help="the physical GPU's index (GPU faults)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--xid", type=int, choices=sorted(XID_MEANINGS))
     what.add_argument("--repair", action="store_true")
+    what.add_argument("--down", action="store_true", help="the node's kubelet stops")
+    what.add_argument("--up", action="store_true", help="the node's kubelet is back")
     args = p.parse_args(argv)
+    if (args.xid or args.repair) and args.gpu is None:
+        p.error("--xid and --repair need --gpu")
     with open(args.kubeconfig) as fh:
         config = yaml.safe_load(fh)
     cluster = config["clusters"][0]["cluster"]
@@ -185,8 +205,11 @@ def main(argv: list[str]) -> int:
     if cluster.get("certificate-authority-data"):
         ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
         context = ssl.create_default_context(cadata=ca)
-    body = {"node": args.node, "gpu": args.gpu}
-    body |= {"repair": True} if args.repair else {"xid": args.xid}
+    body: dict[str, Any] = {"node": args.node}
+    if args.down or args.up:
+        body["down"] = bool(args.down)
+    else:
+        body |= {"gpu": args.gpu} | ({"repair": True} if args.repair else {"xid": args.xid})
     server = str(cluster["server"]).rstrip("/")
     if not server.startswith(("https://", "http://")):
         p.error(f"the kubeconfig's server {server!r} is not an http(s) URL")

@@ -438,6 +438,8 @@ def reconcile(cluster: Cluster) -> None:
         if hit is not None and hit[0] == rv and now < hit[1]:
             still[uid] = hit
             continue
+        if pod["spec"].get("nodeName") and faults.node_down(cluster, pod["spec"]["nodeName"]):
+            continue  # its kubelet is gone: nothing on it moves, nothing is confirmed
         if pod["spec"].get("nodeName"):
             _tick_pod(cluster, pod, now)
             if (

@@ -1,10 +1,11 @@
 """Node heartbeats: each simulated kubelet holds a ``coordination.k8s.io/v1`` Lease named
 after its node in ``kube-node-lease`` and renews it every 10 seconds, as a real kubelet
-does (``kubectl describe node`` reads it). A cordoned node still renews; the sandbox's
-nodes never die."""
+does (``kubectl describe node`` reads it). A cordoned node still renews; a node that is down
+(``sandbox.faults``) does not."""
 
 from __future__ import annotations
 
+from sandbox import faults
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
 from sandbox.cluster import Cluster
@@ -20,7 +21,7 @@ def reconcile(cluster: Cluster) -> None:
     renewed = cluster.settled.setdefault("leases", {})  # node → (last renewal,)
     for node in list(store.iter("nodes")):
         name = node["metadata"]["name"]
-        if now - renewed.get(name, (0.0,))[0] < RENEW_EVERY:
+        if now - renewed.get(name, (0.0,))[0] < RENEW_EVERY or faults.node_down(cluster, name):
             continue
         lease = store.get(rt.key, NAMESPACE, name)
         if lease is None:

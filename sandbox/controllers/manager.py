@@ -13,7 +13,7 @@ import threading
 import time
 
 from sandbox.cluster import Cluster
-from sandbox.controllers import deployment, gc, job, kubelet, lease
+from sandbox.controllers import deployment, gc, job, kubelet, lease, nodelifecycle
 from sandbox.controllers.scheduler import Scheduler
 
 log = logging.getLogger("sandbox.controllers")
@@ -46,6 +46,7 @@ class ControllerManager:
             self.scheduler.reconcile,
             lambda: kubelet.reconcile(self.cluster),
             lambda: lease.reconcile(self.cluster),
+            lambda: nodelifecycle.reconcile(self.cluster),
             lambda: gc.reconcile(self.cluster),
         )
         for step in steps:

@@ -144,3 +144,72 @@ def test_an_ecc_error_moves_the_ecc_counter_and_bad_requests_name_the_field(
         raise AssertionError("an unknown XID was accepted")
     except urllib.error.HTTPError as exc:
         assert exc.code == 400 and "xid: one of 48" in exc.read().decode()
+
+
+def test_a_node_that_stops_is_marked_unknown_tainted_and_its_pods_evicted(
+    sandbox: Any, batch: Any, core: Any, namespace: str
+) -> None:
+    # Given a running pod on a GPU node
+    batch.create_namespaced_job(
+        namespace,
+        job_manifest(
+            "stranded", {"nvidia.com/gpu": 1}, product=A100,
+            annotations={"sandbox.gpu-portal.dev/duration": "2h"},
+        ),
+    )  # fmt: skip
+    pod = wait_for(
+        lambda: next(
+            (p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"),
+            None,
+        )
+    )
+    node = pod.spec.node_name
+
+    def ready(name: str) -> Any:
+        return next(c for c in core.read_node(name).status.conditions if c.type == "Ready")
+
+    # When its kubelet stops (no more Lease renewals)
+    assert fault(sandbox, "--node", node, "--down").returncode == 0
+
+    # Then after the grace period the node is Unknown and tainted unreachable...
+    wait_for(lambda: ready(node).status == "Unknown", timeout=20)
+    assert ready(node).reason == "NodeStatusUnknown"
+    assert ready(node).message == "Kubelet stopped posting node status."
+    taints = {(t.key, t.effect) for t in core.read_node(node).spec.taints or []}
+    assert {
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    } <= taints
+    # ...its exporter is gone with it...
+    assert not any(
+        s.labels.get("Hostname") == node for s in scrape(sandbox)["DCGM_FI_DEV_GPU_UTIL"]
+    )
+    # ...and once the pod's 300 s toleration has passed, the taint manager evicts it: it
+    # stays Terminating (nobody on the node confirms it)
+    evicted = wait_for(
+        lambda: (
+            (
+                p := core.read_namespaced_pod(pod.metadata.name, namespace)
+            ).metadata.deletion_timestamp
+            and p
+        ),
+        timeout=30,
+    )
+    target = next(c for c in evicted.status.conditions if c.type == "DisruptionTarget")
+    assert target.reason == "DeletionByTaintManager"
+    events = core.list_namespaced_event(namespace).items
+    assert any(e.reason == "TaintManagerEviction" for e in events)
+
+    # When it comes back: Ready, untainted, and the evicted pod finishes terminating
+    assert fault(sandbox, "--node", node, "--up").returncode == 0
+    wait_for(lambda: ready(node).status == "True", timeout=20)
+    assert not any(
+        t.key == "node.kubernetes.io/unreachable" for t in core.read_node(node).spec.taints or []
+    )
+    wait_for(
+        lambda: (
+            pod.metadata.name
+            not in [p.metadata.name for p in core.list_namespaced_pod(namespace).items]
+        ),
+        timeout=30,
+    )
