@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from cluster import kube
@@ -26,6 +27,7 @@ from monitoring import prometheus, queries
 from monitoring.models import NodeFailure
 from monitoring.selectors.common import PodKey, pods_to_jobs
 from monitoring.xid import xid_text
+from notifications.services import Notice, notice_publish
 from teams.audit import audit_record
 
 logger = logging.getLogger(__name__)
@@ -98,8 +100,49 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
                 for pod, device in hits
             )
             for node in nodes:
+                _report_if_failing(node, now)
                 _cordon_if_failing(node, now)
     return explained
+
+
+def _report_if_failing(node: str, now: datetime) -> None:
+    """Tell the platform admins (event ``node.gpu_failures``) once a day about a node whose
+    GPUs failed jobs ``GPU_FAILURE_REPORT_AFTER`` times within the cordon window, with its
+    failure history."""
+    limit = int(settings.GPU_FAILURE_REPORT_AFTER)
+    if limit <= 0:
+        return
+    since = now - timedelta(hours=float(settings.GPU_FAILURE_CORDON_WINDOW_HOURS))
+    history = list(NodeFailure.objects.filter(node=node, at__gte=since).order_by("at"))
+    if len(history) < limit:
+        return
+    lines = [
+        f"- {timezone.localtime(f.at):%Y-%m-%d %H:%M}: GPU {f.gpu}, {xid_text(f.xid)}"
+        + (f", job #{f.job_id} (pod {f.pod})" if f.job_id else "")
+        for f in history
+    ]
+    jobs = f"{len(history)} job{'s' if len(history) != 1 else ''}"
+    body = "\n".join(
+        [
+            f"GPUs of node {node} failed {jobs} since {timezone.localtime(since):%Y-%m-%d %H:%M}:",
+            *lines,
+            "",
+            f"The cluster page's GPU health panel: {settings.PORTAL_URL}/monitoring/",
+        ]
+    )
+    day = timezone.localdate(now)
+    for admin in User.objects.filter(is_superuser=True, is_active=True):
+        notice_publish(
+            notice=Notice(
+                key=f"node.gpu_failures:{node}:{day}",
+                event="node.gpu_failures",
+                user_id=admin.pk,
+                team_id=None,
+                subject=f"Node {node}: GPUs failed {jobs}",
+                body=body,
+                payload={"node": node, "failures": len(history), "since": since.isoformat()},
+            )
+        )
 
 
 def _cordon_if_failing(node: str, now: datetime) -> None:

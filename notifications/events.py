@@ -44,6 +44,8 @@ EVENTS: tuple[EventType, ...] = (
     # Not a timeline entry: the monitoring layer sends it to each team's leads once a
     # month is rolled up (its subject is worded there).
     EventType("report.monthly", "monthly GPU-hours summary (team leads)", default=True),
+    # Not a timeline entry either: to platform admins, when a node's GPUs keep failing jobs.
+    EventType("node.gpu_failures", "node whose GPUs keep failing (platform admins)", default=True),
 )
 
 EVENT_KEYS = tuple(event.key for event in EVENTS)

@@ -45,7 +45,7 @@ class Notice:
     key: str  # unique per (job, event, timeline entry), or (event, team, month): the dedupe key
     event: str
     user_id: int
-    team_id: int
+    team_id: int | None  # None: for the user alone (a platform admin's notice)
     subject: str
     body: str
     payload: dict[str, Any] = field(default_factory=dict)
@@ -190,9 +190,12 @@ def team_settings_update(
 def _recipients(notice: Notice) -> list[Destination]:
     """The owner's destinations and the team's that want the event (the owner's email is
     on with the default events until they change it)."""
-    wanted = Destination.objects.filter(
-        Q(user_id=notice.user_id) | Q(team_id=notice.team_id), events__contains=[notice.event]
-    ).select_related("user")
+    whose = Q(user_id=notice.user_id)
+    if notice.team_id is not None:
+        whose |= Q(team_id=notice.team_id)
+    wanted = Destination.objects.filter(whose, events__contains=[notice.event]).select_related(
+        "user"
+    )
     found = list(wanted)
     has_email = Destination.objects.filter(user_id=notice.user_id, channel=Channel.EMAIL).exists()
     if not has_email and notice.event in DEFAULT_EVENTS:

@@ -206,6 +206,8 @@ GPU_FAILURE_WINDOW_MINUTES = env_float("GPU_FAILURE_WINDOW_MINUTES", 15.0)
 GPU_FAILURE_RETRIES = env_int("GPU_FAILURE_RETRIES", 3)
 # Cordon a node once its GPUs failed jobs this many times within the window (0: never).
 GPU_FAILURE_CORDON_AFTER = env_int("GPU_FAILURE_CORDON_AFTER", 0)
+# Tell the platform admins once a node's GPUs failed jobs this many times in that window.
+GPU_FAILURE_REPORT_AFTER = env_int("GPU_FAILURE_REPORT_AFTER", 2)
 GPU_FAILURE_CORDON_WINDOW_HOURS = env_float("GPU_FAILURE_CORDON_WINDOW_HOURS", 24.0)
 # How often the GPU-hour rollup updates today (and catches up on past days).
 ACCOUNTING_INTERVAL_SECONDS = env_float("ACCOUNTING_INTERVAL_SECONDS", 900.0)

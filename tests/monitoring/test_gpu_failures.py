@@ -20,6 +20,7 @@ from jobs.services import job_submit
 from monitoring.gpu_failures import gpu_failures_check
 from monitoring.models import NodeFailure
 from notifications.events import event_for
+from notifications.models import Delivery
 from teams.models import AuditLog
 from tests.conftest import api_client_for, training_spec
 from tests.monitoring.conftest import instant
@@ -45,6 +46,7 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     users: dict[str, User], metrics: PrometheusProcess, sandbox: SandboxProcess, settings: Any
 ) -> None:
     settings.GPU_FAILURE_CORDON_AFTER = 1  # a node cordoned at its first GPU failure
+    settings.GPU_FAILURE_REPORT_AFTER = 1  # and reported to the platform admins
     # Given a running job that keeps checkpoints, and one that will fail on its own (exit 1,
     # healthy GPUs)
     submitted = job_submit(
@@ -96,6 +98,10 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     assert (failure.node, failure.gpu, failure.xid, failure.job_id) == (node, gpu, 79, job.pk)
     assert core.read_node(node).spec.unschedulable is True
     assert AuditLog.objects.filter(action="node.cordon", target=f"Node {node}").exists()
+    report = Delivery.objects.get(event="node.gpu_failures")
+    assert report.destination.user == users["admin"]  # platform admins, no one else
+    assert report.subject == f"Node {node}: GPUs failed 1 job"
+    assert f"GPU {gpu}, XID 79 (GPU has fallen off the bus), job #{job.pk}" in report.body
     entry = JobEvent.objects.get(job=job, reason="GPUFailure")
     assert entry.type == "Warning"
     assert (

@@ -310,4 +310,5 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
         "job.idle_stopped",
         "job.gpu_failed",
         "report.monthly",
+        "node.gpu_failures",
     ]
