@@ -248,7 +248,8 @@ def usage_rollup_day(*, day: date, now: datetime | None = None) -> RollupResult:
             job_id__in=inference, reason__in=("IdleStopped", "Resumed"), created_at__lt=until
         ).order_by("created_at", "id"):
             scaled[event.job_id].append(event)
-    measured = _measure(start, until, {job.team for job in jobs})
+    # A day no job held GPUs on has nothing to measure: Prometheus is not asked.
+    measured = _measure(start, until, {job.team for job in jobs}) if jobs else Measured()
     owners: dict[int, list[PodKey]] = defaultdict(list)
     for pod, job in pods_to_jobs(set(measured.used) | set(measured.idle), jobs).items():
         owners[job.pk].append(pod)
@@ -313,19 +314,27 @@ def usage_rollup_day(*, day: date, now: datetime | None = None) -> RollupResult:
     return RollupResult(day, len(rows), complete, not measured.error, measured.error, seconds)
 
 
+def _first_job_day() -> date | None:
+    """The day the first job started (nothing to account before it)."""
+    first = (
+        Job.objects.filter(started_at__isnull=False)
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    return None if first is None else timezone.localdate(first)
+
+
 def rollup_days_due(*, now: datetime | None = None) -> list[date]:
     """The days the periodic rollup should do, oldest first: today (it grows), and every
     day of the last ``ACCOUNTING_BACKFILL_DAYS`` since the first job started that is not
     complete yet (never rolled up, rolled up before it ended, or without metrics)."""
     now = now or timezone.now()
     today = timezone.localdate(now)
-    first = Job.objects.filter(started_at__isnull=False).order_by("started_at").first()
-    if first is None or first.started_at is None:
+    first = _first_job_day()
+    if first is None:
         return []
-    since = max(
-        timezone.localdate(first.started_at),
-        today - timedelta(days=int(settings.ACCOUNTING_BACKFILL_DAYS)),
-    )
+    since = max(first, today - timedelta(days=int(settings.ACCOUNTING_BACKFILL_DAYS)))
     done = set(
         RollupDay.objects.filter(day__gte=since, day__lt=today, complete=True).values_list(
             "day", flat=True
@@ -425,10 +434,10 @@ def monthly_summary_send(*, now: datetime | None = None) -> list[int]:
         return []
     end = today.replace(day=1) - timedelta(days=1)
     start = end.replace(day=1)
-    first = Job.objects.filter(started_at__isnull=False).order_by("started_at").first()
-    if first is None or first.started_at is None or timezone.localdate(first.started_at) > end:
+    first = _first_job_day()
+    if first is None or first > end:
         return []
-    since = max(start, timezone.localdate(first.started_at))
+    since = max(start, first)
     complete = RollupDay.objects.filter(day__gte=since, day__lte=end, complete=True).count()
     if complete < (end - since).days + 1:
         logger.info("monthly summary for %s waits: the month is not rolled up yet", start)

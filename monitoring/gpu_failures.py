@@ -100,22 +100,27 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
                 for pod, device in hits
             )
             for node in nodes:
-                _report_if_failing(node, now)
-                _cordon_if_failing(node, now)
+                _failing_node(node, now)
     return explained
 
 
-def _report_if_failing(node: str, now: datetime) -> None:
-    """Tell the platform admins (event ``node.gpu_failures``) once a day about a node whose
-    GPUs failed jobs ``GPU_FAILURE_REPORT_AFTER`` times within the cordon window, with its
-    failure history."""
-    limit = int(settings.GPU_FAILURE_REPORT_AFTER)
-    if limit <= 0:
+def _failing_node(node: str, now: datetime) -> None:
+    """The node's failures within ``GPU_FAILURE_CORDON_WINDOW_HOURS``, read once: reported
+    to the platform admins and the node cordoned, each past its own threshold."""
+    report, cordon = int(settings.GPU_FAILURE_REPORT_AFTER), int(settings.GPU_FAILURE_CORDON_AFTER)
+    if report <= 0 and cordon <= 0:
         return
     since = now - timedelta(hours=float(settings.GPU_FAILURE_CORDON_WINDOW_HOURS))
     history = list(NodeFailure.objects.filter(node=node, at__gte=since).order_by("at"))
-    if len(history) < limit:
-        return
+    if 0 < report <= len(history):
+        _report_failing(node, history, since, now)
+    if 0 < cordon <= len(history):
+        _cordon(node, len(history), since)
+
+
+def _report_failing(node: str, history: list[NodeFailure], since: datetime, now: datetime) -> None:
+    """Tell the platform admins (event ``node.gpu_failures``), once a day, with the node's
+    failure history."""
     lines = [
         f"- {timezone.localtime(f.at):%Y-%m-%d %H:%M}: GPU {f.gpu}, {xid_text(f.xid)}"
         + (f", job #{f.job_id} (pod {f.pod})" if f.job_id else "")
@@ -145,16 +150,8 @@ def _report_if_failing(node: str, now: datetime) -> None:
         )
 
 
-def _cordon_if_failing(node: str, now: datetime) -> None:
-    """Cordon a node whose GPUs failed jobs ``GPU_FAILURE_CORDON_AFTER`` times within the
-    window (off at 0); audited. A cluster that refuses is logged: the failures stay shown."""
-    limit = int(settings.GPU_FAILURE_CORDON_AFTER)
-    if limit <= 0:
-        return
-    since = now - timedelta(hours=float(settings.GPU_FAILURE_CORDON_WINDOW_HOURS))
-    failures = NodeFailure.objects.filter(node=node, at__gte=since).count()
-    if failures < limit:
-        return
+def _cordon(node: str, failures: int, since: datetime) -> None:
+    """Cordon the node; audited. A cluster that refuses is logged: the failures stay shown."""
     try:
         kube.cordon(node)
     except kube.ClusterError as exc:

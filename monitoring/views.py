@@ -29,6 +29,7 @@ from monitoring.selectors.reports import (
     GROUPS,
     gpu_hours_report,
     period_check,
+    report_rows,
     top_wasted_jobs,
 )
 from monitoring.selectors.team import team_usage_get
@@ -235,21 +236,13 @@ def reports(request: HttpRequest) -> HttpResponse:
         report = gpu_hours_report(
             user=request.user, start=start, end=end, team_slug=team_slug, group_by="team"
         )
-        by_user = gpu_hours_report(
-            user=request.user, start=start, end=end, team_slug=team_slug, group_by="user"
-        )
-        by_day = gpu_hours_report(
-            user=request.user, start=start, end=end, team_slug=team_slug, group_by="day"
-        )
-        by_product = gpu_hours_report(
-            user=request.user, start=start, end=end, team_slug=team_slug, group_by="product"
-        )
     except ApplicationError as exc:
         if exc.status_code == 404:
             raise
         context["error"] = str(exc)
         return render(request, "monitoring/reports.html", context, status=400)
     days = [start + timedelta(days=n) for n in range((end - start).days + 1)]
+    by_product = report_rows(user=request.user, report=report, group_by="product")
     query = {"start": str(start), "end": str(end), **({"team": team_slug} if team_slug else {})}
     api = reverse("api-reports-gpu-hours")
     if period == "custom":
@@ -257,15 +250,19 @@ def reports(request: HttpRequest) -> HttpResponse:
     context.update(
         {
             "report": report,
-            "by_user": by_user,
+            "by_user": report_rows(user=request.user, report=report, group_by="user"),
             "by_product": by_product,
             "wasted": top_wasted_jobs(user=request.user, start=start, end=end, team=report.team),
-            "figures": _figure_list(charts.report_figures(by_day.rows, days)),
+            "figures": _figure_list(
+                charts.report_figures(
+                    report_rows(user=request.user, report=report, group_by="day"), days
+                )
+            ),
             "csv": {
                 group: f"{api}?{urlencode({**query, 'group_by': group, 'format': 'csv'})}"
                 for group in GROUPS
             },
-            "shared": any(p.product and p.product.startswith("shared:") for p in by_product.rows),
+            "shared": any(p.product and p.product.startswith("shared:") for p in by_product),
         }
     )
     return render(request, "monitoring/reports.html", context)

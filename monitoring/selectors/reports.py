@@ -220,6 +220,13 @@ def gpu_hours_report(
     )
 
 
+def report_rows(*, user: User | AnonymousUser, report: Report, group_by: str) -> list[ReportRow]:
+    """The same period, team and scope as ``report`` (already checked), grouped another way:
+    the page's other tables and charts, without the totals and day checks again."""
+    rows = usage_rows(user=user, start=report.start, end=report.end, team=report.team)
+    return _grouped(rows, group_by)
+
+
 @dataclass
 class TeamSummary:
     team: Team

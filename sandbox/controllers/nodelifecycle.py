@@ -44,15 +44,14 @@ def reconcile(cluster: Cluster) -> None:
     now = cluster.now()
     for node in list(cluster.store.iter("nodes")):
         name = node["metadata"]["name"]
-        renewed = _renewed(cluster, name)
         # Only a node whose kubelet is down (a fault) goes stale: at 60× speed the grace
         # period is under a second of wall time, and a busy host's pause of the sandbox's
-        # own loop must not look like a dead kubelet.
-        stale = (
-            faults.node_down(cluster, name)
-            and renewed is not None
-            and now - renewed > GRACE_SECONDS
-        )
+        # own loop must not look like a dead kubelet. Checked first: its Lease is read only
+        # for such a node, not for every node at every pass.
+        stale = False
+        if faults.node_down(cluster, name):
+            renewed = _renewed(cluster, name)
+            stale = renewed is not None and now - renewed > GRACE_SECONDS
         ready = next(
             (c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), None
         )

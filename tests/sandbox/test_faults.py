@@ -44,23 +44,28 @@ def gpus(core: Any, node: str) -> tuple[str, str]:
     return status.capacity["nvidia.com/gpu"], status.allocatable["nvidia.com/gpu"]
 
 
-def test_an_xid_fails_the_job_marks_the_gpu_unhealthy_and_shows_in_dcgm(
-    sandbox: Any, batch: Any, core: Any, namespace: str
-) -> None:
-    # Given a training job running on one A100
+def start_training(batch: Any, core: Any, namespace: str, name: str) -> Any:
+    """A one-A100 training job of two hours, once its pod runs."""
     batch.create_namespaced_job(
         namespace,
         job_manifest(
-            "trainer", {"nvidia.com/gpu": 1}, product=A100,
+            name, {"nvidia.com/gpu": 1}, product=A100,
             annotations={"sandbox.gpu-portal.dev/duration": "2h"},
         ),
     )  # fmt: skip
-    pod = wait_for(
+    return wait_for(
         lambda: next(
             (p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"),
             None,
         )
     )
+
+
+def test_an_xid_fails_the_job_marks_the_gpu_unhealthy_and_shows_in_dcgm(
+    sandbox: Any, batch: Any, core: Any, namespace: str
+) -> None:
+    # Given a training job running on one A100
+    pod = start_training(batch, core, namespace, "trainer")
     held = wait_for(lambda: held_gpu(sandbox, namespace, "trainer"))
     assert held is not None
     node, gpu = held
@@ -150,19 +155,7 @@ def test_a_node_that_stops_is_marked_unknown_tainted_and_its_pods_evicted(
     sandbox: Any, batch: Any, core: Any, namespace: str
 ) -> None:
     # Given a running pod on a GPU node
-    batch.create_namespaced_job(
-        namespace,
-        job_manifest(
-            "stranded", {"nvidia.com/gpu": 1}, product=A100,
-            annotations={"sandbox.gpu-portal.dev/duration": "2h"},
-        ),
-    )  # fmt: skip
-    pod = wait_for(
-        lambda: next(
-            (p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"),
-            None,
-        )
-    )
+    pod = start_training(batch, core, namespace, "stranded")
     node = pod.spec.node_name
 
     def ready(name: str) -> Any:
