@@ -269,10 +269,23 @@ def create_idempotent(manifest: Obj, *, owner_label: str) -> tuple[Obj, bool]:
 
 
 def delete(
-    kind: str, name: str, namespace: str | None = None, *, propagation: str = "Background"
+    kind: str,
+    name: str,
+    namespace: str | None = None,
+    *,
+    propagation: str = "Background",
+    grace_period_seconds: int | None = None,
 ) -> bool:
-    """Delete an object; returns False when it was already gone."""
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+    """Delete an object; returns False when it was already gone. ``grace_period_seconds=0``
+    on a pod removes it at once, without the kubelet's confirmation (``kubectl delete
+    --force --grace-period=0``)."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": propagation,
+    }
+    if grace_period_seconds is not None:
+        body["gracePeriodSeconds"] = grace_period_seconds
     try:
         _call(_method(kind, "delete"), name, *_ns_args(kind, namespace), body=body)
     except ObjectNotFound:

@@ -30,8 +30,36 @@ class EvictOutcome(StrEnum):
     REQUEUED = "requeued"
 
 
+def _node_lost(name: str, cache: dict[str, bool]) -> bool:
+    """Whether the node stopped responding (its ``Ready`` condition ``Unknown``: the node
+    lifecycle controller's verdict when its kubelet stops renewing its Lease), or is gone."""
+    if name not in cache:
+        try:
+            node = kube.get("Node", name)
+        except kube.ObjectNotFound:
+            cache[name] = True
+        else:
+            ready = next(
+                (
+                    c
+                    for c in (node.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "Ready"
+                ),
+                None,
+            )
+            cache[name] = ready is not None and ready.get("status") == "Unknown"
+    return cache[name]
+
+
 def _remaining(job: Job) -> int:
-    """How many of the job's objects and pods the cluster still has."""
+    """How many of the job's objects and pods the cluster still has.
+
+    A pod deleted on a node that stopped responding stays ``Terminating`` until its kubelet
+    confirms, which may be never: such a pod is removed at once (force), as an operator
+    would with ``kubectl delete pod --force``, so the job can run again elsewhere. The
+    risk a force delete carries, a partitioned node still running the old pod, is the one
+    a restart from a checkpoint accepts: the old run can only write an older checkpoint.
+    """
     left = 0
     for manifest in job.manifests:
         meta = manifest["metadata"]
@@ -41,7 +69,14 @@ def _remaining(job: Job) -> int:
         except kube.ObjectNotFound:
             pass
     pods = kube.list_all("Pod", namespace=job.namespace, label_selector=f"{JOB_ID_LABEL}={job.pk}")
-    return left + sum(1 for _ in pods)
+    lost: dict[str, bool] = {}
+    for pod in pods:
+        meta, node = pod["metadata"], (pod.get("spec") or {}).get("nodeName")
+        if meta.get("deletionTimestamp") and node and _node_lost(node, lost):
+            kube.delete("Pod", meta["name"], job.namespace, grace_period_seconds=0)
+            continue
+        left += 1
+    return left
 
 
 def job_evict(*, job_id: int) -> EvictOutcome:

@@ -17,6 +17,21 @@ Obj = dict[str, Any]
 UNSCHEDULABLE = "Unschedulable"
 
 
+TAINT_EVICTION = "DeletionByTaintManager"
+
+
+@dataclass(frozen=True)
+class EvictedPod:
+    """A pod the taint manager deleted because its node stopped responding."""
+
+    pod: str
+    node: str
+    at: datetime | None
+
+    def as_json(self) -> dict[str, str]:
+        return {"pod": self.pod, "node": self.node, "at": self.at.isoformat() if self.at else ""}
+
+
 @dataclass
 class Observation:
     state: str
@@ -27,6 +42,30 @@ class Observation:
     exit_code: int | None = None
     placement: dict[str, Any] = field(default_factory=dict)
     unschedulable_pod: Obj | None = None  # a pod the scheduler could not place
+    node_evictions: tuple[EvictedPod, ...] = ()  # why it failed: its node stopped responding
+
+
+def node_evictions(pods: list[Obj]) -> tuple[EvictedPod, ...]:
+    """Pods evicted from a node that stopped responding: the taint manager's
+    ``DisruptionTarget`` condition (``DeletionByTaintManager``), set when the pod has
+    tolerated ``node.kubernetes.io/unreachable`` (or ``not-ready``) for its
+    ``tolerationSeconds``."""
+    found = []
+    for pod in pods:
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                condition.get("type") == "DisruptionTarget"
+                and condition.get("status") == "True"
+                and condition.get("reason") == TAINT_EVICTION
+            ):
+                found.append(
+                    EvictedPod(
+                        pod=str(pod["metadata"]["name"]),
+                        node=str((pod.get("spec") or {}).get("nodeName") or "?"),
+                        at=parse_time(condition.get("lastTransitionTime")),
+                    )
+                )
+    return tuple(sorted(found, key=lambda e: e.pod))
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -165,6 +204,7 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
                 finished_at=parse_time(condition.get("lastTransitionTime")),
                 exit_code=exit_code,
                 placement=placement,
+                node_evictions=node_evictions(pods),
             )
     expected = int(spec.get("parallelism") or 1)
     live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]

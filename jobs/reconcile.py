@@ -50,6 +50,9 @@ class ReconcileReport:
     events_added: int = 0
     requeued_apply: list[int] = field(default_factory=list)
     requeued_admission: list[int] = field(default_factory=list)
+    # Jobs that failed because a node stopped responding: id → the pods it evicted
+    # (``{"pod", "node", "at"}``, plain JSON for the task that explains them).
+    node_failures: dict[int, list[dict[str, str]]] = field(default_factory=dict)
     cleanup: list[int] = field(default_factory=list)
     evictions: list[int] = field(default_factory=list)  # evicted jobs still to stop
     cluster_error: str = ""  # the cluster could not be read: nothing was tracked this run
@@ -218,6 +221,8 @@ def _apply_observation(job: Job, seen: Observation, advice: str, report: Reconci
     )
     if moved:
         report.updated.append(job.pk)
+        if seen.state == JobState.FAILED and seen.node_evictions:
+            report.node_failures[job.pk] = [e.as_json() for e in seen.node_evictions]
         if seen.state in FINAL_STATES and job.team_id not in report.requeued_admission:
             # Its quota is free: the team's (and its cohort's) queue may move now.
             report.requeued_admission.append(job.team_id)

@@ -157,6 +157,11 @@ def _context(
         kubernetes_version=settings.KUBERNETES_VERSION,
         attempt=attempt,
         excluded_nodes=excluded_nodes,
+        node_failure_toleration_seconds=(
+            settings.NODE_FAILURE_TOLERATION_SECONDS
+            if settings.NODE_FAILURE_TOLERATION_SECONDS >= 0
+            else None
+        ),
     )
 
 

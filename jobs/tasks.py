@@ -102,6 +102,21 @@ def reconcile_requeue(report: ReconcileReport) -> None:
         job_cleanup_task.delay(job_id)
     for job_id in report.evictions:
         job_evict_task.delay(job_id)
+    for job_id, evicted in report.node_failures.items():
+        job_node_failure_task.delay(job_id, evicted)
+
+
+@shared_task(**ROBUST, soft_time_limit=60, time_limit=90)
+def job_node_failure_task(job_id: int, evicted: list[dict[str, str]]) -> bool:
+    """Explain a job whose node stopped responding and run it again elsewhere (safe twice:
+    a job already explained is left as it is)."""
+    # Imported here: jobs.hardware needs jobs.services, which imports this module.
+    from jobs.hardware import job_node_failure_record
+
+    recorded = job_node_failure_record(job_id=job_id, evicted=evicted)
+    if recorded.requeued:
+        job_evict_task.delay(job_id)
+    return recorded.changed
 
 
 def admission_enqueue(*, team_id: int) -> None:

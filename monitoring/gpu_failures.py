@@ -1,5 +1,5 @@
 """Jobs that failed because their GPU failed: DCGM's XID errors, joined to the pods that held
-the GPUs, explained on the job (``jobs.hardware.job_gpu_failure_record``).
+the GPUs, explained on the job (``jobs.hardware.job_hardware_failure_record``).
 
 A failed training job's exit code cannot tell a program's bug from a GPU that fell off the
 bus (both exit 1). DCGM can: the GPU's ``DCGM_FI_DEV_XID_ERRORS`` changes to the XID code.
@@ -21,8 +21,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from cluster import kube
-from jobs.hardware import GPU_FAILURE, job_gpu_failure_record
+from jobs.hardware import GPU_FAILURE, HARDWARE_FAILURES, job_hardware_failure_record
 from jobs.models import Job, JobState
+from jobs.tasks import job_evict_task
 from monitoring import prometheus, queries
 from monitoring.models import NodeFailure
 from monitoring.selectors.common import PodKey, pods_to_jobs
@@ -52,7 +53,7 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
     failed = list(
         Job.objects.filter(
             state=JobState.FAILED, gpu_count__gt=0, finished_at__gte=now - window
-        ).exclude(reason=GPU_FAILURE)
+        ).exclude(reason__in=HARDWARE_FAILURES)
     )
     if not failed:
         return []
@@ -85,7 +86,12 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
         message = "; ".join(parts) + ". The hardware failed, not the program."
         nodes = sorted({device.node for _, device in hits})
         pods = sorted({pod for pod, _ in hits})
-        if job_gpu_failure_record(job_id=job.pk, message=message, nodes=nodes, pods=pods):
+        recorded = job_hardware_failure_record(
+            job_id=job.pk, reason=GPU_FAILURE, message=message, nodes=nodes, pods=pods
+        )
+        if recorded.requeued:
+            job_evict_task.delay(job.pk)
+        if recorded.changed:
             explained.append(job.pk)
             logger.warning("job %s: %s", job.pk, message)
             NodeFailure.objects.bulk_create(

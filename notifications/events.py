@@ -41,6 +41,12 @@ EVENTS: tuple[EventType, ...] = (
         on_reason="GPUFailure",
         default=True,
     ),
+    EventType(
+        "job.node_failed",
+        "failed because its node stopped responding",
+        on_reason="NodeFailure",
+        default=True,
+    ),
     # Not a timeline entry: the monitoring layer sends it to each team's leads once a
     # month is rolled up (its subject is worded there).
     EventType("report.monthly", "monthly GPU-hours summary (team leads)", default=True),

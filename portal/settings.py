@@ -209,6 +209,9 @@ GPU_FAILURE_CORDON_AFTER = env_int("GPU_FAILURE_CORDON_AFTER", 0)
 # Tell the platform admins once a node's GPUs failed jobs this many times in that window.
 GPU_FAILURE_REPORT_AFTER = env_int("GPU_FAILURE_REPORT_AFTER", 2)
 GPU_FAILURE_CORDON_WINDOW_HOURS = env_float("GPU_FAILURE_CORDON_WINDOW_HOURS", 24.0)
+# A training pod leaves a node that stopped responding after this many seconds (the taint
+# manager evicts it; the job then runs again elsewhere). Negative: the API server's 300 s.
+NODE_FAILURE_TOLERATION_SECONDS = env_int("NODE_FAILURE_TOLERATION_SECONDS", 60)
 # How often the GPU-hour rollup updates today (and catches up on past days).
 ACCOUNTING_INTERVAL_SECONDS = env_float("ACCOUNTING_INTERVAL_SECONDS", 900.0)
 CELERY_BEAT_SCHEDULE = {

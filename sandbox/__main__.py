@@ -26,6 +26,7 @@ import yaml
 
 from sandbox.bootstrap import bootstrap
 from sandbox.cluster import Cluster, Options
+from sandbox.controllers import faultplan
 from sandbox.controllers.manager import ControllerManager
 from sandbox.profiles import load_profile
 from sandbox.server import ApiServer, MetricsServer
@@ -102,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     profile = load_profile(args.profile)
+    try:
+        fault_rates = faultplan.check_config(profile.get("faults"))
+    except ValueError as exc:
+        print(f"profile {args.profile}: {exc}", file=sys.stderr)
+        return 2
     store = Store(args.state, reset=args.reset, watch_window=args.watch_window)
     options = Options(
         token=args.token,
@@ -109,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         speed=args.speed,
         event_ttl=args.event_ttl,
         default_training_seconds=args.default_duration,
+        faults=fault_rates,
     )
     cluster = Cluster(store, options)
     bootstrap(cluster, profile)

@@ -24,6 +24,7 @@ class Options:
     event_ttl: float = 3600.0  # simulated seconds, like the API server's --event-ttl=1h
     default_training_seconds: float = 60.0
     continue_ttl: float = 300.0  # simulated seconds before a continue token is "compacted"
+    faults: dict[str, Any] | None = None  # the profile's fault rates (controllers.faultplan)
 
 
 class Cluster:

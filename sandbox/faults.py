@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from sandbox import checkpoints
 from sandbox.cluster import Cluster
 from sandbox.errors import ApiError
 
@@ -99,6 +100,8 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
     if "down" in body:
         if not isinstance(body["down"], bool):
             raise _bad_request("down: true (the node stops) or false (it comes back)")
+        if body["down"] and not node_down(cluster, node):
+            _power_off(cluster, node)
         cluster.store.meta_set(f"nodedown/{node}", body["down"])
         return {"node": node, "down": body["down"]}
     if not isinstance(gpu, int) or gpu not in {d.gpu for d in cluster.devices(node)}:
@@ -144,6 +147,17 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
         )
     _fail_holders(cluster, node, gpu, int(xid), now)
     return fault
+
+
+def _power_off(cluster: Cluster, node: str) -> None:
+    """What the node's trainers had saved to their (network) volumes when it went down."""
+    now = cluster.now()
+    for pod in cluster.store.iter("pods"):
+        if pod["spec"].get("nodeName") != node:
+            continue
+        life = cluster.store.meta_get(f"life/{pod['metadata']['uid']}")
+        if isinstance(life, dict) and life.get("state") == "running":
+            checkpoints.save(cluster, pod, life, now)
 
 
 def _fail_holders(cluster: Cluster, node: str, gpu: int, xid: int, now: float) -> None:

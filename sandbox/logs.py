@@ -23,7 +23,7 @@ class Timeline:
     kind: str  # "training" | "inference"
     started: float  # container start (simulated epoch seconds)
     finished: float | None  # when the container exited, if it has
-    duration: float  # planned run time for training
+    duration: float  # this run's time for training (less than planned when resumed)
     exit_code: int
     image: str
     gpus: list[str]
@@ -31,6 +31,18 @@ class Timeline:
     port: int
     seed: str
     xid: int | None = None  # the GPU failed under it (sandbox.faults): CUDA's last words
+    planned: float | None = None  # the whole run's planned time (duration is what is left)
+    resume_step: int = 0  # resumed from this checkpoint step (sandbox.checkpoints)
+
+
+def step_seconds(planned: float) -> float:
+    """Seconds per training step (one log line each, at most 2,000) for a run planned to
+    last ``planned`` seconds."""
+    return max(STEP_SECONDS, planned / 2000)
+
+
+def total_steps(planned: float) -> int:
+    return max(1, int(planned // step_seconds(planned)))
 
 
 def _ts(t: float) -> str:
@@ -54,18 +66,23 @@ def _training_lines(tl: Timeline, now: float) -> tuple[list[tuple[float, str]], 
         "Building model resnet50 (25.6M parameters), mixed precision bf16",
     ]
     attempt = tl.env.get("RESTART_ATTEMPT", "0")
-    if tl.env.get("CHECKPOINT_DIR") and attempt not in ("", "0"):
-        # What a training script that honours the portal's checkpoint contract prints.
+    directory = tl.env.get("CHECKPOINT_DIR")
+    # What a training script that honours the portal's checkpoint contract prints.
+    if directory and tl.resume_step:
         header.append(
-            f"Resuming from checkpoint {tl.env['CHECKPOINT_DIR']}/latest.pt "
-            f"(restart attempt {attempt})"
+            f"Resuming from checkpoint {directory}/step-{tl.resume_step}.pt at step "
+            f"{tl.resume_step} (restart attempt {attempt})"
         )
-    step_every = max(STEP_SECONDS, tl.duration / 2000)
-    total_steps = max(1, int(tl.duration // step_every))
-    epochs = max(1, min(10, int(tl.duration // 30) or 1))
+    elif directory and attempt not in ("", "0"):
+        header.append(
+            f"No checkpoint in {directory} yet: starting from step 0 (restart attempt {attempt})"
+        )
+    planned = tl.planned or tl.duration
+    step_every = step_seconds(planned)
+    epochs = max(1, min(10, int(planned // 30) or 1))
     return (
         [(tl.started + i * 0.1, line) for i, line in enumerate(header)],
-        total_steps,
+        total_steps(planned),
         step_every,
         epochs,
     )
@@ -172,7 +189,8 @@ def render(
     lines: list[tuple[float, str]] = []
     if tl.kind == "training":
         head, total, step_every, epochs = _training_lines(tl, now)
-        steps_done = min(total, int((end - tl.started) // step_every))
+        first_step = min(tl.resume_step, total)
+        steps_done = min(total - first_step, int((end - tl.started) // step_every))
         footer = _training_footer(tl) if tl.finished is not None else []
         count = len(head) + steps_done + len(footer)
         first = 0 if tail is None else max(0, count - tail)
@@ -183,7 +201,10 @@ def render(
             elif i < len(head) + steps_done:
                 k = i - len(head)
                 lines.append(
-                    (tl.started + (k + 1) * step_every, _training_step(tl, k, total, epochs))
+                    (
+                        tl.started + (k + 1) * step_every,
+                        _training_step(tl, first_step + k, total, epochs),
+                    )
                 )
             else:
                 lines.append((end, footer[i - len(head) - steps_done]))

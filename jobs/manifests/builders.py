@@ -32,6 +32,9 @@ SHM_VOLUME_NAME = "dshm"
 CHECKPOINT_VOLUME_NAME = "checkpoint"
 # The node label every kubelet sets to its node's name: what excluding a node selects on.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# The node lifecycle controller's taints on a node whose kubelet stopped posting status.
+NODE_NOT_READY = "node.kubernetes.io/not-ready"
+NODE_UNREACHABLE = "node.kubernetes.io/unreachable"
 # Pod Security Standards "restricted" forbids root; 1000 is the conventional
 # first non-system uid and what most ML base images create their user as.
 POD_UID = 1000
@@ -275,6 +278,19 @@ def _pod_template(
         # GPU nodes are tainted nvidia.com/gpu (any value) so that only pods
         # that need a GPU land there; only those pods get the toleration.
         pod_spec["tolerations"] = [{"key": ANY_GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    if spec.kind == "training" and ctx.node_failure_toleration_seconds is not None:
+        # A training step waits on every worker: on a node that stopped responding the job
+        # is stalled, not degraded, so it leaves sooner than the 300 s the API server would
+        # give it and runs again elsewhere from its checkpoint (jobs.hardware).
+        pod_spec.setdefault("tolerations", []).extend(
+            {
+                "key": key,
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": ctx.node_failure_toleration_seconds,
+            }
+            for key in (NODE_NOT_READY, NODE_UNREACHABLE)
+        )
     pod_spec["containers"] = [container]
     if volumes:
         pod_spec["volumes"] = volumes

@@ -26,3 +26,6 @@ class ManifestContext:
     # Runs of the job after a GPU failure (RESTART_ATTEMPT), and the nodes it must avoid.
     attempt: int = 0
     excluded_nodes: tuple[str, ...] = ()
+    # How long a training pod stays on a node that stopped responding before the taint
+    # manager evicts it (None: the API server's default, 300 s).
+    node_failure_toleration_seconds: int | None = None

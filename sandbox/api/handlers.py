@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from sandbox import logs
+from sandbox import faults, logs
 from sandbox.api import discovery, objects, openapi, printing, protobuf
 from sandbox.api.patch import merge_patch
 from sandbox.api.resources import BY_PATH, ResourceType
@@ -336,6 +336,16 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
         container = containers[0]
     if container not in containers:
         raise bad_request(f"container {container} is not valid for pod {name}")
+    node = pod["spec"].get("nodeName")
+    if node and faults.node_down(cluster, node):
+        # The API server proxies logs from the node's kubelet, which is gone.
+        host = (pod.get("status") or {}).get("hostIP") or node
+        raise ApiError(
+            500,
+            "InternalError",
+            f'Get "https://{host}:10250/containerLogs/{ns}/{name}/{container}": '
+            f"dial tcp {host}:10250: connect: no route to host",
+        )
     life = cluster.store.meta_get(f"life/{pod['metadata']['uid']}")
     if not life or life.get("started") is None:
         reason = "ContainerCreating"
@@ -366,6 +376,8 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
         port=int(port),
         seed=f"{cluster.options.seed}/{pod['metadata']['uid']}/{container}",
         xid=int(life["xid"]) if life.get("xid") is not None else None,
+        planned=float(life["planned"]) if life.get("planned") else None,
+        resume_step=int(life.get("resume_step", 0)),
     )
     since: float | None = None
     if q.get("sinceSeconds"):

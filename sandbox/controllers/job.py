@@ -135,7 +135,7 @@ class _JobSync:
                 if self.indexed and index is not None and index not in book["indexes"]:
                     book["indexes"].append(index)
                 self.book_changed = True
-            elif phase == "Failed" and puid not in book["failed"]:
+            elif self._failed(pod) and puid not in book["failed"]:
                 book["failed"].append(puid)
                 book["last_failure"] = self.now
                 self.book_changed = True
@@ -146,6 +146,22 @@ class _JobSync:
             if p["metadata"].get("deletionTimestamp")
             and p["status"].get("phase") not in ("Succeeded", "Failed")
         ]
+
+    def _failed(self, pod: Obj) -> bool:
+        """As ``isPodFailed``: a Failed pod; also a deleted one that has not succeeded (it
+        may never reach a phase: its node is gone), unless the Job only replaces Failed pods
+        (``podReplacementPolicy: Failed``, or a ``podFailurePolicy``). Pods the controller
+        deletes itself on suspend are not failures."""
+        phase = pod["status"].get("phase")
+        if phase == "Failed":
+            return True
+        if self.spec.get("podFailurePolicy") or self.spec.get("podReplacementPolicy") == "Failed":
+            return False
+        return bool(
+            pod["metadata"].get("deletionTimestamp")
+            and phase != "Succeeded"
+            and not self.spec.get("suspend")
+        )
 
     @property
     def succeeded(self) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import annotations as ann
-from sandbox import faults
+from sandbox import checkpoints, faults, logs
 from sandbox.clock import parse_duration
 from sandbox.cluster import Cluster
 from sandbox.dcgm import bank_energy
@@ -226,6 +226,7 @@ def _terminate(tick: _Tick, life: dict[str, Any]) -> None:
     pod, now = tick.pod, tick.now
     if "kill_at" not in life:
         if pod["status"].get("phase") not in TERMINAL and life.get("state") == "running":
+            checkpoints.save(tick.cluster, pod, life, now)
             for c in tick.containers:
                 tick.event("Normal", "Killing", f"Stopping container {c['name']}")
         grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
@@ -242,12 +243,19 @@ def _create_containers(tick: _Tick, node: Obj | None) -> None:
     """First sight of a bound pod: its devices, its images pulling, ContainerCreating."""
     cluster, pod, now, ts = tick.cluster, tick.pod, tick.now, tick.ts
     devices = assign_devices(cluster, pod)  # first, as the device plugin's Allocate
+    planned = _duration(cluster, pod)
+    # A restarted trainer resumes from its claim's newest checkpoint: only the rest is left.
+    resume = checkpoints.resume_step(cluster, pod) if workload_kind(pod) == "training" else 0
+    steps = logs.total_steps(planned)
+    resume = min(resume, steps - 1) if resume else 0
     life = {
         "node": tick.node_name,
         "bound": now,
         "start_at": now + PULL_SECONDS,
         "kind": workload_kind(pod),
-        "duration": _duration(cluster, pod),
+        "duration": (steps - resume) * logs.step_seconds(planned) if resume else planned,
+        "planned": planned,
+        "resume_step": resume,
         "exit": _exit_code(pod),
         "devices": devices,
         "restarts": 0,
@@ -342,6 +350,7 @@ def _exit_containers(tick: _Tick, life: dict[str, Any]) -> None:
         _back_off(tick, life, finished, terminated)
         return
     pod = tick.pod
+    checkpoints.save(tick.cluster, pod, life, finished)
     life.update({"state": "done", "finished": finished})
     tick.save_life(life)
     status = pod["status"]

@@ -13,7 +13,7 @@ import threading
 import time
 
 from sandbox.cluster import Cluster
-from sandbox.controllers import deployment, gc, job, kubelet, lease, nodelifecycle
+from sandbox.controllers import deployment, faultplan, gc, job, kubelet, lease, nodelifecycle
 from sandbox.controllers.scheduler import Scheduler
 
 log = logging.getLogger("sandbox.controllers")
@@ -47,6 +47,7 @@ class ControllerManager:
             lambda: kubelet.reconcile(self.cluster),
             lambda: lease.reconcile(self.cluster),
             lambda: nodelifecycle.reconcile(self.cluster),
+            lambda: faultplan.reconcile(self.cluster),
             lambda: gc.reconcile(self.cluster),
         )
         for step in steps:

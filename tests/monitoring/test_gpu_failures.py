@@ -1,6 +1,8 @@
-"""A job whose GPU fails says so: a real sandbox GPU reports XID 79 under a running job (run
-by a real worker), Prometheus scrapes the exporter, and the check explains the failure; a
-job that fails on its own (exit 1, healthy GPUs) is left as it is."""
+"""A job whose GPU or node fails says so and runs again elsewhere from its checkpoint: a real
+sandbox GPU reports XID 79 under a running job (run by a real worker), Prometheus scrapes the
+exporter, and the check explains the failure; a job that fails on its own (exit 1, healthy
+GPUs) is left as it is; a node whose kubelet stops has its job evicted, explained and
+resumed on another node."""
 
 from __future__ import annotations
 
@@ -108,9 +110,13 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
         f"pod {pod} failed: GPU {gpu} on node {node} reported XID 79 (GPU has fallen off the bus)"
         in entry.message
     )
-    assert f"attempt 2 of 4) away from node {node}, resuming from its checkpoints in" in (
-        entry.message
+    resume_at = re.search(
+        rf"attempt 2 of 4\) away from node {node}, resuming from checkpoint step ([0-9,]+) in "
+        "/checkpoints.",
+        entry.message,
     )
+    assert resume_at is not None, entry.message
+    step = int(resume_at.group(1).replace(",", ""))
     lost = re.search(
         r"About ([0-9.]+) GPU-hours were lost since its last checkpoint \(step ", entry.message
     )
@@ -145,7 +151,8 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     }
     assert env["RESTART_ATTEMPT"] == "1" and env["CHECKPOINT_DIR"] == "/checkpoints"
     log = wait_for(lambda: core.read_namespaced_pod_log(new_pod, job.namespace), timeout=20)
-    assert "Resuming from checkpoint /checkpoints/latest.pt (restart attempt 1)" in log
+    # (the step the portal read from the failed pod's log is the one its claim holds)
+    assert f"Resuming from checkpoint /checkpoints/step-{step}.pt at step {step} " in log
     assert [
         e.reason
         for e in JobEvent.objects.filter(job=job, reason__in=["GPUFailure", "Retrying", "Requeued"])
@@ -176,3 +183,96 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     }
     assert rows[(node, "")]["unhealthy_gpus"] == 0 and rows[(node, gpu)]["xid"] == 79
     core.patch_node(node, {"spec": {"unschedulable": False}})  # uncordoned by an admin
+
+
+def test_a_job_whose_node_stops_responding_runs_again_elsewhere_from_its_checkpoint(
+    users: dict[str, User], sandbox: SandboxProcess, settings: Any
+) -> None:
+    # Given a running training job that keeps checkpoints on its claim
+    submitted = job_submit(
+        user=users["alice"],
+        data=training_spec(
+            name="nf",
+            env={"SANDBOX_DURATION": "1h"},
+            gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
+            checkpoint={"claim": "ckpt-nf", "mount_path": "/checkpoints"},
+        ),
+    )
+    job = wait_for(
+        lambda: (
+            (j := Job.objects.get(pk=submitted.pk)).state == JobState.RUNNING
+            and j.placement.get("pods")
+            and j
+        ),
+        timeout=40,
+    )
+    pod, node = job.placement["pods"][0]["name"], job.placement["pods"][0]["node"]
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(sandbox.kubeconfig)))
+    # (it leaves a node that stopped responding after 60 s, not the API server's 300 s)
+    tolerations = core.read_namespaced_pod(pod, job.namespace).spec.tolerations
+    assert {
+        (t.key, t.effect, t.toleration_seconds)
+        for t in tolerations
+        if t.key and t.key.startswith("node.kubernetes.io/")
+    } == {
+        ("node.kubernetes.io/not-ready", "NoExecute", 60),
+        ("node.kubernetes.io/unreachable", "NoExecute", 60),
+    }
+    wait_for(
+        lambda: "GPU_PORTAL_CHECKPOINT step=" in core.read_namespaced_pod_log(pod, job.namespace),
+        timeout=30,
+    )
+
+    # When its node's kubelet stops
+    inject(sandbox, node=node, down=True)
+    try:
+        # Then the job says its node failed, in words naming the pod and the node...
+        entry = wait_for(
+            lambda: JobEvent.objects.filter(job=job, reason="NodeFailure").first(), timeout=60
+        )
+        assert entry.type == "Warning"
+        assert entry.message.startswith(
+            f"pod {pod} failed: node {node} stopped responding (its kubelet stopped posting "
+            "status) and the pod was evicted at "
+        ), entry.message
+        assert "The node failed, not the program." in entry.message
+        # ...the dead node's log cannot be read, so the loss is the whole run, at most...
+        assert "At most " in entry.message and "no route to host" in entry.message
+        assert f"(attempt 2 of 4) away from node {node}, resuming from its newest checkpoint" in (
+            entry.message
+        )
+        event = event_for(state=None, reason="NodeFailure")
+        assert event is not None and event.key == "job.node_failed"  # the owner is told
+        # ...and it runs again on another node (the stranded pod force-deleted), resuming
+        # from the newest checkpoint its claim holds
+        again = wait_for(
+            lambda: (
+                (j := Job.objects.get(pk=job.pk)).state == JobState.RUNNING
+                and j.placement.get("pods")
+                and j
+            ),
+            timeout=60,
+        )
+        assert again.reason != "NodeFailure" and again.excluded_nodes == [node]
+        assert [p["node"] for p in again.placement["pods"]] != [node]
+        assert pod not in [p.metadata.name for p in core.list_namespaced_pod(job.namespace).items]
+        new_pod = again.placement["pods"][0]["name"]
+        log = wait_for(lambda: core.read_namespaced_pod_log(new_pod, job.namespace), timeout=20)
+        resumed = re.search(
+            r"Resuming from checkpoint /checkpoints/step-(\d+)\.pt at step (\d+) "
+            r"\(restart attempt 1\)",
+            log,
+        )
+        assert resumed is not None and resumed.group(1) == resumed.group(2), log[:600]
+        assert int(resumed.group(1)) >= 20 and int(resumed.group(1)) % 20 == 0
+        # (the steps it runs start after the checkpoint, not from the beginning)
+        first_step = next(line for line in log.splitlines() if "step" in line and "loss=" in line)
+        assert "step 1/" not in first_step.split("loss=")[0]
+        assert [
+            e.reason
+            for e in JobEvent.objects.filter(
+                job=job, reason__in=["NodeFailure", "Retrying", "Requeued"]
+            )
+        ] == ["NodeFailure", "Retrying", "Requeued"]
+    finally:
+        inject(sandbox, node=node, down=False)
