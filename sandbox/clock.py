@@ -39,6 +39,12 @@ class SimClock:
         """The simulated time at wall-clock ``wall_time``."""
         return self._sim_base + (wall_time - self._wall_base) * self.speed
 
+    def advance(self, sim_seconds: float) -> None:
+        """Jump the simulation forward (a test's way to let simulated hours pass)."""
+        with self._lock:
+            self._sim_base += sim_seconds
+            self._wall_base -= sim_seconds / self.speed
+
     def real_seconds(self, sim_seconds: float) -> float:
         return sim_seconds / self.speed
 

@@ -9,10 +9,14 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from conftest import REPO_ROOT, job_manifest, wait_for
+import pytest
+from conftest import REPO_ROOT, SPEED, job_manifest, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+UNREACHABLE = "node.kubernetes.io/unreachable"
 
 
 def scrape(sandbox: Any) -> dict[str, list[Any]]:
@@ -120,6 +124,58 @@ def test_an_xid_fails_the_job_marks_the_gpu_unhealthy_and_shows_in_dcgm(
     }[(node, gpu)] == 79
 
 
+@pytest.mark.parametrize(
+    ("xid", "cuda_error", "ecc"),
+    [
+        (79, "RuntimeError: CUDA error: unspecified launch failure", False),
+        (48, "RuntimeError: CUDA error: uncorrectable ECC error encountered", True),
+        (94, "RuntimeError: CUDA error: uncorrectable ECC error encountered", True),
+        (95, "RuntimeError: CUDA error: uncorrectable ECC error encountered", True),
+        (74, "RuntimeError: NCCL error: unhandled cuda error", False),
+    ],
+)
+def test_each_xid_kind_fails_the_pod_on_that_gpu_with_cuda_words_and_dcgm_series(
+    sandbox: Any, batch: Any, core: Any, namespace: str, xid: int, cuda_error: str, ecc: bool
+) -> None:
+    # Given a training pod holding one A100
+    name = f"xid-{xid}"
+    pod = start_training(batch, core, namespace, name)
+    node, gpu = wait_for(lambda: held_gpu(sandbox, namespace, name))
+    dbe_before = {
+        (s.labels["Hostname"], s.labels["gpu"]): s.value
+        for s in scrape(sandbox)["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
+    }[(node, gpu)]
+    # When its GPU reports this XID
+    assert fault(sandbox, "--node", node, "--gpu", gpu, "--xid", str(xid)).returncode == 0
+    try:
+        # Then the pod fails with exit code 1 and its log ends in CUDA's words for it...
+        failed = wait_for(
+            lambda: (
+                (p := core.read_namespaced_pod(pod.metadata.name, namespace)).status.phase
+                == "Failed"
+                and p
+            )
+        )
+        assert failed.status.container_statuses[0].state.terminated.exit_code == 1
+        log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=5)
+        assert cuda_error in log
+        # ...and dcgm-exporter shows the XID on the GPU; the ECC counter moves for ECC kinds
+        metrics = scrape(sandbox)
+        labels = {
+            (s.labels["Hostname"], s.labels["gpu"]): s.value
+            for s in metrics["DCGM_FI_DEV_XID_ERRORS"]
+        }
+        assert labels[(node, gpu)] == xid
+        dbe = {
+            (s.labels["Hostname"], s.labels["gpu"]): s.value
+            for s in metrics["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
+        }[(node, gpu)]
+        assert dbe == dbe_before + (1 if ecc else 0)
+    finally:
+        fault(sandbox, "--node", node, "--gpu", gpu, "--repair")
+        batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+
+
 def test_an_ecc_error_moves_the_ecc_counter_and_bad_requests_name_the_field(
     sandbox: Any, core: Any
 ) -> None:
@@ -128,12 +184,15 @@ def test_an_ecc_error_moves_the_ecc_counter_and_bad_requests_name_the_field(
         for n in core.list_node().items
         if int(n.status.capacity.get("nvidia.com/gpu", "0")) > 0
     )
+    def dbe() -> float:
+        return {
+            (s.labels["Hostname"], s.labels["gpu"]): s.value
+            for s in scrape(sandbox)["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
+        }[(node, "0")]
+
+    before = dbe()  # (a counter: earlier tests may have moved it)
     assert fault(sandbox, "--node", node, "--gpu", "0", "--xid", "48").returncode == 0
-    dbe = {
-        (s.labels["Hostname"], s.labels["gpu"]): s.value
-        for s in scrape(sandbox)["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
-    }
-    assert dbe[(node, "0")] == 1
+    assert dbe() == before + 1
     assert fault(sandbox, "--node", node, "--gpu", "0", "--repair").returncode == 0
 
     unknown = fault(sandbox, "--node", "no-such-node", "--gpu", "0", "--xid", "79")
@@ -190,6 +249,16 @@ def test_a_node_that_stops_is_marked_unknown_tainted_and_its_pods_evicted(
     )
     target = next(c for c in evicted.status.conditions if c.type == "DisruptionTarget")
     assert target.reason == "DeletionByTaintManager"
+    # (after the pod's tolerationSeconds (300, the API server's default), counted from the
+    # NoExecute taint's timeAdded: whole wall-clock seconds, at SPEED simulated seconds each)
+    (tolerated,) = [t.toleration_seconds for t in evicted.spec.tolerations if t.key == UNREACHABLE]
+    added = next(
+        t.time_added
+        for t in core.read_node(node).spec.taints
+        if t.key == UNREACHABLE and t.effect == "NoExecute"
+    )
+    waited = (target.last_transition_time - added).total_seconds() * SPEED
+    assert tolerated == 300 and abs(waited - tolerated) <= SPEED, waited
     events = core.list_namespaced_event(namespace).items
     assert any(e.reason == "TaintManagerEviction" for e in events)
 
