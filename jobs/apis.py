@@ -51,6 +51,7 @@ class JobOutput(serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug")
     owner = serializers.CharField(source="owner.username")
     spec = serializers.JSONField()
+    restart_attempt = serializers.IntegerField(source="gpu_failure_retries")
 
     class Meta:
         model = Job
@@ -77,6 +78,9 @@ class JobOutput(serializers.ModelSerializer):
             "idle_action_due",
             "idle_exempt_reason",
             "scaled_to_zero_from",
+            "restart_attempt",
+            "excluded_nodes",
+            "gpu_hours_lost",
             "created_at",
             "admitted_at",
             "started_at",
@@ -122,6 +126,11 @@ class JobOutput(serializers.ModelSerializer):
             "idle_action_due": _datetime(job.idle_action_due),
             "idle_exempt_reason": job.idle_exempt_reason,
             "scaled_to_zero_from": job.scaled_to_zero_from,
+            # Runs after hardware failures (RESTART_ATTEMPT), the nodes it avoids since, and
+            # the GPU-hours those failures cost (jobs.hardware).
+            "restart_attempt": job.gpu_failure_retries,
+            "excluded_nodes": list(job.excluded_nodes),
+            "gpu_hours_lost": round(job.gpu_hours_lost, 3),
             "created_at": _datetime(job.created_at),
             "admitted_at": _datetime(job.admitted_at),
             "started_at": _datetime(job.started_at),

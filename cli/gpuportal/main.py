@@ -328,6 +328,16 @@ def describe(job_id: int, output: str) -> None:
         ("Started", text(job["started_at"])),
         ("Finished", text(job["finished_at"])),
     ]
+    if job.get("restart_attempt") or job.get("gpu_hours_lost"):
+        avoiding = ", ".join(job.get("excluded_nodes") or []) or "-"
+        facts.insert(
+            3,
+            (
+                "Hardware",
+                f"restart attempt {job.get('restart_attempt', 0)}, avoiding {avoiding}, "
+                f"{float(job.get('gpu_hours_lost') or 0):.2f} GPU-hours lost",
+            ),
+        )
     if job.get("advice"):
         facts.insert(3, ("Why pending", job["advice"]))
     position = job.get("queue_position")

@@ -129,6 +129,12 @@ def test_a_session_submit_wait_describe_logs(
         assert reason in described.stdout
     logs = run(home, "logs", str(job.pk), env=env)
     assert logs.returncode == 0 and "training finished" in logs.stdout
+    # A job that ran again after a hardware failure says so
+    Job.objects.filter(pk=job.pk).update(
+        gpu_failure_retries=1, excluded_nodes=["gpu-a100-1"], gpu_hours_lost=0.5
+    )
+    described = run(home, "describe", str(job.pk), env=env)
+    assert "restart attempt 1, avoiding gpu-a100-1, 0.50 GPU-hours lost" in described.stdout
 
 
 def test_wait_exits_with_the_jobs_failure(

@@ -254,6 +254,14 @@ def test_a_job_whose_node_stops_responding_runs_again_elsewhere_from_its_checkpo
             timeout=60,
         )
         assert again.reason != "NodeFailure" and again.excluded_nodes == [node]
+        # (the API and the job's page say so: the attempt, the node avoided, the loss)
+        shown = api_client_for(users["alice"]).get(f"/api/v1/jobs/{job.pk}/").json()
+        assert (shown["restart_attempt"], shown["excluded_nodes"]) == (1, [node])
+        assert shown["gpu_hours_lost"] > 0
+        page = Client()
+        page.force_login(users["alice"])
+        html = page.get(f"/jobs/{job.pk}/").content.decode()
+        assert f"restart attempt 1, avoiding node {node};" in html
         assert [p["node"] for p in again.placement["pods"]] != [node]
         assert pod not in [p.metadata.name for p in core.list_namespaced_pod(job.namespace).items]
         new_pod = again.placement["pods"][0]["name"]

@@ -184,6 +184,7 @@ def test_an_ecc_error_moves_the_ecc_counter_and_bad_requests_name_the_field(
         for n in core.list_node().items
         if int(n.status.capacity.get("nvidia.com/gpu", "0")) > 0
     )
+
     def dbe() -> float:
         return {
             (s.labels["Hostname"], s.labels["gpu"]): s.value
