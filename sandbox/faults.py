@@ -15,7 +15,11 @@
 - ``{"node": N, "gpu": 5, "repair": true}``: healthy again (allocatable restored; the last
   XID stays in the exporter, as it does until the driver is reloaded, and the ECC count).
 
-Deterministic: a fault happens when it is asked for, nothing is random.
+``GET /sandbox/faults/log``: every fault and repair so far (wall-clock ``at``, the node, GPU,
+XID or ``down``, and the pods it struck), for soak runs to measure recovery from.
+
+Deterministic: a fault happens when it is asked for, nothing is random (a profile's
+``faults`` section asks at a seeded rate: ``sandbox.controllers.faultplan``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ XID_MEANINGS: dict[int, str] = {
     95: "uncontained ECC error",
 }
 ECC_XIDS = frozenset({48, 94, 95})
+# Every fault and repair, in order (``GET /sandbox/faults/log``): when (wall clock), what,
+# and the pods it struck (``namespace/name``), for soak runs to measure recovery from.
+LOG = "faultlog"
+LOG_KEPT = 10_000
 # How the program using the GPU ends (an uncaught CUDA error in Python exits with 1; its
 # last log lines are sandbox.logs.CUDA_ERRORS').
 FAILED_EXIT_CODE = 1
@@ -100,9 +108,11 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
     if "down" in body:
         if not isinstance(body["down"], bool):
             raise _bad_request("down: true (the node stops) or false (it comes back)")
+        struck: list[str] = []
         if body["down"] and not node_down(cluster, node):
-            _power_off(cluster, node)
+            struck = _power_off(cluster, node)
         cluster.store.meta_set(f"nodedown/{node}", body["down"])
+        _log(cluster, {"node": node, "down": body["down"], "pods": struck})
         return {"node": node, "down": body["down"]}
     if not isinstance(gpu, int) or gpu not in {d.gpu for d in cluster.devices(node)}:
         raise _bad_request(f"gpu: node {node} has no GPU {gpu!r}")
@@ -112,6 +122,7 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
             _adjust_allocatable(cluster, node, gpu, +1)
         current["healthy"] = True
         cluster.store.meta_set(_key(node, gpu), current)
+        _log(cluster, {"node": node, "gpu": gpu, "repair": True, "pods": []})
         cluster.record_event(
             cluster.store.get("nodes", "", node) or {"kind": "Node", "metadata": {"name": node}},
             "Normal",
@@ -145,24 +156,37 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
             "nvidia-device-plugin",
             host=node,
         )
-    _fail_holders(cluster, node, gpu, int(xid), now)
+    struck = _fail_holders(cluster, node, gpu, int(xid), now)
+    _log(cluster, {"node": node, "gpu": gpu, "xid": int(xid), "pods": struck})
     return fault
 
 
-def _power_off(cluster: Cluster, node: str) -> None:
-    """What the node's trainers had saved to their (network) volumes when it went down."""
+def _log(cluster: Cluster, entry: dict[str, Any]) -> None:
+    log = list(cluster.store.meta_get(LOG, []))
+    log.append({"at": cluster.wall_now(), **entry})
+    cluster.store.meta_set(LOG, log[-LOG_KEPT:])
+
+
+def _power_off(cluster: Cluster, node: str) -> list[str]:
+    """What the node's trainers had saved to their (network) volumes when it went down;
+    returns the running pods it strands (``namespace/name``)."""
     now = cluster.now()
+    struck = []
     for pod in cluster.store.iter("pods"):
         if pod["spec"].get("nodeName") != node:
             continue
         life = cluster.store.meta_get(f"life/{pod['metadata']['uid']}")
         if isinstance(life, dict) and life.get("state") == "running":
             checkpoints.save(cluster, pod, life, now)
+            struck.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+    return struck
 
 
-def _fail_holders(cluster: Cluster, node: str, gpu: int, xid: int, now: float) -> None:
-    """Every running container on the GPU exits now, with a failure (its log says CUDA's)."""
+def _fail_holders(cluster: Cluster, node: str, gpu: int, xid: int, now: float) -> list[str]:
+    """Every running container on the GPU exits now, with a failure (its log says CUDA's);
+    returns their pods (``namespace/name``)."""
     ids = {d.id for d in cluster.devices(node) if d.gpu == gpu}
+    struck = []
     for key in cluster.store.meta_keys("assign/"):
         entry = cluster.store.meta_get(key) or {}
         if entry.get("node") != node or not ids.intersection(entry.get("devices", [])):
@@ -181,6 +205,15 @@ def _fail_holders(cluster: Cluster, node: str, gpu: int, xid: int, now: float) -
         )
         cluster.store.meta_set(f"life/{uid}", life)
         cluster.settled.get("kubelet", {}).pop(uid, None)  # due now, not when it was
+        struck.append(_pod_name(cluster, uid))
+    return struck
+
+
+def _pod_name(cluster: Cluster, uid: str) -> str:
+    for pod in cluster.store.iter("pods"):
+        if pod["metadata"]["uid"] == uid:
+            return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    return uid
 
 
 def main(argv: list[str]) -> int:

@@ -153,6 +153,11 @@ class ApiHandler(_Base):
             if split.path == FAULTS_PATH:
                 self._faults(body)
                 return
+            if split.path == FAULTS_PATH + "/log":
+                with cluster.store.serving():
+                    log = cluster.store.meta_get(faults.LOG, [])
+                self._send(200, json.dumps(log).encode(), "application/json")
+                return
             if self.command == "GET" and query.get("watch", "").lower() in ("true", "1"):
                 self._watch(split.path, query)
                 return
