@@ -145,7 +145,8 @@ def job_hardware_failure_record(
                 f"where its checkpoints are reported, could not be read: {lost.unread})."
             )
         elif job.kind == Job.Kind.TRAINING:
-            message += f" About {lost.gpu_hours:.2f} GPU-hours were lost (no checkpoint)."
+            none = "no checkpoint saved yet" if checkpoint else "no checkpoint"
+            message += f" About {lost.gpu_hours:.2f} GPU-hours were lost ({none})."
         if again:
             away = f"node{'s' if len(nodes or []) > 1 else ''} {', '.join(nodes or ['?'])}"
             if checkpoint and lost.step is not None:

@@ -2,11 +2,14 @@
 the GPUs, explained on the job (``jobs.hardware.job_hardware_failure_record``).
 
 A failed training job's exit code cannot tell a program's bug from a GPU that fell off the
-bus (both exit 1). DCGM can: the GPU's ``DCGM_FI_DEV_XID_ERRORS`` changes to the XID code.
-Every ``GPU_FAILURE_CHECK_INTERVAL_SECONDS`` the jobs that failed within
-``GPU_FAILURE_WINDOW_MINUTES`` are checked with two queries: the devices their pods held in
-the window, and the GPUs whose XID changed in it. A job whose device is among them failed
-because of the hardware; the others failed on their own. No metrics: nothing is decided.
+bus (both exit 1). DCGM can: the GPU's ``DCGM_FI_DEV_XID_ERRORS`` rises to the XID code.
+Every ``GPU_FAILURE_CHECK_INTERVAL_SECONDS`` each job that failed within
+``GPU_FAILURE_WINDOW_MINUTES`` is looked at around the moment it failed: the devices its
+pods held then, and whether any of them reported a higher XID just after than just before
+(``XID_BEFORE_SECONDS`` before the failure against ``XID_AFTER_SECONDS`` after it: the
+driver's XID comes first, the exporter shows it at its next scrape). Around the failure, not
+anywhere in the window: a GPU freed by a failed job and failing later under the next job
+is that job's failure, not the first one's. No metrics: nothing is decided.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ from teams.audit import audit_record
 
 logger = logging.getLogger(__name__)
 
+# The XID precedes the program's failure (a CUDA call fails at once; a collective may wait
+# for its timeout), and reaches Prometheus only at the exporter's next scrape after it.
+XID_BEFORE_SECONDS = 120.0
+XID_AFTER_SECONDS = 90.0
+
 
 @dataclass(frozen=True)
 class _Device:
@@ -45,9 +53,48 @@ def _device(labels: dict[str, str]) -> _Device:
     return _Device(node, labels.get("gpu", "?"))
 
 
+def _xids(at: datetime, window: float) -> dict[_Device, int]:
+    return {
+        _device(s.labels): int(s.value or 0)
+        for s in prometheus.query(queries.gpu_xid_highest(window), at=at)
+    }
+
+
+@dataclass(frozen=True)
+class Struck:
+    """A device that reported a new XID under one of the job's pods as it failed."""
+
+    pod: str
+    node: str
+    gpu: str
+    xid: int
+
+
+def gpu_failures_find(*, job: Job, now: datetime) -> list[Struck]:
+    """The devices the failed ``job``'s pods held when it failed whose XID rose then (see
+    the module's docstring); by pod, node and GPU."""
+    failed_at = job.finished_at or now
+    after = min(now, failed_at + timedelta(seconds=XID_AFTER_SECONDS))
+    around = (after - failed_at).total_seconds() + XID_BEFORE_SECONDS
+    held: dict[PodKey, set[_Device]] = defaultdict(set)
+    for s in prometheus.query(queries.held_devices_over(around), at=after):
+        held[(s.labels.get("namespace", ""), s.labels.get("pod", ""))].add(_device(s.labels))
+    mine = list(pods_to_jobs(held, [job]))
+    if not mine:
+        return []
+    rose = _xids(after, around)
+    before = _xids(failed_at - timedelta(seconds=XID_BEFORE_SECONDS), XID_BEFORE_SECONDS)
+    return [
+        Struck(pod[1], device.node, device.gpu, rose[device])
+        for pod in sorted(mine)
+        for device in sorted(held[pod], key=lambda d: (d.node, d.gpu))
+        if rose.get(device, 0) > before.get(device, 0)
+    ]
+
+
 def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
-    """Explain the recently failed jobs whose GPUs reported a new XID; returns their ids.
-    Raises ``MetricsUnavailable`` (the next run looks again)."""
+    """Explain the recently failed jobs whose GPUs reported a new XID as they failed; returns
+    their ids. Raises ``MetricsUnavailable`` (the next run looks again)."""
     now = now or timezone.now()
     window = timedelta(minutes=float(settings.GPU_FAILURE_WINDOW_MINUTES))
     failed = list(
@@ -55,37 +102,20 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
             state=JobState.FAILED, gpu_count__gt=0, finished_at__gte=now - window
         ).exclude(reason__in=HARDWARE_FAILURES)
     )
-    if not failed:
-        return []
-    seconds = window.total_seconds()
-    xids = {
-        _device(s.labels): int(s.value or 0)
-        for s in prometheus.query(queries.new_xid_errors(seconds), at=now)
-        if s.value
-    }
-    if not xids:
-        return []
-    held: dict[PodKey, set[_Device]] = defaultdict(set)
-    for s in prometheus.query(queries.held_devices_over(seconds), at=now):
-        held[(s.labels.get("namespace", ""), s.labels.get("pod", ""))].add(_device(s.labels))
-    by_job: dict[int, list[tuple[str, _Device]]] = defaultdict(list)
-    for pod, job in pods_to_jobs(held, failed).items():
-        for device in sorted(held[pod] & xids.keys(), key=lambda d: (d.node, d.gpu)):
-            by_job[job.pk].append((pod[1], device))
     explained: list[int] = []
     for job in failed:
-        hits = by_job.get(job.pk)
+        hits = gpu_failures_find(job=job, now=now)
         if not hits:
             continue
         when = timezone.localtime(job.finished_at or now)
         parts = [
-            f"pod {pod} failed: GPU {device.gpu} on node {device.node} reported "
-            f"{xid_text(xids[device])} at {when:%H:%M}"
-            for pod, device in hits
+            f"pod {hit.pod} failed: GPU {hit.gpu} on node {hit.node} reported "
+            f"{xid_text(hit.xid)} at {when:%H:%M}"
+            for hit in hits
         ]
         message = "; ".join(parts) + ". The hardware failed, not the program."
-        nodes = sorted({device.node for _, device in hits})
-        pods = sorted({pod for pod, _ in hits})
+        nodes = sorted({hit.node for hit in hits})
+        pods = sorted({hit.pod for hit in hits})
         recorded = job_hardware_failure_record(
             job_id=job.pk, reason=GPU_FAILURE, message=message, nodes=nodes, pods=pods
         )
@@ -96,14 +126,14 @@ def gpu_failures_check(*, now: datetime | None = None) -> list[int]:
             logger.warning("job %s: %s", job.pk, message)
             NodeFailure.objects.bulk_create(
                 NodeFailure(
-                    node=device.node,
-                    gpu=device.gpu,
-                    xid=xids[device],
+                    node=hit.node,
+                    gpu=hit.gpu,
+                    xid=hit.xid,
                     job=job,
-                    pod=pod,
+                    pod=hit.pod,
                     at=job.finished_at or now,
                 )
-                for pod, device in hits
+                for hit in hits
             )
             for node in nodes:
                 _failing_node(node, now)

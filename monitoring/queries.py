@@ -254,20 +254,14 @@ def gpu_ecc_dbe_now() -> str:
     return f"max {by('node', 'gpu')} ({with_node(ECC_DBE)}) > 0"
 
 
-def new_xid_errors(window_seconds: float) -> str:
-    """GPUs whose last XID changed within the window (value: the newest code seen). DCGM keeps
-    a GPU's last XID until the driver reloads, so an XID that was there all along is old
-    news: only a change counts.
-
-    Per physical GPU, over all its series: the exporter labels a held GPU's series with the
-    pod, so a fault under a job ends the pod's series (last value 0, or the code) and starts
-    one without a pod that carries the code from its first sample. The lowest value of any
-    of them in the window is what the GPU said before the fault."""
-    window = f"[{duration(window_seconds)}]"
-    return (
-        f"max {by(*GPU_KEY)} (max_over_time({XID}{window}))"
-        f" > min {by(*GPU_KEY)} (min_over_time({XID}{window}))"
-    )
+def gpu_xid_highest(window_seconds: float) -> str:
+    """Each GPU's highest XID in the window, over all its series (the exporter labels a held
+    GPU's series with the pod: a fault under a job ends the pod's series and starts one
+    without a pod that carries the code from its first sample). Compared before and after
+    a job failed, it says whether the GPU reported a new XID then
+    (``monitoring.gpu_failures``). DCGM keeps a GPU's last XID until the driver reloads, so
+    only a rise is news."""
+    return f"max {by(*GPU_KEY)} (max_over_time({XID}[{duration(window_seconds)}]))"
 
 
 # --- Team usage ------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""Which GPUs reported a new XID in a window: the query the GPU-failure check rests on, run by
-a real Prometheus over known series (backfilled with promtool).
+"""Which failed jobs a GPU's XID struck, decided by a real Prometheus over known series
+(backfilled with promtool).
 
 The exporter labels a held GPU's series with its pod, so a GPU that fails under a job shows
-two series: the pod's, which ends at 0, and one without a pod that carries the XID from its
-first sample. The change is between the series, not within one."""
+two series: the pod's, which ends, and one without a pod that carries the XID from its first
+sample. And a GPU is used by one job after another: an XID counts for the job that held the
+GPU when it rose, not for an earlier job that held it within the check's window."""
 
 from __future__ import annotations
 
@@ -14,29 +15,40 @@ from typing import Any
 
 import pytest
 
-from monitoring import prometheus, queries
+from jobs.models import Job
+from monitoring import prometheus
+from monitoring.gpu_failures import Struck, gpu_failures_find
 from tests.monitoring.prometheus_process import PrometheusProcess, start_history_prometheus
 from tests.monitoring.test_accounting import SAMPLE, History, device
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
-XID = "DCGM_FI_DEV_XID_ERRORS"
+XID, UTIL = "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_UTIL"
+START = NOW - timedelta(minutes=30)
+FIRST_FAULT = NOW - timedelta(minutes=20)  # GPU gpu-a/3 under job "ft-1"
+FREED = NOW - timedelta(minutes=12)  # job "bug-2" fails on its own, freeing gpu-a/4
+SECOND_FAULT = NOW - timedelta(minutes=5)  # gpu-a/4 under job "ft-3", its next holder
+
+
+def held(series: History, node: str, gpu: str, pod: str, xid: float, start: Any, end: Any) -> None:
+    labels = device(node, gpu, pod=pod, namespace="team-a")
+    series.add(UTIL, labels, 90, start, end)
+    series.add(XID, labels, xid, start, end)
 
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
     series = History()
-    start, fault = NOW - timedelta(minutes=20), NOW - timedelta(minutes=8)
-    # A GPU that failed under a job: the pod's series at 0, then one without a pod at 79
-    series.add(XID, device("gpu-a", "3", pod="ft-1-abcde", namespace="team-a"), 0, start, fault)
-    series.add(XID, device("gpu-a", "3"), 79, fault, NOW)
-    # A GPU whose XID 48 is old news: the same code before and after its job
-    series.add(XID, device("gpu-a", "4", pod="ft-2-abcde", namespace="team-a"), 48, start, fault)
-    series.add(XID, device("gpu-a", "4"), 48, fault, NOW)
-    # An idle GPU that failed: one series, 0 then 94
-    series.add(XID, device("gpu-b", "0"), 0, start, fault)
-    series.add(XID, device("gpu-b", "0"), 94, fault, NOW)
-    # A healthy GPU
-    series.add(XID, device("gpu-b", "1"), 0, start, NOW)
+    # ft-1 on gpu-a/3 until its GPU falls off the bus; the GPU's series then has no pod
+    held(series, "gpu-a", "3", "ft-1-abcde", 0, START, FIRST_FAULT)
+    series.add(XID, device("gpu-a", "3"), 79, FIRST_FAULT, NOW)
+    # bug-2 on gpu-a/4 fails on its own; ft-3 takes the GPU, which then reports XID 48
+    held(series, "gpu-a", "4", "bug-2-fghij", 0, START, FREED)
+    series.add(XID, device("gpu-a", "4"), 0, FREED, FREED + timedelta(minutes=1))
+    held(series, "gpu-a", "4", "ft-3-klmno", 0, FREED + timedelta(minutes=1), SECOND_FAULT)
+    series.add(XID, device("gpu-a", "4"), 48, SECOND_FAULT, NOW)
+    # old-4 on gpu-b/0, whose XID 48 is old news, fails on its own
+    held(series, "gpu-b", "0", "old-4-pqrst", 48, START, SECOND_FAULT)
+    series.add(XID, device("gpu-b", "0"), 48, SECOND_FAULT, NOW)
     prom = start_history_prometheus(
         Path(tmp_path_factory.mktemp("xid")), series.openmetrics(), lookback_delta=f"{SAMPLE}s"
     )
@@ -44,17 +56,29 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProc
     prom.stop()
 
 
-def test_a_new_xid_is_found_across_the_pods_series_and_an_old_one_is_not(
+def failed(name: str, at: datetime) -> Job:
+    """A failed job as the check reads it (its pods are "<object name>-<suffix>")."""
+    return Job(namespace="team-a", object_name=name, finished_at=at, placement={})
+
+
+def test_an_xid_counts_for_the_job_that_held_the_gpu_when_it_rose(
     history: PrometheusProcess, settings: Any
 ) -> None:
     settings.PROMETHEUS_URL = history.url
     prometheus.reset_client()
-    # When the check looks at the last 15 minutes
-    found = {
-        (s.labels["Hostname"], s.labels["gpu"]): s.value
-        for s in prometheus.query(queries.new_xid_errors(15 * 60), at=NOW)
-    }
-    prometheus.reset_client()
-    # Then the GPU that failed under a job and the idle one that failed are found, with
-    # their codes; the GPU whose XID was there all along and the healthy one are not
-    assert found == {("gpu-a", "3"): 79, ("gpu-b", "0"): 94}
+    try:
+        # The job whose GPU fell off the bus under it (found across its pod's series and the
+        # one without a pod)
+        assert gpu_failures_find(job=failed("ft-1", FIRST_FAULT), now=NOW) == [
+            Struck("ft-1-abcde", "gpu-a", "3", 79)
+        ]
+        # The GPU's next holder, struck later; not the job that held it before and failed on
+        # its own, though the XID rose within the check's window
+        assert gpu_failures_find(job=failed("ft-3", SECOND_FAULT), now=NOW) == [
+            Struck("ft-3-klmno", "gpu-a", "4", 48)
+        ]
+        assert gpu_failures_find(job=failed("bug-2", FREED), now=NOW) == []
+        # A job whose GPU had reported its XID all along failed on its own
+        assert gpu_failures_find(job=failed("old-4", SECOND_FAULT), now=NOW) == []
+    finally:
+        prometheus.reset_client()
