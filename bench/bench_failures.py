@@ -52,6 +52,7 @@ REDIS_DB = 7
 CHECKPOINT_INTERVAL_S = 100.0  # 20 steps of 5 s: the sandbox trainer's (sandbox/logs.py)
 RECOVERY_GOAL_S = 60.0
 SIZES = (1, 2, 4, 8)
+PRODUCT = "NVIDIA-A100-SXM4-80GB"
 
 
 def soak_profile(workdir: Path, gpu_rate: float, node_rate: float, seed_hours: float) -> Path:
@@ -98,7 +99,8 @@ def submit(jobs: int, minutes: float) -> list[int]:
     call_command("seed_demo", verbosity=0)
     teams = list(Team.objects.order_by("slug"))
     for team in teams:
-        quota_set(actor=None, team=team, resource="nvidia.com/gpu", limit=10_000)
+        for resource in ("nvidia.com/gpu", PRODUCT):  # the demo teams' product quotas too
+            quota_set(actor=None, team=team, resource=resource, limit=10_000)
         team_cluster_sync(team_id=team.pk)  # namespaces and quotas before any job applies
     admin = get_user_model().objects.get(username="admin")
     ids = []
@@ -110,7 +112,7 @@ def submit(jobs: int, minutes: float) -> list[int]:
             "image": "nvcr.io/nvidia/pytorch:24.05-py3",
             "command": ["torchrun", "train.py"],
             "env": {"SANDBOX_DURATION": f"{int(minutes * 60)}s"},
-            "gpu": {"count": SIZES[i % len(SIZES)], "product": "NVIDIA-A100-SXM4-80GB"},
+            "gpu": {"count": SIZES[i % len(SIZES)], "product": PRODUCT},
         }
         if i % 2 == 0:
             data["checkpoint"] = {"claim": f"ckpt-soak-{i}", "mount_path": "/checkpoints"}

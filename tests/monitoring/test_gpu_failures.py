@@ -44,6 +44,32 @@ def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
         return dict(json.load(resp))
 
 
+def running(job_id: int, timeout: float = 40) -> Job:
+    """The job once it runs, with its pods placed."""
+    return wait_for(
+        lambda: (
+            (j := Job.objects.get(pk=job_id)).state == JobState.RUNNING
+            and j.placement.get("pods")
+            and j
+        ),
+        timeout=timeout,
+    )
+
+
+def running_with_checkpoints(user: User, *, name: str, claim: str) -> Job:
+    """A one-A100 training job of an hour that keeps checkpoints on ``claim``, running."""
+    submitted = job_submit(
+        user=user,
+        data=training_spec(
+            name=name,
+            env={"SANDBOX_DURATION": "1h"},
+            gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
+            checkpoint={"claim": claim, "mount_path": "/checkpoints"},
+        ),
+    )
+    return running(submitted.pk)
+
+
 def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     users: dict[str, User], metrics: PrometheusProcess, sandbox: SandboxProcess, settings: Any
 ) -> None:
@@ -51,23 +77,7 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     settings.GPU_FAILURE_REPORT_AFTER = 1  # and reported to the platform admins
     # Given a running job that keeps checkpoints, and one that will fail on its own (exit 1,
     # healthy GPUs)
-    submitted = job_submit(
-        user=users["alice"],
-        data=training_spec(
-            name="ft",
-            env={"SANDBOX_DURATION": "1h"},
-            gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
-            checkpoint={"claim": "ckpt", "mount_path": "/checkpoints"},
-        ),
-    )
-    job = wait_for(
-        lambda: (
-            (j := Job.objects.get(pk=submitted.pk)).state == JobState.RUNNING
-            and j.placement.get("pods")
-            and j
-        ),
-        timeout=40,
-    )
+    job = running_with_checkpoints(users["alice"], name="ft", claim="ckpt")
     buggy = job_submit(
         user=users["alice"],
         data=training_spec(name="buggy", env={"SANDBOX_DURATION": "2s", "SANDBOX_EXIT_CODE": "1"}),
@@ -133,14 +143,7 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     assert Job.objects.get(pk=buggy.pk).state == JobState.FAILED  # not run again
 
     # And it runs again, on another node, told it is a restart, and resumes its checkpoint
-    again = wait_for(
-        lambda: (
-            (j := Job.objects.get(pk=job.pk)).state == JobState.RUNNING
-            and j.placement.get("pods")
-            and j
-        ),
-        timeout=60,
-    )
+    again = running(job.pk, timeout=60)
     assert again.gpu_failure_retries == 1 and again.excluded_nodes == [node]
     assert [p["node"] for p in again.placement["pods"]] != [node]
     new_pod = again.placement["pods"][0]["name"]
@@ -189,23 +192,7 @@ def test_a_job_whose_node_stops_responding_runs_again_elsewhere_from_its_checkpo
     users: dict[str, User], sandbox: SandboxProcess, settings: Any
 ) -> None:
     # Given a running training job that keeps checkpoints on its claim
-    submitted = job_submit(
-        user=users["alice"],
-        data=training_spec(
-            name="nf",
-            env={"SANDBOX_DURATION": "1h"},
-            gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
-            checkpoint={"claim": "ckpt-nf", "mount_path": "/checkpoints"},
-        ),
-    )
-    job = wait_for(
-        lambda: (
-            (j := Job.objects.get(pk=submitted.pk)).state == JobState.RUNNING
-            and j.placement.get("pods")
-            and j
-        ),
-        timeout=40,
-    )
+    job = running_with_checkpoints(users["alice"], name="nf", claim="ckpt-nf")
     pod, node = job.placement["pods"][0]["name"], job.placement["pods"][0]["node"]
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(sandbox.kubeconfig)))
     # (it leaves a node that stopped responding after 60 s, not the API server's 300 s)
@@ -245,14 +232,7 @@ def test_a_job_whose_node_stops_responding_runs_again_elsewhere_from_its_checkpo
         assert event is not None and event.key == "job.node_failed"  # the owner is told
         # ...and it runs again on another node (the stranded pod force-deleted), resuming
         # from the newest checkpoint its claim holds
-        again = wait_for(
-            lambda: (
-                (j := Job.objects.get(pk=job.pk)).state == JobState.RUNNING
-                and j.placement.get("pods")
-                and j
-            ),
-            timeout=60,
-        )
+        again = running(job.pk, timeout=60)
         assert again.reason != "NodeFailure" and again.excluded_nodes == [node]
         # (the API and the job's page say so: the attempt, the node avoided, the loss)
         shown = api_client_for(users["alice"]).get(f"/api/v1/jobs/{job.pk}/").json()
