@@ -221,6 +221,17 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
             started_at=started,
             placement=placement,
         )
+    failed = sum(1 for p in pods if _phase(p) == "Failed")
+    if not live and failed > int(spec.get("backoffLimit", 6)) and started is not None:
+        # Its pods failed past the backoff limit but the Job's FailureTarget is not written
+        # yet: it is failing, not waiting for pods (the same false flap as above).
+        return Observation(
+            JobState.RUNNING,
+            "Failing",
+            f"{failed} pod(s) failed; waiting for the Job to fail.",
+            started_at=started,
+            placement=placement,
+        )
     running = sum(1 for p in live if _phase(p) == "Running")
     if running and running >= min(expected, len(live) or expected):
         workers = "worker" if expected == 1 else "workers"

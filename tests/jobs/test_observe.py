@@ -83,6 +83,21 @@ def test_finished_pods_before_the_complete_condition_do_not_flap_to_pending() ->
     assert (seen.state, seen.reason) == ("running", "Completing")
 
 
+def test_a_pod_failed_past_the_backoff_limit_before_the_failure_condition_does_not_flap() -> None:
+    # Given a Job of backoffLimit 0 whose only pod failed (its GPU fell off the bus), seen
+    # before the Job controller wrote FailureTarget
+    job = k8s_job(failed=1)
+    job["spec"]["backoffLimit"] = 0
+
+    seen = observe_training(job, [pod("train-1-a", "Failed")], [])
+
+    # Then it is failing, not back to pending waiting for pods
+    assert (seen.state, seen.reason) == ("running", "Failing")
+    # (with retries left, the controller makes a new pod: that is waiting for pods)
+    job["spec"]["backoffLimit"] = 2
+    assert observe_training(job, [pod("train-1-a", "Failed")], []).state == "pending"
+
+
 def test_quota_refusal_events_explain_a_job_without_pods() -> None:
     message = (
         'Error creating: pods "train-1-x" is forbidden: exceeded quota: gpu-portal-quota, '
