@@ -75,7 +75,12 @@ def gpu_failures_find(*, job: Job, now: datetime) -> list[Struck]:
     the module's docstring); by pod, node and GPU."""
     failed_at = job.finished_at or now
     after = min(now, failed_at + timedelta(seconds=XID_AFTER_SECONDS))
-    around = (after - failed_at).total_seconds() + XID_BEFORE_SECONDS
+    # This run's pods only: a run that started after a hardware failure must not be blamed
+    # for the GPU its previous run failed on.
+    since = failed_at - timedelta(seconds=XID_BEFORE_SECONDS)
+    if job.started_at is not None and job.started_at > since:
+        since = job.started_at
+    around = max(1.0, (after - since).total_seconds())
     held: dict[PodKey, set[_Device]] = defaultdict(set)
     for s in prometheus.query(queries.held_devices_over(around), at=after):
         held[(s.labels.get("namespace", ""), s.labels.get("pod", ""))].add(_device(s.labels))

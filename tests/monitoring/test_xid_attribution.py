@@ -27,6 +27,7 @@ START = NOW - timedelta(minutes=30)
 FIRST_FAULT = NOW - timedelta(minutes=20)  # GPU gpu-a/3 under job "ft-1"
 FREED = NOW - timedelta(minutes=12)  # job "bug-2" fails on its own, freeing gpu-a/4
 SECOND_FAULT = NOW - timedelta(minutes=5)  # gpu-a/4 under job "ft-3", its next holder
+RERUN, RERUN_FAILED = FIRST_FAULT + timedelta(seconds=30), FIRST_FAULT + timedelta(seconds=90)
 
 
 def held(series: History, node: str, gpu: str, pod: str, xid: float, start: Any, end: Any) -> None:
@@ -49,6 +50,10 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProc
     # old-4 on gpu-b/0, whose XID 48 is old news, fails on its own
     held(series, "gpu-b", "0", "old-4-pqrst", 48, START, SECOND_FAULT)
     series.add(XID, device("gpu-b", "0"), 48, SECOND_FAULT, NOW)
+    # rerun-5 failed on gpu-c/1 (XID 79), ran again on gpu-c/2 and failed on its own there
+    held(series, "gpu-c", "1", "rerun-5-uvwxy", 0, START, FIRST_FAULT)
+    series.add(XID, device("gpu-c", "1"), 79, FIRST_FAULT, NOW)
+    held(series, "gpu-c", "2", "rerun-5-zabcd", 0, RERUN, RERUN_FAILED)
     prom = start_history_prometheus(
         Path(tmp_path_factory.mktemp("xid")), series.openmetrics(), lookback_delta=f"{SAMPLE}s"
     )
@@ -56,9 +61,11 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProc
     prom.stop()
 
 
-def failed(name: str, at: datetime) -> Job:
+def failed(name: str, at: datetime, started: datetime | None = None) -> Job:
     """A failed job as the check reads it (its pods are "<object name>-<suffix>")."""
-    return Job(namespace="team-a", object_name=name, finished_at=at, placement={})
+    return Job(
+        namespace="team-a", object_name=name, finished_at=at, started_at=started, placement={}
+    )
 
 
 def test_an_xid_counts_for_the_job_that_held_the_gpu_when_it_rose(
@@ -80,5 +87,9 @@ def test_an_xid_counts_for_the_job_that_held_the_gpu_when_it_rose(
         assert gpu_failures_find(job=failed("bug-2", FREED), now=NOW) == []
         # A job whose GPU had reported its XID all along failed on its own
         assert gpu_failures_find(job=failed("old-4", SECOND_FAULT), now=NOW) == []
+        # A job's second run that failed on its own a minute after its first run's GPU
+        # failure is not blamed on that GPU
+        rerun = failed("rerun-5", RERUN_FAILED, started=RERUN)
+        assert gpu_failures_find(job=rerun, now=NOW) == []
     finally:
         prometheus.reset_client()
