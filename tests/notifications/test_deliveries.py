@@ -309,6 +309,7 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
         "job.idle",
         "job.idle_stopped",
         "job.gpu_failed",
+        "job.node_failed",
         "report.monthly",
         "node.gpu_failures",
     ]
