@@ -445,23 +445,35 @@ def version(*, timeout: float | None = None) -> Obj:
     )
 
 
+# A replace refused for a stale resourceVersion is read and tried again this many times
+# (client-go's RetryOnConflict): a ResourceQuota's status, say, changes under us all the time.
+CONFLICT_TRIES = 5
+
+
 def ensure(manifest: Obj, *, compare: Callable[[Obj, Obj], bool]) -> str:
     """Make the object match ``manifest``: create it, or replace it when ``compare`` says it
-    differs. Returns ``created``, ``updated`` or ``unchanged`` (safe to run again and again)."""
+    differs. Returns ``created``, ``updated`` or ``unchanged`` (safe to run again and again).
+    A replace that loses a race to another writer (409 Conflict) is compared again on the
+    object as it now is and retried."""
     meta = manifest["metadata"]
+    kind, name, namespace = manifest["kind"], meta["name"], meta.get("namespace")
     try:
-        existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
+        existing = get(kind, name, namespace)
     except ObjectNotFound:
         try:
             create(manifest)
             return "created"
         except ObjectConflict:  # created concurrently: fall through and compare
-            existing = get(manifest["kind"], meta["name"], meta.get("namespace"))
-    if compare(existing, manifest):
-        return "unchanged"
-    updated = {
-        **manifest,
-        "metadata": {**meta, "resourceVersion": existing["metadata"].get("resourceVersion")},
-    }
-    replace(updated)
-    return "updated"
+            existing = get(kind, name, namespace)
+    tries = 1
+    while not compare(existing, manifest):
+        version = existing["metadata"].get("resourceVersion")
+        try:
+            replace({**manifest, "metadata": {**meta, "resourceVersion": version}})
+            return "updated"
+        except ObjectConflict:
+            if tries == CONFLICT_TRIES:
+                raise
+            tries += 1
+            existing = get(kind, name, namespace)
+    return "unchanged"
