@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +204,9 @@ def _lost_from(message: str) -> float | None:
 
 
 def wait_until_done(ids: list[int], timeout: float) -> float:
+    from django.conf import settings
+    from django.utils import timezone
+
     from jobs.models import Job, JobState
 
     started = time.monotonic()
@@ -214,6 +217,17 @@ def wait_until_done(ids: list[int], timeout: float) -> float:
             break
         print(f"     {left} jobs not done ({time.monotonic() - started:.0f} s)", flush=True)
         time.sleep(20)
+    # A job that failed last is explained at the GPU-failure check's next run: wait for the
+    # checks to be done with every recent failure before measuring.
+    settle = timedelta(seconds=settings.GPU_FAILURE_CHECK_INTERVAL_SECONDS + 120)
+    while time.monotonic() - started < timeout and (
+        Job.objects.filter(
+            pk__in=ids, state=JobState.FAILED, finished_at__gte=timezone.now() - settle
+        )
+        .exclude(reason__in=("GPUFailure", "NodeFailure"))
+        .exists()
+    ):
+        time.sleep(5)
     return time.monotonic() - started
 
 
