@@ -38,6 +38,17 @@ FAMILIES: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
     ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for uncorrectable errors",
+    ),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "Number of remapped rows for correctable errors",
+    ),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
     ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
     ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
@@ -207,6 +218,12 @@ def _gpu_samples(
             # The last XID stays until the driver reloads; the ECC count only grows.
             reading.values["DCGM_FI_DEV_XID_ERRORS"] = float(fault.get("xid", 0))
             reading.values["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] = float(fault.get("ecc_dbe", 0))
+            if _remaps_rows(devs[0].model):
+                # Ampere and later remap a row for each uncorrectable error (Turing retires
+                # pages instead and reports no remapped rows).
+                reading.values["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] = float(
+                    fault.get("ecc_dbe", 0)
+                )
         for name, _, _ in FAMILIES:
             if name not in reading.values:
                 continue
@@ -243,6 +260,10 @@ def device_labels(device: Device, node: str) -> str:
     if device.mig_profile:
         labels += f',GPU_I_PROFILE="{device.mig_profile}",GPU_I_ID="{device.gi_id}"'
     return labels + f',Hostname="{node}",DCGM_FI_DRIVER_VERSION="{DRIVER_VERSION}"'
+
+
+def _remaps_rows(model: str) -> bool:
+    return GPU_MODELS.get(model, {}).get("family") in ("ampere", "ada-lovelace", "hopper")
 
 
 def gpu_readings(
@@ -336,6 +357,9 @@ def gpu_readings(
             "DCGM_FI_DEV_DEC_UTIL": 0.0,
             "DCGM_FI_DEV_XID_ERRORS": 0.0,
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0.0,
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0.0,
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
             "DCGM_FI_DEV_FB_FREE": free,
             "DCGM_FI_DEV_FB_USED": used,
             "DCGM_FI_DEV_FB_RESERVED": float(reserved),

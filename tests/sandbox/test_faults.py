@@ -141,10 +141,15 @@ def test_each_xid_kind_fails_the_pod_on_that_gpu_with_cuda_words_and_dcgm_series
     name = f"xid-{xid}"
     pod = start_training(batch, core, namespace, name)
     node, gpu = wait_for(lambda: held_gpu(sandbox, namespace, name))
-    dbe_before = {
-        (s.labels["Hostname"], s.labels["gpu"]): s.value
-        for s in scrape(sandbox)["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
-    }[(node, gpu)]
+
+    def counter(metrics: dict[str, Any], name: str) -> float:
+        return {(s.labels["Hostname"], s.labels["gpu"]): s.value for s in metrics[name]}[
+            (node, gpu)
+        ]
+
+    before = scrape(sandbox)
+    dbe_before = counter(before, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
+    rows_before = counter(before, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")
     # When its GPU reports this XID
     assert fault(sandbox, "--node", node, "--gpu", gpu, "--xid", str(xid)).returncode == 0
     try:
@@ -159,18 +164,18 @@ def test_each_xid_kind_fails_the_pod_on_that_gpu_with_cuda_words_and_dcgm_series
         assert failed.status.container_statuses[0].state.terminated.exit_code == 1
         log = core.read_namespaced_pod_log(pod.metadata.name, namespace, tail_lines=5)
         assert cuda_error in log
-        # ...and dcgm-exporter shows the XID on the GPU; the ECC counter moves for ECC kinds
+        # ...and dcgm-exporter shows the XID on the GPU; the ECC and remapped-row counters
+        # move for ECC kinds
         metrics = scrape(sandbox)
         labels = {
             (s.labels["Hostname"], s.labels["gpu"]): s.value
             for s in metrics["DCGM_FI_DEV_XID_ERRORS"]
         }
         assert labels[(node, gpu)] == xid
-        dbe = {
-            (s.labels["Hostname"], s.labels["gpu"]): s.value
-            for s in metrics["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
-        }[(node, gpu)]
-        assert dbe == dbe_before + (1 if ecc else 0)
+        assert counter(metrics, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL") == dbe_before + (1 if ecc else 0)
+        # (an A100 remaps a row for each uncorrectable error)
+        rows = counter(metrics, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")
+        assert rows == rows_before + (1 if ecc else 0)
     finally:
         fault(sandbox, "--node", node, "--gpu", gpu, "--repair")
         batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
