@@ -14,6 +14,7 @@ a conditional UPDATE on the ``evicted_at`` this eviction set.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from django.utils import timezone
@@ -79,6 +80,15 @@ def _remaining(job: Job) -> int:
     return left
 
 
+def runs_ended(job: Job, ended: datetime) -> list[list[str]]:
+    """The job's ``earlier_runs`` with its current run, ended at ``ended``, added (the
+    GPU-hour accounting counts every run a job had, not only its last)."""
+    runs = list(job.earlier_runs or [])
+    if job.started_at is not None:
+        runs.append([job.started_at.isoformat(), ended.isoformat()])
+    return runs
+
+
 def job_evict(*, job_id: int) -> EvictOutcome:
     """1. Re-read the job: return unless it is an eviction under way.
     2. Delete its objects (background propagation: the pods follow).
@@ -95,9 +105,7 @@ def job_evict(*, job_id: int) -> EvictOutcome:
         kube.delete(manifest["kind"], meta["name"], meta.get("namespace"))
     if _remaining(job):
         return EvictOutcome.STOPPING
-    runs = list(job.earlier_runs or [])
-    if job.started_at is not None:
-        runs.append([job.started_at.isoformat(), timezone.now().isoformat()])
+    runs = runs_ended(job, timezone.now())
     released = job_transition(
         job=job,
         where={"state": JobState.QUEUED, "evicted_at": job.evicted_at},

@@ -34,6 +34,7 @@ from django.utils.dateparse import parse_datetime
 
 from cluster import kube
 from core.errors import ApplicationError
+from jobs.eviction import runs_ended
 from jobs.models import Job, JobState
 from jobs.services import job_manifests_rebuild
 from jobs.timeline import timeline_add
@@ -187,9 +188,7 @@ def _requeue(
 ) -> bool:
     """Back to the queue as an eviction: its objects go, then it is admitted again with the
     new manifests. The failed run's hours stay in the accounting (``earlier_runs``)."""
-    runs = list(job.earlier_runs or [])
-    if job.started_at is not None:
-        runs.append([job.started_at.isoformat(), (job.finished_at or timezone.now()).isoformat()])
+    runs = runs_ended(job, job.finished_at or timezone.now())
     moved = job_transition(
         job=job,
         where={"state": JobState.FAILED, "reason": reason},
