@@ -128,12 +128,12 @@ def reconcile(cluster: Cluster) -> None:
     _strike(
         cluster, state, now, "gpu", float(config.get("gpuFailuresPerGpuHour") or 0.0),
         lambda: _gpu_candidates(cluster, busy_only),
-        lambda rng, target: _gpu_fault(cluster, state, config, rng, target, now),
+        lambda rng, target, at: _gpu_fault(cluster, state, config, rng, target, at),
     )  # fmt: skip
     _strike(
         cluster, state, now, "node", float(config.get("nodeFailuresPerNodeHour") or 0.0),
         lambda: _node_candidates(cluster, busy_only),
-        lambda rng, target: _node_fault(cluster, state, config, target, now),
+        lambda rng, target, at: _node_fault(cluster, state, config, target, at),
     )  # fmt: skip
     if repr(state) != before:
         cluster.store.meta_set(STATE, state)
@@ -157,10 +157,13 @@ def _strike(
         return
     while at <= now:
         n = int(state["n"].get(kind, 0))
+        # Repairs due before this fault come first, in simulated order, whatever the
+        # pass's own timing: a seed gives the same sequence.
+        _undo_due(cluster, state, at)
         found = candidates()
         if found:
             rng = _rng(cluster, kind, n)
-            act(rng, found[rng.randrange(len(found))])
+            act(rng, found[rng.randrange(len(found))], at)
             state["n"][kind] = n + 1
         at += _gap(cluster, kind, state, rate, len(candidates()))
     state["at"][kind] = at
