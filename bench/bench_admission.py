@@ -101,7 +101,7 @@ def measure(team_id: int, *, settle_first: bool, repeat: int) -> tuple[Stats, St
     from django.db import connection, transaction
     from django.test.utils import CaptureQueriesContext
 
-    from jobs.admission import admission_run
+    from jobs.services.admission import admission_run
 
     walls, cpus = [], []
     queries = admitted = 0

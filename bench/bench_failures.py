@@ -92,7 +92,7 @@ def submit(jobs: int, minutes: float) -> list[int]:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from jobs.services import job_submit
+    from jobs.services.submit import job_submit
     from teams.cluster_sync import team_cluster_sync
     from teams.models import Team
     from teams.services import quota_set

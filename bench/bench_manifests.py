@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import Report, Stats, interleaved, start
 from jobs.manifests import ManifestContext, build_manifests, validate_manifests
-from jobs.policy import check_manifests
+from jobs.manifests.security import check_manifests
 from jobs.spec import JobSpec
 from tests.jobs.test_manifests import GOLDEN_CASES
 

@@ -158,8 +158,8 @@ class Data:
         from django.contrib.auth.models import User
         from django.core.management import call_command
 
-        from jobs import services
         from jobs.models import Job
+        from jobs.services import submit as services
         from teams.models import GpuQuota, Membership, Team
 
         call_command("seed_demo", stdout=io.StringIO())

@@ -173,7 +173,7 @@ def counting() -> Iterator[Counters]:
 
 def one_pass(profile: Path | None = None) -> PassFigures:
     """One reconcile pass, counted; with ``profile``, also under cProfile (stats saved there)."""
-    from jobs.reconcile import cluster_reconcile
+    from jobs.tracking.reconcile import cluster_reconcile
 
     profiler = cProfile.Profile() if profile else None
     with counting() as counters:
@@ -232,7 +232,7 @@ def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
 
     from jobs.manifests import build_manifests, object_name
     from jobs.models import Job, JobEvent, JobState
-    from jobs.services import _context, job_spec_check
+    from jobs.services.submit import _context, job_spec_check
     from teams.models import Team
     from teams.services import quota_set
 

@@ -435,9 +435,9 @@ def fill_cluster(num_nodes: int) -> int:
 
 def preview_call() -> Callable[[], Any]:
     """``job_fit_preview`` for a 4-worker × 2 A100 training job of a team without quota."""
-    from jobs.fit import job_fit_preview
     from jobs.manifests import ManifestContext, build_manifests
     from jobs.quota import job_demand
+    from jobs.selectors.fit import job_fit_preview
     from jobs.spec import GpuRequest, JobSpec
     from teams.models import Team
 

@@ -99,7 +99,7 @@ def fill_jobs(total: int) -> int:
     from django.contrib.auth.models import User
 
     from jobs.models import Job, JobEvent, JobState
-    from jobs.services import job_submit
+    from jobs.services.submit import job_submit
 
     template = Job.objects.filter(team__slug=TEAM).first()
     if template is None:

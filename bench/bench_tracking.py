@@ -123,8 +123,8 @@ def run_tracker(size: int, changed: list[int]) -> dict[str, Any]:
     from django.db import connection
 
     from jobs.models import Job
-    from jobs.reconcile import tracked_jobs
-    from jobs.tracker import ClusterTracker
+    from jobs.tracking.reconcile import tracked_jobs
+    from jobs.tracking.tracker import ClusterTracker
 
     tracker = ClusterTracker("bench-tracker")
 
@@ -155,7 +155,7 @@ def run_tracker(size: int, changed: list[int]) -> dict[str, Any]:
 
 
 def run_lists(size: int, changed: list[int]) -> dict[str, Any]:
-    from jobs.reconcile import cluster_reconcile
+    from jobs.tracking.reconcile import cluster_reconcile
 
     with counting() as requests:
         started = time.perf_counter()

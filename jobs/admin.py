@@ -13,9 +13,9 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from jobs.cohort_selectors import cohort_views
 from jobs.models import Job, JobEvent
-from jobs.selectors import QuotaUse, quota_usage
+from jobs.selectors.cohorts import cohort_views
+from jobs.selectors.jobs import QuotaUse, quota_usage
 from teams.admin import CohortAdmin, GpuQuotaAdmin, GpuQuotaInline, MembershipInline, TeamAdmin
 from teams.models import Cohort, GpuQuota, Team
 

@@ -24,13 +24,11 @@ from rest_framework.views import APIView
 
 from core.api_errors import error_responses
 from core.apis import ApiView, QueryText
-from jobs import cohort_selectors, job_templates
-from jobs.idle import idle_exempt_check, job_idle_exempt, job_resume
-from jobs.live import MAX_LOG_TAIL, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobEvent, JobState, JobTemplate
-from jobs.queue_estimate import job_queue_position
-from jobs.selectors import (
+from jobs.selectors import cohorts as cohort_selectors
+from jobs.selectors import templates as template_selectors
+from jobs.selectors.jobs import (
     JOB_LIST_PAGE_SIZE,
     job_events,
     job_get_for_user,
@@ -39,7 +37,11 @@ from jobs.selectors import (
     queued_count,
     quota_usage_for_teams,
 )
-from jobs.services import job_cancel, job_preview, job_submit
+from jobs.selectors.live import MAX_LOG_TAIL, job_log_tail
+from jobs.selectors.queue_position import job_queue_position
+from jobs.services import templates as template_services
+from jobs.services.idle import idle_exempt_check, job_idle_exempt, job_resume
+from jobs.services.submit import job_cancel, job_preview, job_submit
 from jobs.spec import spec_submittable
 from jobs.spec_input import JobSpecInput
 from teams.selectors import membership_role, teams_for_user
@@ -288,7 +290,7 @@ def _spec_data(request: Request) -> Any:
     # ("³".isdigit() is true, so ASCII digits only.)
     is_id = template.isascii() and template.isdigit() and len(template) <= 9
     ref: str | int = int(template) if is_id else template
-    return job_templates.spec_from_template(user=request.user, template=ref, data=request.data)
+    return template_selectors.spec_from_template(user=request.user, template=ref, data=request.data)
 
 
 class JobListCreateApi(ApiView):
@@ -627,9 +629,9 @@ class TemplateListCreateApi(ApiView):
     def get(self, request: Request) -> Response:
         name = self.query.get("name")
         if name:
-            found = [job_templates.template_find(user=request.user, name=name)]
+            found = [template_selectors.template_find(user=request.user, name=name)]
         else:
-            found = list(job_templates.templates_for_user(user=request.user))
+            found = list(template_selectors.templates_for_user(user=request.user))
         return Response([_template_data(t) for t in found])
 
     @extend_schema(
@@ -640,7 +642,7 @@ class TemplateListCreateApi(ApiView):
     def post(self, request: Request) -> Response:
         data = TemplateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        template = job_templates.template_create(
+        template = template_services.template_create(
             user=request.user,  # type: ignore[arg-type]
             name=data.validated_data["name"],
             spec=data.validated_data["spec"],
@@ -656,7 +658,9 @@ class TemplateDetailApi(APIView):
         responses={200: TemplateOutput, **error_responses(401, 404)},
     )
     def get(self, request: Request, template_id: int) -> Response:
-        template = job_templates.template_get_for_user(user=request.user, template_id=template_id)
+        template = template_selectors.template_get_for_user(
+            user=request.user, template_id=template_id
+        )
         return Response(_template_data(template))
 
     @extend_schema(
@@ -667,7 +671,7 @@ class TemplateDetailApi(APIView):
     def patch(self, request: Request, template_id: int) -> Response:
         data = TemplateUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        template = job_templates.template_update(
+        template = template_services.template_update(
             user=request.user,  # type: ignore[arg-type]
             template_id=template_id,
             name=data.validated_data.get("name"),
@@ -681,5 +685,5 @@ class TemplateDetailApi(APIView):
         responses={204: None, **error_responses(401, 403, 404, 429)},
     )
     def delete(self, request: Request, template_id: int) -> Response:
-        job_templates.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
+        template_services.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -18,13 +18,13 @@ from django.db import transaction
 
 from cluster.tasks import RETRY_TEMPORARY, ROBUST
 from core.redis_client import redis_client
-from jobs.admission import admission_run
-from jobs.apply import job_apply, job_cleanup
-from jobs.eviction import EvictOutcome, job_evict
-from jobs.metrics import reconcile_timer
 from jobs.models import Job
-from jobs.notices import job_notify_task, jobs_waiting_check  # noqa: F401 - registers the task
-from jobs.reconcile import ReconcileReport, cluster_reconcile
+from jobs.services.admission import admission_run
+from jobs.services.apply import job_apply, job_cleanup
+from jobs.services.eviction import EvictOutcome, job_evict
+from jobs.services.notices import job_notify_task, jobs_waiting_check  # noqa: F401 - registers the task
+from jobs.tracking.reconcile import ReconcileReport, cluster_reconcile
+from jobs.tracking.timings import reconcile_timer
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def job_node_failure_task(job_id: int, evicted: list[dict[str, str]]) -> bool:
     """Explain a job whose node stopped responding and run it again elsewhere (safe twice:
     a job already explained is left as it is)."""
     # Imported here: jobs.hardware needs jobs.services, which imports this module.
-    from jobs.hardware import job_node_failure_record
+    from jobs.services.hardware import job_node_failure_record
 
     recorded = job_node_failure_record(job_id=job_id, evicted=evicted)
     if recorded.requeued:

@@ -15,19 +15,20 @@ from django.views.decorators.http import require_POST
 
 from cluster.selectors import catalog_get
 from core.errors import ApplicationError, PermissionDenied
-from jobs import job_templates
 from jobs.forms import JobForm, initial_from_spec
-from jobs.idle import job_idle_exempt, job_resume
-from jobs.live import job_live_get, job_log_tail
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
-from jobs.selectors import (
+from jobs.selectors import templates as template_selectors
+from jobs.selectors.jobs import (
     job_get_for_user,
     job_list_page,
     queued_count,
     quota_usage_for_teams,
 )
-from jobs.services import job_can_cancel, job_cancel, job_preview, job_submit
+from jobs.selectors.live import job_live_get, job_log_tail
+from jobs.services import templates as template_services
+from jobs.services.idle import job_idle_exempt, job_resume
+from jobs.services.submit import job_can_cancel, job_cancel, job_preview, job_submit
 from jobs.spec import spec_yaml
 from teams.models import Membership
 from teams.selectors import membership_role, team_roles_for_user, teams_for_user
@@ -90,7 +91,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if template is not None and request.method != "POST":
         # "New from template": the form starts from the template; every check still runs
         # on submit, and the preview answers "will it fit?" as for any job.
-        spec = job_templates.spec_from_template(user=request.user, template=template.pk, data={})
+        spec = template_selectors.spec_from_template(
+            user=request.user, template=template.pk, data={}
+        )
         form = _form(request, initial=initial_from_spec(spec))
     return render(
         request,
@@ -99,7 +102,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             "form": form,
             "clone_of": clone_of,
             "template": template,
-            "templates": job_templates.templates_for_user(user=request.user),
+            "templates": template_selectors.templates_for_user(user=request.user),
         },
     )
 
@@ -109,7 +112,7 @@ def _template_source(request: HttpRequest) -> Any:
     if not value or not (value.isascii() and value.isdigit()):
         return None
     try:
-        return job_templates.template_get_for_user(user=request.user, template_id=int(value))
+        return template_selectors.template_get_for_user(user=request.user, template_id=int(value))
     except ApplicationError:
         return None
 
@@ -195,7 +198,7 @@ def job_save_template(request: HttpRequest, job_id: int) -> HttpResponse:
     """ "Save as template": the job's spec (without its name) as the user's or a team's."""
 
     def save(job: Job, user: User) -> str:
-        template = job_templates.template_from_job(
+        template = template_services.template_from_job(
             user=user,
             job=job,
             name=request.POST.get("name", ""),
@@ -228,7 +231,7 @@ def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
 
 @login_required
 def template_list(request: HttpRequest) -> HttpResponse:
-    templates = list(job_templates.templates_for_user(user=request.user))
+    templates = list(template_selectors.templates_for_user(user=request.user))
     lead_of = {
         entry.team.pk
         for entry in team_roles_for_user(user=request.user)  # type: ignore[arg-type]
@@ -249,7 +252,7 @@ def template_list(request: HttpRequest) -> HttpResponse:
 @require_POST
 def template_delete_view(request: HttpRequest, template_id: int) -> HttpResponse:
     try:
-        job_templates.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
+        template_services.template_delete(user=request.user, template_id=template_id)  # type: ignore[arg-type]
     except PermissionDenied as exc:
         # Only a refusal is said here: another team's template is "not found" (a 404), as
         # another team's job is.

@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 
 from core.api_errors import error_responses
 from core.apis import ApiView, QueryText
-from jobs.selectors import job_get_for_user
+from jobs.selectors.jobs import job_get_for_user
 from monitoring.prometheus import Series
 from monitoring.queries import JOB_METRICS, RANGES
 from monitoring.selectors.cluster import cluster_overview_get

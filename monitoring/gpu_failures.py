@@ -24,8 +24,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from cluster import kube
-from jobs.hardware import GPU_FAILURE, HARDWARE_FAILURES, job_hardware_failure_record
 from jobs.models import Job, JobState
+from jobs.services.hardware import GPU_FAILURE, HARDWARE_FAILURES, job_hardware_failure_record
 from jobs.tasks import job_evict_task
 from monitoring import prometheus, queries
 from monitoring.models import NodeFailure

@@ -32,8 +32,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from jobs.metrics import RECONCILE_BUCKETS, RECONCILE_KEY, reconcile_redis
 from jobs.models import Job, JobState
+from jobs.tracking.timings import RECONCILE_BUCKETS, RECONCILE_KEY, reconcile_redis
 from notifications.models import Delivery
 from teams.models import Team
 

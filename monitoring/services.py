@@ -11,9 +11,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from cluster import kube
-from jobs.idle import job_idle_clear, job_idle_scale_down, job_idle_stop, job_idle_warn
 from jobs.models import Job, JobState
-from jobs.timeline import timeline_add
+from jobs.services.idle import job_idle_clear, job_idle_scale_down, job_idle_stop, job_idle_warn
+from jobs.services.timeline import timeline_add
 from monitoring import prometheus, queries
 from monitoring.selectors.common import PodKey, placement_pods
 from teams.models import Team

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core.errors import ApplicationError
-from jobs.selectors import job_get_for_user
+from jobs.selectors.jobs import job_get_for_user
 from monitoring import charts, metrics
 from monitoring.queries import RANGES, RangeError, parse_range
 from monitoring.selectors.cluster import cluster_overview_get

@@ -15,9 +15,9 @@ from datetime import datetime
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
-from jobs.cohort_selectors import CohortView, cohort_get_for_user
 from jobs.models import ACTIVE_STATES, Job
 from jobs.quota import quota_capacity
+from jobs.selectors.cohorts import CohortView, cohort_get_for_user
 from monitoring import queries
 from monitoring.selectors.common import Window
 from monitoring.selectors.team import allocation_series, team_jobs_between

@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from jobs.models import Job
-from jobs.selectors import QuotaUse, quota_usage
+from jobs.selectors.jobs import QuotaUse, quota_usage
 from monitoring import prometheus, queries
 from monitoring.prometheus import MetricsUnavailable, Series
 from monitoring.selectors.common import Window

@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from jobs.admission import admission_run
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.admission import admission_run
+from jobs.services.submit import job_submit
 from teams.services import quota_set
 from tests.conftest import api_client_for, training_spec
 

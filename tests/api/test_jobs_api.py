@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobEvent
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from portal.models import ApiToken
 from teams.models import AuditLog
 from tests.conftest import api_client_for, inference_spec, training_spec

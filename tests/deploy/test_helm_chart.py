@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from jobs.manifests import validate_manifests
-from jobs.policy import check_manifest
+from jobs.manifests.security import check_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "gpu-portal"

@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 
 from cluster.models import CatalogSettings, GpuProduct
-from jobs.admission import admission_run
 from jobs.models import Job
-from jobs.services import job_submit
+from jobs.services.admission import admission_run
+from jobs.services.submit import job_submit
 from teams.models import Cohort, GpuQuota, Membership, Team
 from tests.conftest import training_spec
 

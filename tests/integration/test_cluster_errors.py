@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from cluster import kube
-from jobs.apply import job_apply
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.apply import job_apply
+from jobs.services.submit import job_submit
 from teams.tasks import team_sync_task, teams_sync_task
 from tests.conftest import training_spec
 from tests.factories import TeamFactory

@@ -11,10 +11,10 @@ from rest_framework.test import APIClient
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
-from jobs.admission import admission_run
-from jobs.apply import job_apply
 from jobs.models import Job
-from jobs.services import job_submit
+from jobs.services.admission import admission_run
+from jobs.services.apply import job_apply
+from jobs.services.submit import job_submit
 from tests.conftest import api_client_for, training_spec
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import wait_for

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from kubernetes import client, config
 
 from jobs.models import Job, JobState
-from jobs.services import job_cancel, job_submit
+from jobs.services.submit import job_cancel, job_submit
 from teams.models import Team
 from teams.services import team_save
 from tests.conftest import training_spec

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from jobs.models import JobState
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from notifications.models import Delivery
 from teams.models import Team
 from teams.services import team_save

@@ -15,10 +15,10 @@ from django.core.management import call_command
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
-from jobs.admission import admission_run
-from jobs.eviction import EvictOutcome, job_evict
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.admission import admission_run
+from jobs.services.eviction import EvictOutcome, job_evict
+from jobs.services.submit import job_submit
 from teams.models import Team
 from teams.services import quota_set
 from tests.conftest import training_spec

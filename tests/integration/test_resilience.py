@@ -14,8 +14,8 @@ from kubernetes import client, config
 
 from cluster import kube
 from jobs.models import Job, JobState
-from jobs.reconcile import cluster_reconcile
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
+from jobs.tracking.reconcile import cluster_reconcile
 from teams.cluster_sync import team_cluster_sync
 from teams.models import AuditLog, Team
 from tests.conftest import training_spec

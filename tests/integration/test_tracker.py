@@ -18,11 +18,11 @@ from django.core.management import call_command
 from django.db import connection
 
 from cluster import kube
-from jobs import tracker as tracker_module
 from jobs.models import Job, JobState
-from jobs.reconcile import cluster_reconcile
-from jobs.services import job_submit
-from jobs.tracker import ClusterTracker
+from jobs.services.submit import job_submit
+from jobs.tracking import tracker as tracker_module
+from jobs.tracking.reconcile import cluster_reconcile
+from jobs.tracking.tracker import ClusterTracker
 from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for

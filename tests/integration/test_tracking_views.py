@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from tests.conftest import api_client_for, training_spec
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for

@@ -12,9 +12,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from core.errors import ApplicationError
-from jobs.admission import admission_run
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.admission import admission_run
+from jobs.services.submit import job_submit
 from teams.models import Cohort, GpuQuota, Membership, Team
 from teams.services import quota_set
 from tests.conftest import inference_spec, training_spec

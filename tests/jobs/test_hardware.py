@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs.hardware import (
+from jobs.models import Job, JobEvent, JobState
+from jobs.services.hardware import (
     Recorded,
     job_hardware_failure_record,
     job_node_failure_record,
 )
-from jobs.models import Job, JobEvent, JobState
 from tests.conftest import training_spec
 from tests.factories import JobFactory
 

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs.models import Job
-from jobs.services import job_preview, job_submit
+from jobs.services.submit import job_preview, job_submit
 from teams.models import AuditLog
 from tests.conftest import training_spec
 from tests.factories import JobFactory
@@ -52,7 +52,7 @@ def test_a_manifest_refused_at_submit_stores_nothing(
     alice: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given manifests that fail schema validation (a builder bug)
-    from jobs import services
+    from jobs.services import submit as services
 
     monkeypatch.setattr(services, "validate_manifests", lambda *a, **k: ["spec: broken"])
     before = (Job.objects.count(), AuditLog.objects.count())

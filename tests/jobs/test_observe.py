@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.observe import observe_inference, observe_training
+from jobs.tracking.observe import observe_inference, observe_training
 
 
 def k8s_job(conditions: list[dict[str, Any]] = (), **status: Any) -> dict[str, Any]:  # type: ignore[assignment]

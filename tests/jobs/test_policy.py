@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from cluster.models import CatalogSettings
 from jobs.manifests import ManifestContext, build_manifests
+from jobs.manifests.security import check_manifest, check_manifests, image_registry
 from jobs.models import Job
-from jobs.policy import check_manifest, check_manifests, image_registry
 from jobs.spec import GpuRequest, JobSpec
 from tests.conftest import training_spec
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_LABEL
 from jobs.models import Job, JobEvent, JobState
-from jobs.reconcile import cluster_reconcile
+from jobs.tracking.reconcile import cluster_reconcile
 from tests.factories import JobFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db

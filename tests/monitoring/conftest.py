@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from monitoring import prometheus
 from tests.conftest import training_spec
 from tests.integration.conftest import cluster, sandbox, worker, worker_env  # noqa: F401

@@ -18,7 +18,7 @@ from django.test import Client
 from kubernetes import client, config
 
 from jobs.models import Job, JobEvent, JobState
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from monitoring.gpu_failures import gpu_failures_check
 from monitoring.models import NodeFailure
 from notifications.events import event_for

@@ -14,7 +14,7 @@ from django.utils import timezone
 from kubernetes import client, config
 
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from monitoring.prometheus import MetricsUnavailable
 from monitoring.services import idle_policy_run
 from monitoring.tasks import idle_policy_task

@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobs.metrics import RECONCILE_KEY, reconcile_observe, reconcile_timer
 from jobs.models import Job, JobState
+from jobs.tracking.timings import RECONCILE_KEY, reconcile_observe, reconcile_timer
 from tests.factories import JobFactory
 
 

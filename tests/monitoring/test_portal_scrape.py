@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 import pytest
 from django.contrib.auth.models import User
 
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from tests.conftest import training_spec
 from tests.monitoring.conftest import instant
 from tests.monitoring.prometheus_process import start_prometheus

@@ -16,11 +16,11 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.admission import admission_run
 from jobs.models import Job, JobState
-from jobs.notices import job_notify_task, jobs_waiting_check
-from jobs.services import job_cancel, job_submit
-from jobs.transitions import job_transition
+from jobs.services.admission import admission_run
+from jobs.services.notices import job_notify_task, jobs_waiting_check
+from jobs.services.submit import job_cancel, job_submit
+from jobs.services.transitions import job_transition
 from notifications.models import Delivery
 from notifications.tasks import delivery_send_task
 from tests.conftest import api_client_for, training_spec

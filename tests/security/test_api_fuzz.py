@@ -50,7 +50,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from cluster import kube
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from portal.services import api_token_create
 from portal.wsgi import application
 from tests.conftest import inference_spec, training_spec

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from cluster.priority_classes import PRIORITIES
 from core.errors import ApplicationError
 from jobs.manifests import ManifestContext, build_manifests, validate_manifests
-from jobs.policy import check_manifests
+from jobs.manifests.security import check_manifests
 from jobs.spec import KINDS, SHARINGS, JobSpec, VolumeMount
 from jobs.spec_input import JobSpecInput, spec_parse
 from tests.conftest import FULL_SPEC

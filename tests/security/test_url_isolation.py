@@ -13,9 +13,9 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from jobs.job_templates import template_create
 from jobs.models import Job, JobTemplate
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
+from jobs.services.templates import template_create
 from tests.conftest import api_client_for, training_spec
 
 pytestmark = pytest.mark.django_db

@@ -19,9 +19,9 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
-from jobs.job_templates import template_from_job
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
+from jobs.services.templates import template_from_job
 from monitoring.models import GpuUsageDay
 from tests.browser import chromium
 from tests.conftest import training_spec

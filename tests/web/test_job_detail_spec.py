@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from tests.conftest import training_spec
 
 pytestmark = pytest.mark.django_db

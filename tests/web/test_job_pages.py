@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from jobs.models import Job, JobState
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 from tests.conftest import training_spec
 from tests.factories import JobFactory, MembershipFactory
 

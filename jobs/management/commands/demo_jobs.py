@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
 from jobs.models import Job
-from jobs.services import job_submit
+from jobs.services.submit import job_submit
 
 PYTORCH = "nvcr.io/nvidia/pytorch:24.05-py3"
 TRITON = "nvcr.io/nvidia/tritonserver:24.05-py3"

@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from jobs.tasks import reconcile_requeue
-from jobs.tracker import ClusterTracker
+from jobs.tracking.tracker import ClusterTracker
 
 
 class Command(BaseCommand):

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AnonymousUser, User
 
 from core.errors import NotFound
 from jobs.models import ACTIVE_STATES, Job
-from jobs.selectors import QuotaUse, quota_usage_for_teams
+from jobs.selectors.jobs import QuotaUse, quota_usage_for_teams
 from teams.models import Cohort, Team
 from teams.selectors import teams_for_user
 

@@ -20,10 +20,10 @@ from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from cluster.tasks import ROBUST
-from jobs.live import job_log_tail
 from jobs.models import Job, JobEvent, JobState
-from jobs.queue_estimate import job_queue_position
-from jobs.timeline import timeline_add
+from jobs.selectors.live import job_log_tail
+from jobs.selectors.queue_position import job_queue_position
+from jobs.services.timeline import timeline_add
 from notifications.events import event_get
 from notifications.services import Notice, notice_publish
 

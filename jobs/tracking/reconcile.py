@@ -26,10 +26,10 @@ from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
 from cluster.priority_classes import PRIORITY_CLASSES
 from core.redis_client import redis_client
-from jobs.fit import cluster_snapshot
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
-from jobs.observe import Observation, observe_inference, observe_training
-from jobs.transitions import job_transition
+from jobs.selectors.fit import cluster_snapshot
+from jobs.services.transitions import job_transition
+from jobs.tracking.observe import Observation, observe_inference, observe_training
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,6 @@ from django.utils import timezone
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from cluster.selectors import Catalog, catalog_get
 from core.errors import ApplicationError, Conflict, PermissionDenied
-from jobs.fit import FitPreview, job_fit_preview
 from jobs.manifests import (
     ManifestContext,
     build_manifests,
@@ -24,13 +23,14 @@ from jobs.manifests import (
     to_yaml,
     validate_manifests,
 )
+from jobs.manifests.security import check_manifests
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
-from jobs.policy import check_manifests
 from jobs.quota import job_demand, quota_never_fits
+from jobs.selectors.fit import FitPreview, job_fit_preview
+from jobs.services.timeline import timeline_add
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, cleanup_enqueue
-from jobs.timeline import timeline_add
 from scheduling import cpu_millis, memory_bytes
 from scheduling.quantity import human_number, human_quantity
 from teams.models import Cohort, Membership, Team

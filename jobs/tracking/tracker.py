@@ -35,7 +35,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
 from jobs.models import Job
-from jobs.reconcile import (
+from jobs.tracking.reconcile import (
     TRACKED_FIELDS,
     Advisor,
     EventIndex,

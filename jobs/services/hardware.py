@@ -34,11 +34,11 @@ from django.utils.dateparse import parse_datetime
 
 from cluster import kube
 from core.errors import ApplicationError
-from jobs.eviction import runs_ended
 from jobs.models import Job, JobState
-from jobs.services import job_manifests_rebuild
-from jobs.timeline import timeline_add
-from jobs.transitions import job_transition
+from jobs.services.eviction import runs_ended
+from jobs.services.submit import job_manifests_rebuild
+from jobs.services.timeline import timeline_add
+from jobs.services.transitions import job_transition
 
 GPU_FAILURE = "GPUFailure"
 NODE_FAILURE = "NodeFailure"

@@ -15,10 +15,10 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from cluster.selectors import catalog_get
+from jobs.manifests.security import check_manifests
 from jobs.models import Job, JobState
-from jobs.policy import check_manifests
-from jobs.timeline import timeline_add
-from jobs.transitions import job_transition
+from jobs.services.timeline import timeline_add
+from jobs.services.transitions import job_transition
 from teams.cluster_sync import team_cluster_sync
 
 logger = logging.getLogger(__name__)

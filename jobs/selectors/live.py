@@ -13,8 +13,8 @@ from cluster import kube
 from cluster.nodes import cluster_error_text
 from jobs.manifests import job_id_selector
 from jobs.models import Job, JobEvent
-from jobs.queue_estimate import QueuePosition, job_queue_position
-from jobs.selectors import job_events
+from jobs.selectors.jobs import job_events
+from jobs.selectors.queue_position import QueuePosition, job_queue_position
 
 
 class LivePod(TypedDict):

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.models import Job
-from jobs.timeline import timeline_add
+from jobs.services.timeline import timeline_add
 
 
 def job_transition(

@@ -22,7 +22,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from jobs.models import Job, JobState
-from jobs.transitions import job_transition
+from jobs.services.transitions import job_transition
 
 
 class EvictOutcome(StrEnum):

@@ -21,7 +21,9 @@ def _notify(entry: JobEvent, state: str | None) -> None:
     event = event_for(state=state, reason=entry.reason)
     if event is None:
         return
-    from jobs.notices import job_notify_task  # its module reads jobs' models and live state
+    from jobs.services.notices import (
+        job_notify_task,  # its module reads jobs' models and live state
+    )
 
     job_id, entry_id = entry.job_id, entry.pk
     transaction.on_commit(lambda: job_notify_task.delay(job_id, event.key, entry_id))

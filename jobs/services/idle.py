@@ -16,8 +16,8 @@ from cluster import kube
 from cluster.nodes import cluster_error_text
 from core.errors import ClusterUnavailable, Conflict, PermissionDenied
 from jobs.models import Job, JobState
+from jobs.services.timeline import timeline_add
 from jobs.tasks import admission_enqueue, cleanup_enqueue
-from jobs.timeline import timeline_add
 from teams.models import Membership
 from teams.selectors import membership_role
 from teams.services import audit_record

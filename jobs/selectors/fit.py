@@ -18,8 +18,8 @@ from django.conf import settings
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from cluster.priority_classes import PRIORITY_CLASSES
-from jobs.admission import admission_preview
 from jobs.models import Job
+from jobs.services.admission import admission_preview
 from scheduling import (
     ClusterSnapshot,
     Pod,

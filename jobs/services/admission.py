@@ -40,7 +40,7 @@ from django.utils import timezone
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
-from jobs.timeline import timeline_add, timeline_add_many
+from jobs.services.timeline import timeline_add, timeline_add_many
 from teams.models import GpuQuota, Team
 from teams.sharing import (
     Cohort,
