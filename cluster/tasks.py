@@ -1,10 +1,5 @@
-"""Celery tasks of the cluster adapter, and the retry policy every app's tasks share.
-
-Kopf's split (``docs/errors.rst``): a ``TemporaryClusterError`` (5xx, 429, timeouts,
-refused connections) is retried with exponential backoff and jitter, a bounded number of
-times; every other error is permanent and never retried (the periodic reconcile and sync
-pick the work up again, or an admin fixes what the error names).
-"""
+"""Celery tasks of the cluster adapter, and the retry options of every task that calls the
+cluster: a ``TemporaryClusterError`` is retried (``core.task_options``), nothing else."""
 
 from __future__ import annotations
 
@@ -14,22 +9,16 @@ from typing import Any
 from celery import shared_task
 
 from cluster.kube import TemporaryClusterError
-from cluster.services import catalog_refresh
+from core.task_options import ROBUST, retry_temporary
 
 logger = logging.getLogger(__name__)
 
-# Acknowledged late and rejected (so redelivered) when the worker dies mid-task.
-ROBUST: dict[str, Any] = {"acks_late": True, "reject_on_worker_lost": True}
-RETRY_TEMPORARY: dict[str, Any] = {
-    "autoretry_for": (TemporaryClusterError,),
-    "retry_backoff": 2,
-    "retry_backoff_max": 60,
-    "retry_jitter": True,
-    "max_retries": 8,
-}
+RETRY_TEMPORARY: dict[str, Any] = retry_temporary(TemporaryClusterError)
 
 
 @shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
 def catalog_refresh_task() -> dict[str, list[str]]:
     """Periodic (beat): add the GPU products and MIG profiles the nodes advertise."""
+    from cluster.services import catalog_refresh
+
     return catalog_refresh()

@@ -1,5 +1,9 @@
 """Celery tasks: thin, take ids, safe to run twice; the work is in services.
 
+One import rule for every app's tasks (HackSoft's): services import ``*_task`` and the
+``*_enqueue`` helpers from here at module top; a task imports the service it calls inside
+its body. So this module imports no service at load time and no import circle can form.
+
 Every task acknowledges late and is rejected (so redelivered) when its worker
 dies; only temporary cluster errors are retried, with exponential backoff and
 jitter, a bounded number of times. Work whose retries run out is picked up
@@ -16,14 +20,10 @@ import redis
 from celery import shared_task
 from django.db import transaction
 
-from cluster.tasks import RETRY_TEMPORARY, ROBUST
+from cluster.tasks import RETRY_TEMPORARY
 from core.redis_client import redis_client
+from core.task_options import ROBUST
 from jobs.models import Job
-from jobs.services.admission import admission_run
-from jobs.services.apply import job_apply, job_cleanup
-from jobs.services.eviction import EvictOutcome, job_evict
-from jobs.services.notices import job_notify_task, jobs_waiting_check  # noqa: F401 - registers the task
-from jobs.tracking.reconcile import ReconcileReport, cluster_reconcile
 from jobs.tracking.timings import reconcile_timer
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ def admission_task(team_id: int) -> list[int]:
         redis_client().delete(ADMISSION_QUEUED_KEY.format(team_id=team_id))
     except redis.RedisError as exc:
         logger.warning("admission mark not cleared (expires on its own): %s", exc)
+    from jobs.services.admission import admission_run
+
     result = admission_run(team_id=team_id)
     for job_id in result.evicted:
         job_evict_task.delay(job_id)
@@ -62,6 +64,8 @@ EVICT_POLLS = 200
 def job_evict_task(self: Any, job_id: int) -> str:
     """Stop an evicted job's objects; once they are gone it is back in the queue, and the
     admission of its team's cohort runs (the job that evicted it goes first)."""
+    from jobs.services.eviction import EvictOutcome, job_evict
+
     outcome = job_evict(job_id=job_id)
     if outcome is EvictOutcome.STOPPING:
         raise self.retry(countdown=EVICT_POLL_SECONDS, max_retries=EVICT_POLLS)
@@ -74,11 +78,15 @@ def job_evict_task(self: Any, job_id: int) -> str:
 
 @shared_task(**ROBUST, **RETRY_TEMPORARY, soft_time_limit=60, time_limit=90)
 def job_apply_task(job_id: int) -> str:
+    from jobs.services.apply import job_apply
+
     return job_apply(job_id=job_id).value
 
 
 @shared_task(**ROBUST, **RETRY_TEMPORARY, soft_time_limit=60, time_limit=90)
 def job_cleanup_task(job_id: int) -> int:
+    from jobs.services.apply import job_cleanup
+
     return job_cleanup(job_id=job_id)
 
 
@@ -86,24 +94,12 @@ def job_cleanup_task(job_id: int) -> int:
 def reconcile_task() -> dict[str, Any]:
     """Periodic (beat): bring job rows in line with the cluster, then queue again the work
     whose task was lost (the pass finds it; queuing it is this task's part)."""
+    from jobs.tracking.reconcile import cluster_reconcile, reconcile_requeue
+
     with reconcile_timer():
         report = cluster_reconcile()
     reconcile_requeue(report)
     return report.__dict__
-
-
-def reconcile_requeue(report: ReconcileReport) -> None:
-    """Queue the apply, admission and cleanup work a reconcile pass found lost."""
-    for job_id in report.requeued_apply:
-        job_apply_task.delay(job_id)
-    for team_id in report.requeued_admission:
-        admission_task.delay(team_id)
-    for job_id in report.cleanup:
-        job_cleanup_task.delay(job_id)
-    for job_id in report.evictions:
-        job_evict_task.delay(job_id)
-    for job_id, evicted in report.node_failures.items():
-        job_node_failure_task.delay(job_id, evicted)
 
 
 @shared_task(**ROBUST, soft_time_limit=60, time_limit=90)
@@ -149,4 +145,15 @@ def cleanup_enqueue(*, job_id: int) -> None:
 @shared_task(**ROBUST, soft_time_limit=60, time_limit=90)
 def jobs_waiting_check_task() -> list[int]:
     """Periodic (beat): tell owners whose jobs have waited longer than the threshold."""
+    from jobs.services.notices import jobs_waiting_check
+
     return jobs_waiting_check()
+
+
+# Its name from before it moved here, so notices queued by an older release still run.
+@shared_task(name="jobs.notices.job_notify_task", **ROBUST, soft_time_limit=30, time_limit=60)
+def job_notify_task(job_id: int, event: str, entry_id: int) -> list[int]:
+    """Word the notice for a timeline entry and store a delivery per destination."""
+    from jobs.services.notices import job_notify
+
+    return job_notify(job_id=job_id, event=event, entry_id=entry_id)

@@ -30,6 +30,7 @@ from core.errors import ApplicationError, PermissionDenied
 from notifications import channels
 from notifications.events import DEFAULT_EVENTS, EVENT_KEYS
 from notifications.models import Channel, Delivery, Destination
+from notifications.tasks import delivery_send_task
 from teams.models import Membership, Team
 from teams.selectors import membership_role
 from teams.services import audit_record
@@ -213,8 +214,6 @@ def notice_publish(*, notice: Notice) -> list[int]:
 
     Returns the ids of the deliveries this call created (none when it was published before).
     """
-    from notifications.tasks import delivery_send_task  # the app's own tasks
-
     created: list[int] = []
     with transaction.atomic():
         for destination in _recipients(notice):

@@ -6,9 +6,8 @@ import random
 
 from celery import Task, shared_task
 
-from cluster.tasks import ROBUST
+from core.task_options import ROBUST
 from notifications.channels import TemporaryDeliveryError
-from notifications.services import delivery_send
 
 # About 15 minutes of tries (2, 4, 8 … 300 s apart, with jitter) before giving up.
 MAX_TRIES = 8
@@ -17,6 +16,8 @@ MAX_TRIES = 8
 @shared_task(bind=True, **ROBUST, soft_time_limit=60, time_limit=90)
 def delivery_send_task(self: Task, delivery_id: int) -> str:
     """Send one delivery; retry temporary errors with backoff, a bounded number of times."""
+    from notifications.services import delivery_send
+
     last_try = self.request.retries >= MAX_TRIES - 1
     try:
         return delivery_send(delivery_id=delivery_id, last_try=last_try)

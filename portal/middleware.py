@@ -9,6 +9,7 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 
 from core.errors import NotFound
+from portal import probes
 
 
 class ProbeMiddleware:
@@ -24,12 +25,10 @@ class ProbeMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method in ("GET", "HEAD"):
-            from portal import views  # the views import the apps; middleware loads first
-
             if request.path == "/healthz":
-                return views.healthz(request)
+                return probes.healthz(request)
             if request.path == "/readyz":
-                return views.readyz(request)
+                return probes.readyz(request)
         return self.get_response(request)
 
 

@@ -11,7 +11,7 @@ from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
 from notifications import apis as notification_apis
 from notifications import views as notification_views
-from portal import sso, views
+from portal import probes, sso, views
 from portal.api_errors import api_not_found
 from teams import apis as team_apis
 
@@ -49,8 +49,8 @@ urlpatterns = [
     path("logout/", sso.sso_logout, name="logout"),
     path("sso/login/", sso.sso_login, name="sso-login"),
     path("sso/callback/", sso.sso_callback, name="sso-callback"),
-    path("healthz", views.healthz, name="healthz"),
-    path("readyz", views.readyz, name="readyz"),
+    path("healthz", probes.healthz, name="healthz"),
+    path("readyz", probes.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -3,6 +3,9 @@
 ``python -m sandbox history --profile P --hours 24 --step 60 --out FILE`` instead writes
 the DCGM history of a simulated workload as OpenMetrics (see ``sandbox.history``).
 
+``python -m sandbox fault --kubeconfig FILE --node N [--gpu I] --xid 79|--repair|--down|--up``
+makes a running sandbox's GPU or node fail, or recover (see ``sandbox.faults``).
+
 On start it prints one ready line and writes a JSON ports file, so a test fixture that
 asked for port 0 can find the ports it got::
 
@@ -24,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from sandbox import faults, history
 from sandbox.bootstrap import bootstrap
 from sandbox.cluster import Cluster, Options
 from sandbox.controllers import faultplan
@@ -93,12 +97,8 @@ def kubeconfig(server: str, token: str, ca_pem: bytes | None = None) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "history":
-        from sandbox import history
-
         return history.main(argv[1:])
     if argv and argv[0] == "fault":
-        from sandbox import faults
-
         return faults.main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")

@@ -7,8 +7,8 @@ import logging
 from celery import shared_task
 from django.db import transaction
 
-from cluster.tasks import RETRY_TEMPORARY, ROBUST
-from teams.cluster_sync import team_cluster_sync
+from cluster.tasks import RETRY_TEMPORARY
+from core.task_options import ROBUST
 from teams.models import Team
 
 logger = logging.getLogger(__name__)
@@ -21,6 +21,8 @@ def team_sync_task(team_id: int) -> dict[str, str]:
     A permanent error (the API server refused an object) is raised once, not retried: the
     same request would be refused again.
     """
+    from teams.cluster_sync import team_cluster_sync
+
     if not Team.objects.filter(pk=team_id).exists():
         return {}  # deleted since the task was queued: nothing to mirror
     return team_cluster_sync(team_id=team_id)
@@ -34,6 +36,8 @@ def teams_sync_task() -> dict[int, str]:
     (and logged) on every pass until an admin fixes what the error names; a cluster that
     cannot be reached is tried again at the next pass.
     """
+    from teams.cluster_sync import team_cluster_sync
+
     results = {}
     for team_id in Team.objects.values_list("pk", flat=True):
         try:

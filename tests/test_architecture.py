@@ -15,11 +15,16 @@ not even inside a function:
     portal      the Django project: settings, urls, Celery app, authentication, errors
 
 ``sandbox`` imports only ``scheduling``; nothing imports ``sandbox``.
+
+Inside an app, modules import each other without circles, under one rule for Celery
+(HackSoft's): services import ``*_task`` at module top, and a task imports the service it
+calls inside its body; no other function imports the project's code.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -134,3 +139,130 @@ def test_the_manifest_builders_do_no_io() -> None:
             "cluster.priority_classes"
         }
         assert not io, f"{path} imports {sorted(io)}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _local_imports(
+    tree: ast.Module,
+) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.AST]]:
+    """The imports inside functions, each with the function it is in."""
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    yield fn, node
+
+
+def _imported_modules(node: ast.AST, known: set[str]) -> set[str]:
+    """The project modules an import statement loads (``from a import b`` is ``a.b`` when
+    ``b`` is a module, else ``a``)."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in known}
+    assert isinstance(node, ast.ImportFrom)
+    if not node.module or node.level:
+        return set()
+    found = {f"{node.module}.{alias.name}" for alias in node.names} & known
+    if len(found) < len(node.names) and node.module in known:
+        found.add(node.module)
+    return found
+
+
+def _is_task(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    def name(decorator: ast.expr) -> str:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return target.id if isinstance(target, ast.Name) else getattr(target, "attr", "")
+
+    return any(name(d) == "shared_task" for d in fn.decorator_list)
+
+
+def _app_graph(app: str) -> dict[str, set[str]]:
+    """Each module of ``app`` → the modules of the same app it imports (inside functions
+    too: a circle dodged by an import in a function is still a circle)."""
+    files = {
+        _module_name(path): path
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts
+    }
+    known = set(files)
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text())
+        # A task's import of the service it calls runs when the task does, never at load.
+        deferred = {
+            id(node)
+            for fn, node in _local_imports(tree)
+            if path.name == "tasks.py" and _is_task(fn)
+        }
+        graph[module] = {
+            target
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in deferred
+            for target in _imported_modules(node, known)
+            if target != module
+        }
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("app", [*LAYERS, "sandbox"])
+def test_no_import_circle_between_the_modules_of_a_package(app: str) -> None:
+    assert _circles(_app_graph(app)) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert _circles(graph) == [["a.x", "a.y", "a.z"]]
+
+
+@pytest.mark.parametrize("app", [*LAYERS, "sandbox"])
+def test_only_a_task_imports_the_project_inside_a_function(app: str) -> None:
+    # The one exception to imports at the top of a module: a Celery task imports the
+    # service it calls in its body (services import the task at their top). Anything
+    # else would be a circle dodged, or one waiting to form.
+    project = {*LAYERS, "sandbox"}
+    for path in (ROOT / app).rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for fn, node in _local_imports(ast.parse(path.read_text())):
+            module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+            if not module or module.split(".")[0] not in project:
+                continue
+            allowed = path.name == "tasks.py" and _is_task(fn)
+            allowed |= path.name == "apps.py" and fn.name == "ready"  # Django's signal hook
+            where = f"{path.relative_to(ROOT)}:{node.lineno} in {fn.name}()"
+            assert allowed, f"{where} imports {module} inside a function"

@@ -1,10 +1,10 @@
-"""Notices about jobs: what a person reads when their job changes, and the task that
-sends it.
+"""Notices about jobs: what a person reads when their job changes.
 
-``timeline_add`` queues ``job_notify_task`` on commit for each timeline entry that triggers
-an event; the task words the notice from the job as it is now (the last log lines of a
-failed job are read from the cluster here, never in the transition) and publishes it to
-the owner's and the team's destinations (``notifications.services.notice_publish``).
+``timeline_add`` queues ``jobs.tasks.job_notify_task`` on commit for each timeline entry
+that triggers an event; the task calls ``job_notify``, which words the notice from the job
+as it is now (the last log lines of a failed job are read from the cluster here, never in
+the transition) and publishes it to the owner's and the team's destinations
+(``notifications.services.notice_publish``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import shared_task
 from django.conf import settings
 from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
-from cluster.tasks import ROBUST
 from jobs.models import Job, JobEvent, JobState
 from jobs.selectors.live import job_log_tail
 from jobs.selectors.queue_position import job_queue_position
@@ -102,8 +100,7 @@ def job_notice_build(*, job: Job, event: str, entry: JobEvent) -> Notice:
     )
 
 
-@shared_task(**ROBUST, soft_time_limit=30, time_limit=60)
-def job_notify_task(job_id: int, event: str, entry_id: int) -> list[int]:
+def job_notify(*, job_id: int, event: str, entry_id: int) -> list[int]:
     """Word the notice for a timeline entry and store a delivery per destination.
 
     Safe to run twice: the deliveries are unique on the notice's key."""

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from django.db import IntegrityError, transaction
 
 from jobs.models import JobEvent
+from jobs.tasks import job_notify_task
 from notifications.events import event_for
 
 
@@ -21,10 +22,6 @@ def _notify(entry: JobEvent, state: str | None) -> None:
     event = event_for(state=state, reason=entry.reason)
     if event is None:
         return
-    from jobs.services.notices import (
-        job_notify_task,  # its module reads jobs' models and live state
-    )
-
     job_id, entry_id = entry.job_id, entry.pk
     transaction.on_commit(lambda: job_notify_task.delay(job_id, event.key, entry_id))
 

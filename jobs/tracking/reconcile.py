@@ -26,6 +26,7 @@ from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
 from cluster.priority_classes import PRIORITY_CLASSES
 from core.redis_client import redis_client
+from jobs import tasks
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.selectors.fit import cluster_snapshot
 from jobs.services.transitions import job_transition
@@ -419,3 +420,17 @@ def cluster_reconcile() -> ReconcileReport:
             logger.warning("reconcile lock expired before release (run took too long)")
         report.duration_seconds = time.monotonic() - started
     return report
+
+
+def reconcile_requeue(report: ReconcileReport) -> None:
+    """Queue the apply, admission and cleanup work a reconcile pass found lost."""
+    for job_id in report.requeued_apply:
+        tasks.job_apply_task.delay(job_id)
+    for team_id in report.requeued_admission:
+        tasks.admission_task.delay(team_id)
+    for job_id in report.cleanup:
+        tasks.job_cleanup_task.delay(job_id)
+    for job_id in report.evictions:
+        tasks.job_evict_task.delay(job_id)
+    for job_id, evicted in report.node_failures.items():
+        tasks.job_node_failure_task.delay(job_id, evicted)

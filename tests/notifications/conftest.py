@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jobs.services.notices import job_notify_task
+from jobs.tasks import job_notify_task
 from notifications.tasks import delivery_send_task
 from tests import receivers
 

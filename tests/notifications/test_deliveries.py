@@ -18,9 +18,10 @@ from rest_framework.test import APIClient
 
 from jobs.models import Job, JobState
 from jobs.services.admission import admission_run
-from jobs.services.notices import job_notify_task, jobs_waiting_check
+from jobs.services.notices import jobs_waiting_check
 from jobs.services.submit import job_cancel, job_submit
 from jobs.services.transitions import job_transition
+from jobs.tasks import job_notify_task
 from notifications.models import Delivery
 from notifications.tasks import delivery_send_task
 from tests.conftest import api_client_for, training_spec

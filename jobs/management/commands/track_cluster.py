@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from jobs.tasks import reconcile_requeue
+from jobs.tracking.reconcile import reconcile_requeue
 from jobs.tracking.tracker import ClusterTracker
 
 
