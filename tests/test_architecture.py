@@ -266,3 +266,67 @@ def test_only_a_task_imports_the_project_inside_a_function(app: str) -> None:
             allowed |= path.name == "apps.py" and fn.name == "ready"  # Django's signal hook
             where = f"{path.relative_to(ROOT)}:{node.lineno} in {fn.name}()"
             assert allowed, f"{where} imports {module} inside a function"
+
+
+# The only module that changes a job's state; a submission inserts the row as ``queued``.
+STATE_WRITER = "jobs/services/transitions.py"
+STATE_INSERT = "jobs/services/submit.py"
+
+
+def _state_writes(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Where code writes a ``state`` column: ``.update(state=…)``, ``.create(state=…)``,
+    ``x.state = …``, ``save``/``bulk_update`` naming the field, or SQL that sets it."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            keywords = {k.arg for k in node.keywords}
+            if method in ("update", "update_or_create") and "state" in keywords:
+                yield node.lineno, "update"
+            elif method in ("create", "get_or_create") and "state" in keywords:
+                yield node.lineno, "insert"
+            elif method in ("save", "bulk_update") and "'state'" in ast.unparse(node):
+                yield node.lineno, "update"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == "state" for t in targets):
+                yield node.lineno, "update"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            sql = " ".join(node.value.lower().split())
+            if "update jobs_job set" in sql and " state =" in sql.split(" where ")[0]:
+                yield node.lineno, "update"
+
+
+def _state_writers() -> set[str]:
+    found = set()
+    for app in APPS:
+        for path in (ROOT / app).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            relative = str(path.relative_to(ROOT))
+            for line, kind in _state_writes(ast.parse(path.read_text())):
+                if not (
+                    relative == STATE_WRITER or (relative == STATE_INSERT and kind == "insert")
+                ):
+                    found.add(f"{relative}:{line}")
+    return found
+
+
+def test_one_function_writes_a_jobs_state() -> None:
+    # Cancel, the idle stop, admission's evictions, apply, tracking and hardware failures
+    # all move a job through jobs.services.transitions (a conditional UPDATE and its
+    # timeline entry): written anywhere else, a concurrent cancel could be undone.
+    assert _state_writers() == set()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "Job.objects.filter(pk=1).update(state='cancelled')",
+        "job.state = JobState.CANCELLED",
+        "job.save(update_fields=['state', 'reason'])",
+        "Job.objects.bulk_update(jobs, ['state'])",
+        "cursor.execute('UPDATE jobs_job SET state = %s WHERE id = %s')",
+    ],
+)
+def test_the_state_check_sees_each_way_of_writing_it(code: str) -> None:
+    assert [kind for _, kind in _state_writes(ast.parse(code))] == ["update"]

@@ -40,7 +40,8 @@ from django.utils import timezone
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
-from jobs.services.timeline import timeline_add, timeline_add_many
+from jobs.services.timeline import timeline_add_many
+from jobs.services.transitions import job_transition
 from teams.models import GpuQuota, Team
 from teams.sharing import (
     Cohort,
@@ -493,24 +494,25 @@ def _write_evictions(
         )
         amounts = taken[(preemptor.job_id, holder["team_id"])]
         message = _eviction_words(state, amounts, holder, preemptor, slugs, now, position)
-        moved = Job.objects.filter(
-            pk=job.pk, state__in=ACTIVE_STATES, admitted_at__isnull=False, evicted_at__isnull=True
-        ).update(
-            state=JobState.QUEUED,
-            reason="Preempted",
-            message=message,
-            evicted_at=now,
-            evictions=job.evictions + 1,
-            updated_at=now,
+        moved = job_transition(
+            job=job,
+            where={
+                "state__in": ACTIVE_STATES,
+                "admitted_at__isnull": False,
+                "evicted_at__isnull": True,
+            },
+            changes={
+                "state": JobState.QUEUED,
+                "reason": "Preempted",
+                "message": message,
+                "evicted_at": now,
+                "evictions": job.evictions + 1,
+            },
+            event_reason="Preempted",
+            event_message=message,
+            event_type="Warning",
         )
         if moved:
-            timeline_add(
-                job_id=job.pk,
-                type="Warning",
-                reason="Preempted",
-                message=message,
-                state=JobState.QUEUED,
-            )
             result.evicted.append(job.pk)  # the task queues the deletion of its objects
 
 

@@ -17,7 +17,7 @@ from cluster.nodes import cluster_error_text
 from core.errors import ClusterUnavailable, Conflict, PermissionDenied
 from jobs.models import Job, JobState
 from jobs.services.timeline import timeline_add
-from jobs.tasks import admission_enqueue, cleanup_enqueue
+from jobs.services.transitions import job_stop
 from teams.models import Membership
 from teams.selectors import membership_role
 from teams.services import audit_record
@@ -66,27 +66,16 @@ def job_idle_stop(*, job_id: int, message: str, now: datetime | None = None) -> 
     )
     if job is None:
         return False
-    Job.objects.filter(pk=job.pk).update(
-        state=JobState.CANCELLED,
+    return job_stop(
+        job=job,
         reason="IdleStopped",
         message=message,
-        finished_at=now,
-        idle_action_due=None,
-        updated_at=now,
-    )
-    timeline_add(
-        job_id=job.pk, reason="IdleStopped", message=message, type="Warning",
-        state=JobState.CANCELLED,
-    )  # fmt: skip
-    audit_record(
+        event_type="Warning",
         actor=None,
-        action="job.idle_stop",
-        target=job,
-        changes={"warned_at": job.idle_warned_at.isoformat() if job.idle_warned_at else None},
+        audit_action="job.idle_stop",
+        audit_changes={"warned_at": job.idle_warned_at.isoformat() if job.idle_warned_at else None},
+        now=now,
     )
-    cleanup_enqueue(job_id=job.pk)
-    admission_enqueue(team_id=job.team_id)
-    return True
 
 
 def idle_exempt_check(*, user: User, job: Job) -> None:

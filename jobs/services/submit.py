@@ -9,7 +9,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
-from django.utils import timezone
 
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from cluster.selectors import Catalog, catalog_get
@@ -24,13 +23,14 @@ from jobs.manifests import (
     validate_manifests,
 )
 from jobs.manifests.security import check_manifests
-from jobs.models import FINAL_STATES, Job, JobEvent, JobState
+from jobs.models import FINAL_STATES, Job, JobState
 from jobs.quota import job_demand, quota_never_fits
 from jobs.selectors.fit import FitPreview, job_fit_preview
 from jobs.services.timeline import timeline_add
+from jobs.services.transitions import job_stop
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
-from jobs.tasks import admission_enqueue, cleanup_enqueue
+from jobs.tasks import admission_enqueue
 from scheduling import cpu_millis, memory_bytes
 from scheduling.quantity import human_number, human_quantity
 from teams.models import Cohort, Membership, Team
@@ -272,13 +272,6 @@ def job_preview(*, user: User | AnonymousUser, data: Any, with_fit: bool = True)
     )
 
 
-def job_event_add(
-    *, job: Job, reason: str, message: str = "", type: str = "Normal", state: str | None = None
-) -> JobEvent | None:
-    """A line of the portal's on the job's timeline (``state``: the state it moved to)."""
-    return timeline_add(job_id=job.pk, reason=reason, message=message, type=type, state=state)
-
-
 @transaction.atomic
 def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     """Store a checked spec as a ``queued`` job with its manifests, its event and its
@@ -312,7 +305,7 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     job.manifests = _manifests_for(checked, job.pk)
     job.object_name = object_name(spec, ctx)
     job.save(update_fields=["manifests", "object_name"])
-    job_event_add(job=job, reason="Submitted", message=f"Submitted by {user.get_username()}.")
+    timeline_add(job_id=job.pk, reason="Submitted", message=f"Submitted by {user.get_username()}.")
     audit_record(
         actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": job.name}
     )
@@ -339,18 +332,14 @@ def job_cancel(*, user: User, job_id: int) -> Job:
         )
     if job.state in FINAL_STATES:
         raise Conflict(f"The job has already {job.state}; there is nothing to cancel.")
-    was_applied = job.applied_at is not None
-    job.state = JobState.CANCELLED
-    job.reason = "Cancelled"
-    job.message = f"Cancelled by {user.get_username()}."
-    job.finished_at = timezone.now()
-    job.save(update_fields=["state", "reason", "message", "finished_at", "updated_at"])
-    job_event_add(job=job, reason="Cancelled", message=job.message, state=JobState.CANCELLED)
-    audit_record(actor=user, action="job.cancel", target=job)
-    if was_applied:
-        cleanup_enqueue(job_id=job.pk)
-    # Freed quota may admit the next queued job.
-    admission_enqueue(team_id=job.team_id)
+    job_stop(
+        job=job,
+        reason="Cancelled",
+        message=f"Cancelled by {user.get_username()}.",
+        actor=user,
+        audit_action="job.cancel",
+    )
+    job.refresh_from_db()
     return job
 
 
