@@ -8,7 +8,7 @@ For one day of the portal's ``TIME_ZONE`` (a job still running counts up to now)
   replicas (its ``IdleStopped`` … ``Resumed`` timeline entries);
 - **used**: its pods' devices' utilisation integrated over the day (``queries.
   used_gpu_seconds``), and **idle**: the held GPU-hours under its team's idle threshold
-  (``queries.idle_gpu_seconds``), from Prometheus, one query each for the whole cluster;
+  (``monitoring.idleness.idle_gpu_seconds``), from Prometheus, one query each for the whole cluster;
 - **cost**: allocated × the product's price on that day (``GpuPrice``), when it has one.
 
 The rollup is idempotent: rows are keyed by (day, job) and upserted, rows of jobs no longer
@@ -36,6 +36,7 @@ from django.utils.dateparse import parse_datetime
 
 from jobs.models import Job, JobEvent
 from monitoring import prometheus, queries
+from monitoring.idleness import idle_gpu_seconds
 from monitoring.models import GpuPrice, GpuUsageDay, RollupDay
 from monitoring.prometheus import MetricsUnavailable
 from monitoring.selectors.common import PodKey, pods_to_jobs
@@ -131,20 +132,9 @@ class Measured:
     error: str = ""
 
 
-def _thresholds(teams: Iterable[Team]) -> dict[float, set[str]]:
-    """Each idle threshold in use → the namespaces it applies to."""
-    found: dict[float, set[str]] = defaultdict(set)
-    for team in teams:
-        threshold = team.idle_threshold_percent
-        found[float(settings.IDLE_GPU_THRESHOLD_PERCENT if threshold is None else threshold)].add(
-            team.namespace
-        )
-    return found
-
-
 def _measure(start: datetime, end: datetime, teams: Iterable[Team]) -> Measured:
-    """Used and idle GPU-seconds per pod over [start, end), one query each (one per idle
-    threshold in use), evaluated at ``end``."""
+    """Used and idle GPU-seconds per pod over [start, end), evaluated at ``end``: one query,
+    and one per idle threshold in use (``monitoring.idleness``)."""
     step = int(settings.ACCOUNTING_STEP_SECONDS)
     lookback = (end - start).total_seconds()
     recorded = bool(settings.PROMETHEUS_RECORDING_RULES)
@@ -163,18 +153,9 @@ def _measure(start: datetime, end: datetime, teams: Iterable[Team]) -> Measured:
             timeout=timeout,
         )
         measured.used = {key(s): s.value or 0.0 for s in used}
-        for threshold, namespaces in _thresholds(teams).items():
-            idle = prometheus.query(
-                queries.idle_gpu_seconds(
-                    threshold_percent=threshold,
-                    lookback_seconds=lookback,
-                    step=step,
-                    recorded=recorded,
-                ),
-                at=end,
-                timeout=timeout,
-            )
-            measured.idle.update({key(s): s.value or 0.0 for s in idle if key(s)[0] in namespaces})
+        measured.idle = idle_gpu_seconds(
+            teams=teams, lookback_seconds=lookback, step=step, at=end, timeout=timeout
+        )
     except MetricsUnavailable as exc:
         logger.warning("GPU-hour rollup: used and idle GPU-hours unknown: %s", exc)
         return Measured(error=exc.reason)

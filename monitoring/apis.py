@@ -102,6 +102,12 @@ class IdleJobOutput(serializers.Serializer):
     gpus_held = serializers.IntegerField()
     peak_utilisation = serializers.FloatField(allow_null=True, help_text="Percent, in the window.")
     wasted_gpu_hours = serializers.FloatField(help_text="GPU-hours held under the threshold.")
+    threshold_percent = serializers.FloatField(
+        source="rule.threshold_percent", help_text="Its team's idle threshold, percent."
+    )
+    window_minutes = serializers.FloatField(
+        source="rule.window_minutes", help_text="Its team's idle window, minutes."
+    )
     idle_action_due = serializers.DateTimeField(
         source="job.idle_action_due",
         allow_null=True,
@@ -113,8 +119,8 @@ class IdleJobOutput(serializers.Serializer):
 
 
 class IdleOutput(serializers.Serializer):
-    threshold_percent = serializers.FloatField()
-    window_minutes = serializers.FloatField()
+    threshold_percent = serializers.FloatField(help_text="The portal's (a team may set its own).")
+    window_minutes = serializers.FloatField(help_text="The portal's (a team may set its own).")
     idle_gpus_total = serializers.IntegerField(help_text="Idle GPUs of every team (a count).")
     jobs = IdleJobOutput(many=True, help_text="Idle jobs of your teams.")
 

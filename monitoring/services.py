@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.utils import timezone
 
 from cluster import kube
 from jobs.models import Job, JobState
 from jobs.services.idle import job_idle_clear, job_idle_scale_down, job_idle_stop, job_idle_warn
 from jobs.services.timeline import timeline_add
-from monitoring import prometheus, queries
-from monitoring.selectors.common import PodKey, placement_pods
+from monitoring.idleness import HeldGpu, IdleRule, jobs_idleness
 from teams.models import Team
 
 logger = logging.getLogger(__name__)
@@ -29,27 +26,7 @@ class PolicyRun:
     stopped: list[int] = field(default_factory=list)  # still idle at the deadline
 
 
-@dataclass(frozen=True)
-class _Gpu:
-    node: str
-    index: str
-    peak: float
-
-
-def _thresholds(team: Team) -> tuple[float, float]:
-    threshold = team.idle_threshold_percent
-    window = team.idle_window_minutes
-    return (
-        float(settings.IDLE_GPU_THRESHOLD_PERCENT if threshold is None else threshold),
-        float(settings.IDLE_GPU_WINDOW_MINUTES if window is None else window),
-    )
-
-
-def _pod_keys(job: Job) -> list[PodKey]:
-    return [(job.namespace, pod) for pod in placement_pods(job)]
-
-
-def _gpus_text(gpus: list[_Gpu]) -> str:
+def _gpus_text(gpus: list[HeldGpu]) -> str:
     shown = ", ".join(f"{g.node} GPU {g.index} ({g.peak:.1f}%)" for g in gpus[:8])
     return shown + (f" and {len(gpus) - 8} more" if len(gpus) > 8 else "")
 
@@ -57,14 +34,10 @@ def _gpus_text(gpus: list[_Gpu]) -> str:
 def idle_policy_run(*, now: datetime | None = None) -> PolicyRun:
     """One pass of every team's idle-GPU policy.
 
-    1. The teams whose policy is not off, grouped by (threshold, window).
-    2. Per group, two Prometheus queries: the pods whose GPUs all stayed under the
-       threshold for the whole window (Prometheus checks the pod held them a window ago),
-       and each held GPU's peak over the window.
-    3. Each running GPU job of those teams, not exempt, is idle (every pod in the first),
-       busy (a GPU at or above the threshold), or unknown (no samples, or too young):
-       an unknown job is never warned nor acted on.
-    4. Report only: an idle job gets one ``IdleGPUs`` timeline entry per run (it notifies
+    1. The running GPU jobs, not exempt, of the teams whose policy is not off, each
+       against its team's rule (``monitoring.idleness.jobs_idleness``): idle, busy, or
+       unknown (no samples, or too young): an unknown job is never warned nor acted on.
+    2. Report only: an idle job gets one ``IdleGPUs`` timeline entry per run (it notifies
        the owner). Warn, then act: an idle job is warned with the time it will be stopped;
        still idle at that time, a training job is cancelled; busy in between, the
        countdown stops.
@@ -72,55 +45,33 @@ def idle_policy_run(*, now: datetime | None = None) -> PolicyRun:
     """
     now = now or timezone.now()
     result = PolicyRun()
-    groups: dict[tuple[float, float], list[Team]] = defaultdict(list)
-    for team in Team.objects.exclude(idle_policy=Team.IdlePolicy.OFF):
-        groups[_thresholds(team)].append(team)
-    for (threshold, window), teams in groups.items():
-        seconds = window * 60
-        idle = {
-            (s.labels.get("namespace", ""), s.labels.get("pod", ""))
-            for s in prometheus.query(
-                queries.idle_pods(threshold_percent=threshold, window_seconds=seconds), at=now
+    jobs = (
+        Job.objects.filter(state=JobState.RUNNING, gpu_count__gt=0, idle_exempt_reason="")
+        .exclude(team__idle_policy=Team.IdlePolicy.OFF)
+        .select_related("team")
+    )
+    for found in jobs_idleness(jobs=jobs, now=now):
+        job = found.job
+        if found.idle:
+            _idle(job, found.gpus, found.rule, now, result)
+        elif found.busy and job.idle_warned_at is not None:
+            busiest = max(found.gpus, key=lambda g: g.peak)
+            message = (
+                f"Its GPUs are busy again ({busiest.node} GPU {busiest.index} reached "
+                f"{busiest.peak:.1f}%): the countdown is stopped."
             )
-        }
-        gpus: dict[PodKey, list[_Gpu]] = defaultdict(list)
-        for s in prometheus.query(queries.held_device_peaks(window_seconds=seconds), at=now):
-            node = s.labels.get("Hostname") or s.labels.get("hostname") or s.labels.get("node")
-            key = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
-            gpus[key].append(_Gpu(node or "?", s.labels.get("gpu", "?"), s.value or 0.0))
-        policies = {team.pk: team for team in teams}
-        jobs = Job.objects.filter(
-            team__in=teams, state=JobState.RUNNING, gpu_count__gt=0, idle_exempt_reason=""
-        ).select_related("team")
-        for job in jobs:
-            keys = _pod_keys(job)
-            held = [g for key in keys for g in gpus.get(key, [])]
-            if keys and all(key in idle for key in keys):
-                _idle(job, policies[job.team_id], held, threshold, window, now, result)
-            elif any(g.peak >= threshold for g in held) and job.idle_warned_at is not None:
-                busiest = max(held, key=lambda g: g.peak)
-                message = (
-                    f"Its GPUs are busy again ({busiest.node} GPU {busiest.index} reached "
-                    f"{busiest.peak:.1f}%): the countdown is stopped."
-                )
-                if job_idle_clear(job_id=job.pk, message=message):
-                    result.cleared.append(job.pk)
+            if job_idle_clear(job_id=job.pk, message=message):
+                result.cleared.append(job.pk)
     return result
 
 
-def _idle(
-    job: Job,
-    team: Team,
-    gpus: list[_Gpu],
-    threshold: float,
-    window: float,
-    now: datetime,
-    result: PolicyRun,
-) -> None:
+def _idle(job: Job, gpus: list[HeldGpu], rule: IdleRule, now: datetime, result: PolicyRun) -> None:
+    team = job.team
     peak = max((g.peak for g in gpus), default=0.0)
     finding = (
-        f"All {job.gpu_count} GPU(s) stayed under {threshold:g}% utilisation for the last "
-        f"{window:g} min (peak {peak:.1f}%): {_gpus_text(gpus) or 'no device samples'}."
+        f"All {job.gpu_count} GPU(s) stayed under {rule.threshold_percent:g}% utilisation for "
+        f"the last {rule.window_minutes:g} min (peak {peak:.1f}%): "
+        f"{_gpus_text(gpus) or 'no device samples'}."
     )
     if team.idle_policy == Team.IdlePolicy.REPORT:
         run = job.started_at.isoformat() if job.started_at else "unknown"

@@ -330,3 +330,54 @@ def test_one_function_writes_a_jobs_state() -> None:
 )
 def test_the_state_check_sees_each_way_of_writing_it(code: str) -> None:
     assert [kind for _, kind in _state_writes(ast.parse(code))] == ["update"]
+
+
+# What decides whether a job's GPUs are idle: the PromQL for it, the portal's rule and a
+# team's own. Only monitoring/idleness.py reads them; the panel, the policy and the
+# accounting ask it (they once each decided, and disagreed for a team with its own rule).
+IDLENESS_MODULE = "monitoring/idleness.py"
+IDLE_QUERIES = {"idle_pods", "held_device_peaks", "idle_gpu_seconds"}
+IDLE_RULE = {
+    "IDLE_GPU_THRESHOLD_PERCENT",
+    "IDLE_GPU_WINDOW_MINUTES",
+    "idle_threshold_percent",
+    "idle_window_minutes",
+}
+
+
+def _idle_deciders(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            owner = node.value.id if isinstance(node.value, ast.Name) else ""
+            if node.attr in IDLE_RULE or (owner == "queries" and node.attr in IDLE_QUERIES):
+                yield node.lineno, node.attr
+        elif isinstance(node, ast.ImportFrom) and node.module == "monitoring.queries":
+            for alias in node.names:
+                if alias.name in IDLE_QUERIES:
+                    yield node.lineno, alias.name
+
+
+def test_one_module_decides_idleness() -> None:
+    found = {
+        f"{path.relative_to(ROOT)}:{line} {name}"
+        for app in APPS
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts and str(path.relative_to(ROOT)) != IDLENESS_MODULE
+        for line, name in _idle_deciders(ast.parse(path.read_text()))
+    }
+    assert found == set()
+
+
+def test_the_idleness_check_sees_a_second_decider() -> None:
+    code = (
+        "t = team.idle_threshold_percent or settings.IDLE_GPU_THRESHOLD_PERCENT\n"
+        "q = queries.idle_pods(threshold_percent=t)\n"
+        "from monitoring.queries import idle_gpu_seconds\n"
+    )
+    found = sorted(name for _, name in _idle_deciders(ast.parse(code)))
+    assert found == [
+        "IDLE_GPU_THRESHOLD_PERCENT",
+        "idle_gpu_seconds",
+        "idle_pods",
+        "idle_threshold_percent",
+    ]

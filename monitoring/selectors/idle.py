@@ -1,18 +1,18 @@
-"""Idle GPUs: jobs holding GPUs whose utilisation stayed under the threshold."""
+"""Idle GPUs: jobs holding GPUs whose utilisation stayed under their team's threshold."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
 from jobs.models import Job, JobState
-from monitoring import prometheus, queries
-from monitoring.selectors.common import MAX_LOOKBACK, PodKey, placement_pods
+from monitoring import queries
+from monitoring.idleness import IdleRule, idle_gpu_seconds, jobs_idleness, portal_idle_rule
+from monitoring.selectors.common import MAX_LOOKBACK, PodKey
 from teams.models import Team
 from teams.selectors import teams_for_user
 
@@ -23,91 +23,64 @@ class IdleJob:
     gpus_held: int
     peak_utilisation: float | None  # the highest utilisation in the window, percent
     wasted_gpu_hours: float  # GPU-hours held while under the threshold (≤ 7 days back)
+    rule: IdleRule  # its team's threshold and window
 
 
 @dataclass(frozen=True)
 class IdleReport:
-    threshold_percent: float
+    threshold_percent: float  # the portal's rule; a team may set its own (IdleJob.rule)
     window_minutes: float
     jobs: list[IdleJob]  # the ones the user may see
     idle_gpus_total: int  # every team's, as a count only
 
 
-def _job_pod_keys(job: Job, idle: dict[PodKey, float | None]) -> list[PodKey]:
-    pods = placement_pods(job)
-    if pods:
-        return [(job.namespace, p) for p in pods]
-    prefix = job.object_name + "-"
-    return [k for k in idle if k[0] == job.namespace and k[1].startswith(prefix)]
-
-
 def idle_report_get(
     *, user: User | AnonymousUser, teams: Iterable[Team] | None = None, now: datetime | None = None
 ) -> IdleReport:
-    """Running jobs whose GPUs all stayed under ``IDLE_GPU_THRESHOLD_PERCENT`` for the last
-    ``IDLE_GPU_WINDOW_MINUTES``, with the GPU-hours they held idle.
+    """Running jobs that are idle by their team's rule (``monitoring.idleness``), with the
+    GPU-hours they held idle.
 
-    1. Prometheus: the pods whose every GPU stayed under the threshold for the window.
-       Only pods that held their GPUs a whole window ago count (Prometheus checks this
-       from its own samples; a younger job has not been idle for the window yet).
-    2. Database: running jobs with GPUs; a job is idle when every pod it placed is in (1).
-    3. Prometheus: the idle GPU-seconds of those pods since the oldest of them started.
-    4. The list is limited to ``teams`` (default: the user's); the total counts all.
+    1. Every running job with GPUs, against its team's rule (``jobs_idleness``).
+    2. Prometheus: the idle GPU-seconds of the idle jobs' pods since the oldest of them
+       started, each under its team's threshold.
+    3. The list is limited to ``teams`` (default: the user's); the total counts all.
     Raises ``MetricsUnavailable``.
     """
     now = now or timezone.now()
-    threshold = float(settings.IDLE_GPU_THRESHOLD_PERCENT)
-    window = timedelta(minutes=float(settings.IDLE_GPU_WINDOW_MINUTES))
-    peaks = {
-        (s.labels.get("namespace", ""), s.labels.get("pod", "")): s.value
-        for s in prometheus.query(
-            queries.idle_pods(threshold_percent=threshold, window_seconds=window.total_seconds()),
-            at=now,
-        )
-    }
     running = Job.objects.filter(state=JobState.RUNNING, gpu_count__gt=0).select_related(
         "team", "owner"
     )
-    idle: list[tuple[Job, list[PodKey]]] = []
-    for job in running:
-        keys = _job_pod_keys(job, peaks)
-        if keys and all(k in peaks for k in keys):
-            idle.append((job, keys))
+    idle = [found for found in jobs_idleness(jobs=running, now=now) if found.idle]
     seconds: dict[PodKey, float] = {}
     if idle:
         # Series carry a pod only while it holds the GPU, so looking back further than the
         # job's life costs time but never counts another pod's samples.
-        oldest = min((job.started_at or now) for job, _ in idle)
-        lookback = min(
-            max((now - oldest).total_seconds(), window.total_seconds()),
-            MAX_LOOKBACK.total_seconds(),
-        )
-        step = queries.step_for(lookback)
-        for s in prometheus.query(
-            queries.idle_gpu_seconds(
-                threshold_percent=threshold,
-                lookback_seconds=lookback,
-                step=step,
-                recorded=settings.PROMETHEUS_RECORDING_RULES,
-            ),
+        oldest = min((found.job.started_at or now) for found in idle)
+        longest = max(found.rule.window_seconds for found in idle)
+        lookback = min(max((now - oldest).total_seconds(), longest), MAX_LOOKBACK.total_seconds())
+        seconds = idle_gpu_seconds(
+            teams={found.job.team for found in idle},
+            lookback_seconds=lookback,
+            step=queries.step_for(lookback),
             at=now,
-        ):
-            seconds[(s.labels.get("namespace", ""), s.labels.get("pod", ""))] = s.value or 0.0
+        )
     visible = {t.pk for t in (teams if teams is not None else teams_for_user(user=user))}
     jobs = [
         IdleJob(
-            job=job,
-            gpus_held=job.gpu_count,
-            peak_utilisation=max((peaks[k] or 0.0 for k in keys), default=None),
-            wasted_gpu_hours=sum(seconds.get(k, 0.0) for k in keys) / 3600,
+            job=found.job,
+            gpus_held=found.job.gpu_count,
+            peak_utilisation=found.peak,
+            wasted_gpu_hours=sum(seconds.get(pod, 0.0) for pod in found.pods) / 3600,
+            rule=found.rule,
         )
-        for job, keys in idle
-        if job.team_id in visible
+        for found in idle
+        if found.job.team_id in visible
     ]
     jobs.sort(key=lambda i: (-i.wasted_gpu_hours, -i.gpus_held, i.job.pk))
+    portal = portal_idle_rule()
     return IdleReport(
-        threshold_percent=threshold,
-        window_minutes=window.total_seconds() / 60,
+        threshold_percent=portal.threshold_percent,
+        window_minutes=portal.window_minutes,
         jobs=jobs,
-        idle_gpus_total=sum(job.gpu_count for job, _ in idle),
+        idle_gpus_total=sum(found.job.gpu_count for found in idle),
     )

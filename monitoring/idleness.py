@@ -1,0 +1,163 @@
+"""What "idle" means, decided in one place for the Idle GPUs panel, the idle-GPU policy and
+the GPU-hour accounting (three places that once each decided it, and disagreed).
+
+A team's **rule** is its own threshold and window (``Team.idle_threshold_percent``,
+``Team.idle_window_minutes``), each defaulting to the portal's
+(``IDLE_GPU_THRESHOLD_PERCENT``, ``IDLE_GPU_WINDOW_MINUTES``).
+
+- A running job **is idle** when every GPU of every pod it placed stayed under its team's
+  threshold for its team's whole window, and its pods already held them one window ago
+  (``jobs_idleness``; Prometheus decides both from its own samples). It is **busy** when a
+  GPU it holds reached the threshold in the window. With no samples it is neither, and
+  nothing acts on it.
+- A held GPU-second **is idle** when that GPU's utilisation was under its team's threshold
+  (``idle_gpu_seconds``): the panel's "GPU-hours wasted" and the accounting's idle
+  GPU-hours both count these.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+
+from jobs.models import Job
+from monitoring import prometheus, queries
+from monitoring.selectors.common import PodKey, placement_pods, pods_to_jobs
+from teams.models import Team
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    threshold_percent: float
+    window_minutes: float
+
+    @property
+    def window_seconds(self) -> float:
+        return self.window_minutes * 60
+
+
+def idle_rule(team: Team) -> IdleRule:
+    """The team's threshold and window, each the portal's where the team sets none."""
+    threshold = team.idle_threshold_percent
+    window = team.idle_window_minutes
+    return IdleRule(
+        threshold_percent=float(
+            settings.IDLE_GPU_THRESHOLD_PERCENT if threshold is None else threshold
+        ),
+        window_minutes=float(settings.IDLE_GPU_WINDOW_MINUTES if window is None else window),
+    )
+
+
+def portal_idle_rule() -> IdleRule:
+    """The rule of a team that sets none of its own."""
+    return IdleRule(
+        threshold_percent=float(settings.IDLE_GPU_THRESHOLD_PERCENT),
+        window_minutes=float(settings.IDLE_GPU_WINDOW_MINUTES),
+    )
+
+
+@dataclass(frozen=True)
+class HeldGpu:
+    node: str
+    index: str
+    peak: float  # its highest utilisation in the window, percent
+
+
+@dataclass(frozen=True)
+class Idleness:
+    """One running job against its team's rule, at one moment."""
+
+    job: Job
+    rule: IdleRule
+    pods: list[PodKey]
+    idle: bool
+    peak: float | None  # the highest utilisation any of its GPUs reached (None: no samples)
+    gpus: list[HeldGpu]  # each GPU it holds, with its peak
+
+    @property
+    def busy(self) -> bool:
+        return any(gpu.peak >= self.rule.threshold_percent for gpu in self.gpus)
+
+
+def _key(sample: prometheus.Sample) -> PodKey:
+    return (sample.labels.get("namespace", ""), sample.labels.get("pod", ""))
+
+
+def jobs_idleness(*, jobs: Iterable[Job], now: datetime) -> list[Idleness]:
+    """Each of ``jobs`` (running, with their ``team`` loaded) against its team's rule.
+
+    1. The jobs are grouped by rule; per rule, two Prometheus queries: the pods whose
+       GPUs all stayed under the threshold for the window (and held them a window ago),
+       and each held GPU's peak over the window.
+    2. A job's pods are those its placement names, else the pods the queries saw under its
+       object name (``pods_to_jobs``).
+    3. It is idle when it has pods and every one of them is in the first answer.
+    Raises ``MetricsUnavailable``.
+    """
+    # The portal's rule is always asked, so a Prometheus that cannot answer is said even
+    # when no job runs (the panel shows "metrics unavailable", not "nothing idle").
+    groups: dict[IdleRule, list[Job]] = {portal_idle_rule(): []}
+    for job in jobs:
+        groups.setdefault(idle_rule(job.team), []).append(job)
+    found: list[Idleness] = []
+    for rule, members in groups.items():
+        seconds = rule.window_seconds
+        peaks = {
+            _key(s): s.value
+            for s in prometheus.query(
+                queries.idle_pods(threshold_percent=rule.threshold_percent, window_seconds=seconds),
+                at=now,
+            )
+        }
+        gpus: dict[PodKey, list[HeldGpu]] = defaultdict(list)
+        for s in prometheus.query(queries.held_device_peaks(window_seconds=seconds), at=now):
+            node = s.labels.get("Hostname") or s.labels.get("hostname") or s.labels.get("node")
+            gpus[_key(s)].append(HeldGpu(node or "?", s.labels.get("gpu", "?"), s.value or 0.0))
+        seen: dict[int, list[PodKey]] = defaultdict(list)
+        for pod, holder in pods_to_jobs(set(peaks) | set(gpus), members).items():
+            seen[holder.pk].append(pod)
+        for job in members:
+            pods = [(job.namespace, p) for p in placement_pods(job)] or sorted(seen[job.pk])
+            held = [gpu for pod in pods for gpu in gpus.get(pod, [])]
+            idle = bool(pods) and all(pod in peaks for pod in pods)
+            if idle:
+                peak = max((peaks[pod] or 0.0 for pod in pods), default=None)
+            else:
+                peak = max((gpu.peak for gpu in held), default=None)
+            found.append(Idleness(job=job, rule=rule, pods=pods, idle=idle, peak=peak, gpus=held))
+    return found
+
+
+def idle_gpu_seconds(
+    *,
+    teams: Iterable[Team],
+    lookback_seconds: float,
+    step: int,
+    at: datetime,
+    timeout: float | None = None,
+) -> dict[PodKey, float]:
+    """Each pod's GPU-seconds under its team's threshold while held, in the lookback before
+    ``at`` (summed over its GPUs): one query per threshold in use. Raises
+    ``MetricsUnavailable``."""
+    namespaces: dict[float, set[str]] = defaultdict(set)
+    for team in teams:
+        namespaces[idle_rule(team).threshold_percent].add(team.namespace)
+    seconds: dict[PodKey, float] = {}
+    for threshold, wanted in namespaces.items():
+        for s in prometheus.query(
+            queries.idle_gpu_seconds(
+                threshold_percent=threshold,
+                lookback_seconds=lookback_seconds,
+                step=step,
+                recorded=bool(settings.PROMETHEUS_RECORDING_RULES),
+            ),
+            at=at,
+            timeout=timeout,
+        ):
+            if _key(s)[0] in wanted:
+                seconds[_key(s)] = s.value or 0.0
+    return seconds
