@@ -306,8 +306,8 @@ def seed_cluster(state: Path, *, clock_jump: float = 0.0, create: bool = True) -
     from jobs.models import Job
     from sandbox.api import objects
     from sandbox.api.resources import BY_KEY
-    from sandbox.cluster import Cluster, Options
     from sandbox.controllers.manager import ControllerManager
+    from sandbox.state import Cluster, Options
     from sandbox.store import Store
 
     store = Store(state)

@@ -1,4 +1,5 @@
-"""Reads from the cluster itself: GPU nodes and what is allocated on them.
+"""Reads from the cluster itself: its snapshot (nodes and the pods bound to them), GPU nodes
+and what is allocated on them.
 
 Quantities are parsed by the scheduling core (``node_from_k8s``/``pod_from_k8s``),
 so the portal counts GPUs exactly as kube-scheduler does.
@@ -11,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster import kube
+from cluster.priority_classes import PRIORITY_CLASSES
 from core.errors import ClusterUnavailable
-from scheduling import node_from_k8s, pod_from_k8s, pod_is_terminal
+from scheduling import ClusterSnapshot, node_from_k8s, pod_from_k8s, pod_is_terminal
 from scheduling.resources import (
     ANY_GPU,
     GPU_COUNT_LABEL,
@@ -65,6 +67,21 @@ class GpuNode:
     ready: str = "True"  # the node's Ready condition: True, False or Unknown
 
 
+def cluster_snapshot() -> ClusterSnapshot:
+    """Nodes and the pods bound to them (not Succeeded or Failed), now, as the scheduling
+    core places pods on them. Raises ``kube.ClusterError``."""
+    return _snapshot_of(list(kube.list_all("Node")))
+
+
+def _snapshot_of(node_objects: list[dict[str, Any]]) -> ClusterSnapshot:
+    bound = [
+        pod_from_k8s(obj, PRIORITY_CLASSES)
+        for obj in kube.list_all("Pod")
+        if (obj.get("spec") or {}).get("nodeName") and not pod_is_terminal(obj)
+    ]
+    return ClusterSnapshot([node_from_k8s(obj) for obj in node_objects], bound)
+
+
 def cluster_gpu_nodes() -> list[GpuNode]:
     """Every node offering GPUs (whole, MIG or shared), with what bound pods request.
 
@@ -75,16 +92,12 @@ def cluster_gpu_nodes() -> list[GpuNode]:
     """
     try:
         raw = list(kube.list_all("Node"))
-        nodes = [node_from_k8s(obj) for obj in raw]
-        bound = [
-            pod_from_k8s(obj)
-            for obj in kube.list_all("Pod")
-            if (obj.get("spec") or {}).get("nodeName") and not pod_is_terminal(obj)
-        ]
+        snapshot = _snapshot_of(raw)
     except kube.ClusterError as exc:
         raise ClusterUnavailable(cluster_error_text(exc)) from exc
+    nodes = snapshot.nodes
     allocated: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for pod in bound:
+    for pod in snapshot.pods:
         assert pod.node_name is not None
         for resource, amount in pod.requests.items():
             if is_gpu_resource(resource):

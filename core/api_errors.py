@@ -3,7 +3,7 @@
 ``ErrorOutput`` is ``{"detail": "…"}`` plus, when input was refused,
 ``"errors": {"<field path>": ["…"]}``; ``error_responses`` documents it in the OpenAPI
 schema; ``flatten_errors`` turns DRF's nested errors into those field paths. The project's
-exception handler (``portal.api_errors``) answers with it.
+exception handler (``portal.exception_handler``) answers with it.
 """
 
 from __future__ import annotations

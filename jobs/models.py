@@ -73,7 +73,7 @@ class Job(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_action_due = models.DateTimeField(null=True, blank=True)
     idle_exempt_reason = models.CharField(max_length=200, blank=True)
-    # An inference deployment the policy scaled to zero: the replicas it resumes with.
+    # An inference deployment the idle-GPU policy scaled to zero: the replicas it resumes with.
     scaled_to_zero_from = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

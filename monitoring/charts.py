@@ -195,7 +195,7 @@ def capacity(products: Sequence[ProductCapacity]) -> Figure:
 _PALETTE = ("#2f6fde", "#d9480f", "#2b8a3e", "#862e9c", "#c92a2a", "#5c940d")
 
 
-def team_usage(usage: TeamUsage) -> Figure:
+def team_usage_figure(usage: TeamUsage) -> Figure:
     """What the team's jobs held of each GPU quota resource (job rows), each beside its own
     quota line, and GPU-equivalents busy (DCGM) on one axis, utilisation % on a second.
 
@@ -382,7 +382,7 @@ def cluster_figures(overview: ClusterOverview) -> dict[str, Figure]:
 
 
 def team_figures(usage: TeamUsage) -> dict[str, Figure]:
-    return {"team-usage": team_usage(usage)}
+    return {"team-usage": team_usage_figure(usage)}
 
 
 def team_sharing_figures(usage: TeamUsage, cohort: CohortUsage) -> dict[str, Figure]:

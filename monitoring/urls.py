@@ -6,7 +6,7 @@ app_name = "monitoring"
 
 urlpatterns = [
     path("", views.cluster_overview, name="cluster"),
-    path("teams/<slug:slug>/", views.team_usage, name="team"),
+    path("teams/<slug:slug>/", views.team_usage_page, name="team"),
     path("cohorts/<slug:slug>/", views.cohort_usage, name="cohort"),
     path("jobs/<int:job_id>/", views.job_gpus_page, name="job"),
     path("jobs/<int:job_id>/gpus/", views.job_gpus_partial, name="job-gpus"),

@@ -78,7 +78,7 @@ def cluster_overview(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-def team_usage(request: HttpRequest, slug: str) -> HttpResponse:
+def team_usage_page(request: HttpRequest, slug: str) -> HttpResponse:
     try:
         range_key, _ = parse_range(request.GET.get("range"))
     except RangeError as exc:

@@ -333,7 +333,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 25,
     "DEFAULT_SCHEMA_CLASS": "core.apis.ApiSchema",
-    "EXCEPTION_HANDLER": "portal.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "portal.exception_handler.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["portal.throttling.WriteRateThrottle"],
     # The API speaks JSON only: form and multipart bodies get a 415 before they are read.
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],

@@ -12,7 +12,7 @@ from monitoring.views import metrics_view
 from notifications import apis as notification_apis
 from notifications import views as notification_views
 from portal import probes, sso, views
-from portal.api_errors import api_not_found
+from portal.exception_handler import api_not_found
 from teams import apis as team_apis
 
 api_urls = [
@@ -60,4 +60,4 @@ urlpatterns = [
 ]
 
 # JSON for unknown /api/ paths, the normal page elsewhere.
-handler404 = "portal.api_errors.not_found"
+handler404 = "portal.exception_handler.not_found"

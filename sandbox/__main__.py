@@ -29,11 +29,11 @@ import yaml
 
 from sandbox import faults, history
 from sandbox.bootstrap import bootstrap
-from sandbox.cluster import Cluster, Options
 from sandbox.controllers import faultplan
 from sandbox.controllers.manager import ControllerManager
 from sandbox.profiles import load_profile
 from sandbox.server import ApiServer, MetricsServer
+from sandbox.state import Cluster, Options
 from sandbox.store import WATCH_WINDOW, Store
 from sandbox.tls import certificates
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.cluster import Cluster
 from sandbox.profiles import build_nodes
+from sandbox.state import Cluster
 
 
 def node_conditions(ts: str) -> list[dict[str, Any]]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.cluster import Cluster
 from sandbox.logs import CHECKPOINT_EVERY, step_seconds, total_steps
+from sandbox.state import Cluster
 from sandbox.store import Obj
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from sandbox import annotations as ann
 from sandbox import faults
-from sandbox.cluster import Cluster
 from sandbox.profiles import DRIVER_VERSION, GPU_MODELS, MIG_PROFILES, Device
+from sandbox.state import Cluster
 from sandbox.store import Obj
 
 FAMILIES: list[tuple[str, str, str]] = [

@@ -28,8 +28,8 @@ import sys
 from typing import Any
 
 from sandbox import checkpoints
-from sandbox.cluster import Cluster
 from sandbox.errors import ApiError
+from sandbox.state import Cluster
 
 # The XID codes a fault may name, in NVIDIA's words.
 XID_MEANINGS: dict[int, str] = {

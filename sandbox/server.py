@@ -20,9 +20,14 @@ from urllib.parse import parse_qs, urlsplit
 from sandbox import dcgm, faults
 from sandbox.api import objects, printing
 from sandbox.api.handlers import Request, Response, handle, parse_target, pod_log, resolve
-from sandbox.cluster import Cluster
 from sandbox.errors import ApiError, bad_request, expired, unauthorized
-from sandbox.selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
+from sandbox.label_selectors import (
+    fields_match,
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+)
+from sandbox.state import Cluster
 
 log = logging.getLogger("sandbox.http")
 HANDSHAKE_TIMEOUT_SECONDS = 10

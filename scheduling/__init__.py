@@ -5,7 +5,7 @@ fit preview and to explain why a pod is pending.
 """
 
 from scheduling.advice import Advice, explain, requested_gpu_products
-from scheduling.core import (
+from scheduling.cycle import (
     DEFAULT_SCORED_RESOURCES,
     PLUGIN_WEIGHTS,
     ClusterSnapshot,

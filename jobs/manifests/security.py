@@ -1,4 +1,5 @@
-"""Policy: every manifest is checked before it is stored or applied (defence in depth).
+"""The manifests' security check: every manifest is checked before it is stored or
+applied (defence in depth).
 
 The builders already produce safe manifests; this module does not trust them.
 It enforces Pod Security Standards "restricted" plus the portal's own rules and

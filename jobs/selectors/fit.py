@@ -17,6 +17,7 @@ from django.conf import settings
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
+from cluster.nodes import cluster_snapshot
 from cluster.priority_classes import PRIORITY_CLASSES
 from jobs.models import Job
 from jobs.services.admission import admission_preview
@@ -24,24 +25,10 @@ from scheduling import (
     ClusterSnapshot,
     Pod,
     explain,
-    node_from_k8s,
     pod_from_k8s,
-    pod_is_terminal,
     schedule,
 )
 from teams.models import Team
-
-
-def cluster_snapshot() -> ClusterSnapshot:
-    """Nodes and the pods bound to them, now. Raises ``kube.ClusterError``."""
-    nodes = [node_from_k8s(n) for n in kube.list_all("Node")]
-    bound = [
-        pod_from_k8s(p, PRIORITY_CLASSES)
-        for p in kube.list_all("Pod")
-        if (p.get("spec") or {}).get("nodeName") and not pod_is_terminal(p)
-    ]
-    return ClusterSnapshot(nodes, bound)
-
 
 _recent: tuple[tuple[str, str, bool], float, ClusterSnapshot] | None = None
 _recent_lock = threading.Lock()

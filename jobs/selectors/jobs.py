@@ -111,18 +111,6 @@ def job_get_for_user(*, user: User | AnonymousUser, job_id: int) -> Job:
     return job
 
 
-def team_usage(*, team: Team) -> dict[str, int]:
-    """What the team's admitted, unfinished jobs hold, per quota resource (base units)."""
-    totals: dict[str, int] = defaultdict(int)
-    demands = Job.objects.filter(
-        team=team, state__in=ACTIVE_STATES, admitted_at__isnull=False
-    ).values_list("demand", flat=True)
-    for demand in demands:
-        for resource, amount in demand.items():
-            totals[resource] += int(amount)
-    return dict(totals)
-
-
 @dataclass(frozen=True)
 class QuotaUse:
     """One quota of a team, in the quota's own unit (devices, cores, GiB; rounded up)."""

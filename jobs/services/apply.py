@@ -72,7 +72,7 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
         allowed_registries=catalog_get().allowed_registries,
     )
     if violations:
-        # Stored manifests are re-checked: the policy (or the row) may have changed since.
+        # Stored manifests are re-checked: the security check (or the row) may have changed.
         _fail(job, reason="PolicyViolation", message="; ".join(str(v) for v in violations[:5]))
         return ApplyOutcome.FAILED
     try:

@@ -132,7 +132,7 @@ def job_hardware_failure_record(
         if again:
             try:
                 manifests = job_manifests_rebuild(job=job, attempt=attempt, excluded_nodes=excluded)
-            except ApplicationError as exc:  # the policy changed since it was submitted
+            except ApplicationError as exc:  # the security check changed since it was submitted
                 again = False
                 message += f" It cannot run again as it is: {exc.message}"
         if lost.step is not None and lost.checkpoint_at is not None:

@@ -223,7 +223,8 @@ def _manifests_for(
         # a builder bug, refused all the same (defence in depth).
         field = "image" if all(v.rule == "image-registry" for v in violations) else "spec"
         raise ApplicationError(
-            f"{field}: policy refused the manifest: " + "; ".join(str(v) for v in violations[:3]),
+            f"{field}: the security check refused the manifest: "
+            + "; ".join(str(v) for v in violations[:3]),
             field_errors={field: [v.message if field == "image" else str(v) for v in violations]},
         )
     errors = validate_manifests(manifests, settings.KUBERNETES_VERSION)
@@ -347,7 +348,7 @@ def job_manifests_rebuild(
     *, job: Job, attempt: int, excluded_nodes: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     """A job's manifests for another run: the same spec, with ``RESTART_ATTEMPT`` and the
-    nodes it must avoid (checked by the policy as at submission)."""
+    nodes it must avoid (security-checked as at submission)."""
     spec = JobSpec.from_dict(job.spec)
     checked = CheckedSpec(spec=spec, team=job.team, catalog=catalog_get(), demand=job.demand)
     return _manifests_for(checked, job.pk, attempt=attempt, excluded_nodes=excluded_nodes)

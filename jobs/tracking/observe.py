@@ -69,6 +69,7 @@ def node_evictions(pods: list[Obj]) -> tuple[EvictedPod, ...]:
 
 
 def parse_time(value: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, ``2026-11-20T12:00:00Z``); None when absent."""
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -24,11 +24,11 @@ from django.utils import timezone
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from cluster.nodes import cluster_snapshot
 from cluster.priority_classes import PRIORITY_CLASSES
 from core.redis_client import redis_client
 from jobs import tasks
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
-from jobs.selectors.fit import cluster_snapshot
 from jobs.services.transitions import job_transition
 from jobs.tracking.observe import Observation, observe_inference, observe_training
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule

@@ -35,6 +35,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
 from jobs.models import Job
+from jobs.tracking.observe import parse_time
 from jobs.tracking.reconcile import (
     TRACKED_FIELDS,
     Advisor,
@@ -139,12 +140,6 @@ def _micro(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 class LeaderLease:
     """A ``coordination.k8s.io/v1`` Lease held by one tracker at a time. Acquire and renew
     are conditional updates on the Lease's resourceVersion: two trackers racing for an
@@ -169,12 +164,12 @@ class LeaderLease:
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime")) or datetime.min.replace(tzinfo=UTC)
+        renewed = parse_time(spec.get("renewTime")) or datetime.min.replace(tzinfo=UTC)
         duration = timedelta(seconds=float(spec.get("leaseDurationSeconds") or self.seconds))
         if holder != self.identity and renewed + duration > now:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (holder != self.identity)
-        acquired = _parse(spec.get("acquireTime")) if holder == self.identity else now
+        acquired = parse_time(spec.get("acquireTime")) if holder == self.identity else now
         wanted = self._manifest(now, acquired=acquired or now, transitions=transitions)
         wanted["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
         try:

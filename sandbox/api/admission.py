@@ -16,8 +16,8 @@ from decimal import Decimal
 from typing import Any
 
 from sandbox import quantity
-from sandbox.cluster import Cluster
 from sandbox.errors import forbidden
+from sandbox.state import Cluster
 
 Pod = dict[str, Any]
 COMPUTE = ("cpu", "memory", "ephemeral-storage")

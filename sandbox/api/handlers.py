@@ -16,8 +16,8 @@ from sandbox import faults, logs
 from sandbox.api import discovery, objects, openapi, printing, protobuf
 from sandbox.api.patch import merge_patch
 from sandbox.api.resources import BY_PATH, ResourceType
-from sandbox.cluster import Cluster
 from sandbox.errors import ApiError, bad_request, method_not_allowed, not_found
+from sandbox.state import Cluster
 
 
 @dataclass

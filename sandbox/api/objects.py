@@ -18,7 +18,6 @@ import yaml
 from sandbox.api import admission, defaults, ssa, validation
 from sandbox.api.patch import json_patch, merge_patch, strategic_merge_patch
 from sandbox.api.resources import RESOURCES, ResourceType
-from sandbox.cluster import Cluster
 from sandbox.controllers.kubelet import release_devices
 from sandbox.errors import (
     ApiError,
@@ -29,7 +28,13 @@ from sandbox.errors import (
     forbidden,
     not_found,
 )
-from sandbox.selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
+from sandbox.label_selectors import (
+    fields_match,
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+)
+from sandbox.state import Cluster
 from sandbox.store import Obj
 
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")

@@ -21,7 +21,7 @@ from kubernetes_validate.utils import all_versions, major_minor
 from sandbox import quantity
 from sandbox.api.resources import ResourceType
 from sandbox.errors import Cause, bad_request, invalid
-from sandbox.selectors import match_label_selector_obj
+from sandbox.label_selectors import match_label_selector_obj
 
 SCHEMA_VERSION = "1.33"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -8,8 +8,8 @@ from typing import Any
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.cluster import Cluster
 from sandbox.errors import ApiError
+from sandbox.state import Cluster
 from sandbox.store import Obj
 
 TERMINAL = ("Succeeded", "Failed")

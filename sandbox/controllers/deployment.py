@@ -16,7 +16,6 @@ from typing import Any
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.cluster import Cluster
 from sandbox.controllers.common import (
     condition,
     create_pod,
@@ -30,6 +29,7 @@ from sandbox.controllers.common import (
     sync_all,
 )
 from sandbox.errors import ApiError
+from sandbox.state import Cluster
 from sandbox.store import Obj
 
 RS_COMPONENT = "replicaset-controller"

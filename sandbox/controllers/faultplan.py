@@ -25,7 +25,7 @@ from typing import Any
 
 from sandbox import faults
 from sandbox.clock import parse_duration
-from sandbox.cluster import Cluster
+from sandbox.state import Cluster
 
 log = logging.getLogger("sandbox.faults")
 STATE = "faultplan"

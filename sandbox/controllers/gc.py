@@ -13,8 +13,8 @@ import contextlib
 
 from sandbox.api import admission, objects
 from sandbox.api.resources import BY_KEY, RESOURCES
-from sandbox.cluster import Cluster
 from sandbox.errors import ApiError
+from sandbox.state import Cluster
 
 OWNER_KINDS = ("jobs.batch", "replicasets.apps", "deployments.apps")
 

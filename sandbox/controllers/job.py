@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.cluster import Cluster
 from sandbox.controllers.common import (
     condition,
     create_pod,
@@ -25,6 +24,7 @@ from sandbox.controllers.common import (
     set_condition,
     sync_all,
 )
+from sandbox.state import Cluster
 from sandbox.store import Obj
 
 COMPONENT = "job-controller"

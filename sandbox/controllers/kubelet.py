@@ -18,8 +18,8 @@ from typing import Any
 from sandbox import annotations as ann
 from sandbox import checkpoints, faults, logs
 from sandbox.clock import parse_duration
-from sandbox.cluster import Cluster
 from sandbox.dcgm import bank_energy
+from sandbox.state import Cluster
 from sandbox.store import Obj
 from scheduling import pod_requests
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from sandbox import faults
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.cluster import Cluster
+from sandbox.state import Cluster
 
 NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40  # the kubelet's default nodeLeaseDurationSeconds

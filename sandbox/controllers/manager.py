@@ -12,9 +12,9 @@ import logging
 import threading
 import time
 
-from sandbox.cluster import Cluster
 from sandbox.controllers import deployment, faultplan, gc, job, kubelet, lease, nodelifecycle
 from sandbox.controllers.scheduler import Scheduler
+from sandbox.state import Cluster
 
 log = logging.getLogger("sandbox.controllers")
 TICK_SECONDS = 0.05  # real seconds between passes

@@ -21,8 +21,8 @@ from typing import Any
 
 from sandbox import faults
 from sandbox.bootstrap import node_conditions
-from sandbox.cluster import Cluster
 from sandbox.controllers.lease import NAMESPACE
+from sandbox.state import Cluster
 from sandbox.store import Obj
 
 GRACE_SECONDS = 50.0

@@ -13,7 +13,7 @@ from typing import Any
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.cluster import Cluster
+from sandbox.state import Cluster
 from sandbox.store import Obj
 from scheduling import ClusterSnapshot, node_from_k8s, pod_from_k8s, schedule
 

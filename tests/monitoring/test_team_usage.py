@@ -52,7 +52,7 @@ def test_each_quota_resource_has_its_own_held_line_and_quota(
     assert usage.allocated_gpus[-1] == 17
 
     # And the chart draws each held line beside its own quota line, in its colour
-    figure = charts.team_usage(usage)
+    figure = charts.team_usage_figure(usage)
     lines = {trace["name"]: trace for trace in figure["data"]}
     assert "GPUs held" not in lines
     for resource in (GPU, MIG):

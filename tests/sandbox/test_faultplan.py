@@ -11,9 +11,9 @@ import pytest
 
 from sandbox import faults
 from sandbox.bootstrap import bootstrap
-from sandbox.cluster import Cluster, Options
 from sandbox.controllers import faultplan
 from sandbox.profiles import load_profile
+from sandbox.state import Cluster, Options
 from sandbox.store import Store
 
 RATES = {"gpuFailuresPerGpuHour": 0.5, "busyOnly": False, "repairAfter": "6h", "xids": [79, 48]}

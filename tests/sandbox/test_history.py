@@ -9,9 +9,9 @@ from pathlib import Path
 
 from sandbox import dcgm
 from sandbox.bootstrap import bootstrap
-from sandbox.cluster import Cluster, Options
 from sandbox.history import PORTAL_FAMILIES, SimJob, history_write, simulate_workload
 from sandbox.profiles import load_profile
+from sandbox.state import Cluster, Options
 from sandbox.store import Store
 
 END = 1_750_000_020.0  # a whole minute

@@ -10,8 +10,8 @@ from kubernetes import client
 
 from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.cluster import Cluster, Options
 from sandbox.errors import ApiError
+from sandbox.state import Cluster, Options
 from sandbox.store import Store
 
 QUOTA = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling import ClusterSnapshot, Node, Taint, schedule
-from scheduling.core import num_feasible_nodes_to_find
+from scheduling.cycle import num_feasible_nodes_to_find
 
 from .builders import node, pod
 
