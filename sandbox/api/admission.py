@@ -114,27 +114,8 @@ def admit_limit_ranges(cluster: Cluster, pod: Pod) -> None:
 
 
 # -- 4. PodSecurity ---------------------------------------------------------------------------
-def pod_security_violations(spec: dict[str, Any], level: str) -> list[str]:
-    """Violations of the ``baseline`` / ``restricted`` Pod Security Standards, in PSA order."""
-    if level not in ("baseline", "restricted"):
-        return []
-    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
-    pod_sc = spec.get("securityContext") or {}
-    out: list[str] = []
-
-    def who(names: list[str]) -> str:
-        quoted = ", ".join(f'"{n}"' for n in names)
-        return f"container {quoted}" if len(names) == 1 else f"containers {quoted}"
-
-    host = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
-    if host:
-        out.append(f"host namespaces ({', '.join(host)})")
-    privileged = [
-        c["name"] for c in containers if (c.get("securityContext") or {}).get("privileged")
-    ]
-    if privileged:
-        out.append(f"privileged ({who(privileged)} must not set securityContext.privileged=true)")
-    baseline_caps = {
+_BASELINE_CAPABILITIES = frozenset(
+    {
         "AUDIT_WRITE",
         "CHOWN",
         "DAC_OVERRIDE",
@@ -149,32 +130,9 @@ def pod_security_violations(spec: dict[str, Any], level: str) -> list[str]:
         "SETUID",
         "SYS_CHROOT",
     }
-    for c in containers:
-        added = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
-        bad = [a for a in added if a not in baseline_caps]
-        if bad:
-            out.append(
-                f"non-default capabilities ({who([c['name']])} must not include "
-                + ", ".join(f'"{b}"' for b in bad)
-                + " in securityContext.capabilities.add)"
-            )
-    host_path = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
-    if host_path:
-        vols = ", ".join(f'"{v}"' for v in host_path)
-        out.append(f"hostPath volumes (volume{'s' if len(host_path) > 1 else ''} {vols})")
-    if level == "baseline":
-        return out
-    ape = [
-        c["name"]
-        for c in containers
-        if (c.get("securityContext") or {}).get("allowPrivilegeEscalation") is not False
-    ]
-    if ape:
-        out.append(
-            f"allowPrivilegeEscalation != false ({who(ape)} must set "
-            "securityContext.allowPrivilegeEscalation=false)"
-        )
-    allowed_volumes = {
+)
+_RESTRICTED_VOLUME_TYPES = frozenset(
+    {
         "configMap",
         "csi",
         "downwardAPI",
@@ -184,8 +142,73 @@ def pod_security_violations(spec: dict[str, Any], level: str) -> list[str]:
         "projected",
         "secret",
     }
+)
+_SECCOMP_TYPES = ("RuntimeDefault", "Localhost")
+
+
+def pod_security_violations(spec: dict[str, Any], level: str) -> list[str]:
+    """Violations of the ``baseline`` / ``restricted`` Pod Security Standards, in PSA order:
+    the baseline checks, then (for ``restricted``) the restricted ones."""
+    if level not in ("baseline", "restricted"):
+        return []
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    out = _baseline_violations(spec, containers)
+    if level == "restricted":
+        out += _restricted_violations(spec, containers)
+    return out
+
+
+def _who(names: list[str]) -> str:
+    quoted = ", ".join(f'"{n}"' for n in names)
+    return f"container {quoted}" if len(names) == 1 else f"containers {quoted}"
+
+
+def _security_context(container: dict[str, Any]) -> dict[str, Any]:
+    context: dict[str, Any] = container.get("securityContext") or {}
+    return context
+
+
+def _baseline_violations(spec: dict[str, Any], containers: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    host = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    if host:
+        out.append(f"host namespaces ({', '.join(host)})")
+    privileged = [c["name"] for c in containers if _security_context(c).get("privileged")]
+    if privileged:
+        out.append(f"privileged ({_who(privileged)} must not set securityContext.privileged=true)")
+    for c in containers:
+        added = (_security_context(c).get("capabilities") or {}).get("add") or []
+        bad = [a for a in added if a not in _BASELINE_CAPABILITIES]
+        if bad:
+            out.append(
+                f"non-default capabilities ({_who([c['name']])} must not include "
+                + ", ".join(f'"{b}"' for b in bad)
+                + " in securityContext.capabilities.add)"
+            )
+    host_path = [v["name"] for v in spec.get("volumes") or [] if "hostPath" in v]
+    if host_path:
+        vols = ", ".join(f'"{v}"' for v in host_path)
+        out.append(f"hostPath volumes (volume{'s' if len(host_path) > 1 else ''} {vols})")
+    return out
+
+
+def _restricted_violations(spec: dict[str, Any], containers: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    pod_sc = spec.get("securityContext") or {}
+    ape = [
+        c["name"]
+        for c in containers
+        if _security_context(c).get("allowPrivilegeEscalation") is not False
+    ]
+    if ape:
+        out.append(
+            f"allowPrivilegeEscalation != false ({_who(ape)} must set "
+            "securityContext.allowPrivilegeEscalation=false)"
+        )
     restricted_vols = [
-        v["name"] for v in spec.get("volumes") or [] if not (set(v) - {"name"}) <= allowed_volumes
+        v["name"]
+        for v in spec.get("volumes") or []
+        if not (set(v) - {"name"}) <= _RESTRICTED_VOLUME_TYPES
     ]
     if restricted_vols:
         out.append(
@@ -194,50 +217,50 @@ def pod_security_violations(spec: dict[str, Any], level: str) -> list[str]:
     caps_missing = [
         c["name"]
         for c in containers
-        if "ALL"
-        not in (((c.get("securityContext") or {}).get("capabilities") or {}).get("drop") or [])
+        if "ALL" not in ((_security_context(c).get("capabilities") or {}).get("drop") or [])
     ]
     if caps_missing:
         out.append(
-            f"unrestricted capabilities ({who(caps_missing)} must set "
+            f"unrestricted capabilities ({_who(caps_missing)} must set "
             'securityContext.capabilities.drop=["ALL"])'
         )
-    pod_non_root = pod_sc.get("runAsNonRoot") is True
-    non_root_missing = [
-        c["name"]
-        for c in containers
-        if (c.get("securityContext") or {}).get("runAsNonRoot") is not True
-        and not (pod_non_root and (c.get("securityContext") or {}).get("runAsNonRoot") is None)
-    ]
-    if non_root_missing:
-        out.append(
-            f"runAsNonRoot != true (pod or {who(non_root_missing)} must set "
-            "securityContext.runAsNonRoot=true)"
-        )
-    root_user = [
-        c["name"] for c in containers if (c.get("securityContext") or {}).get("runAsUser") == 0
-    ]
-    if root_user or pod_sc.get("runAsUser") == 0:
-        out.append(
-            f"runAsUser=0 (pod and {who(root_user)} must not set runAsUser=0)"
-            if root_user
-            else "runAsUser=0 (pod must not set runAsUser=0)"
-        )
-    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type") in (
-        "RuntimeDefault",
-        "Localhost",
-    )
+    out += _user_violations(pod_sc, containers)
+    pod_seccomp = (pod_sc.get("seccompProfile") or {}).get("type") in _SECCOMP_TYPES
     seccomp_missing = [
         c["name"]
         for c in containers
-        if ((c.get("securityContext") or {}).get("seccompProfile") or {}).get("type")
-        not in ("RuntimeDefault", "Localhost")
+        if (_security_context(c).get("seccompProfile") or {}).get("type") not in _SECCOMP_TYPES
         and not pod_seccomp
     ]
     if seccomp_missing:
         out.append(
-            f"seccompProfile (pod or {who(seccomp_missing)} must set "
+            f"seccompProfile (pod or {_who(seccomp_missing)} must set "
             'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")'
+        )
+    return out
+
+
+def _user_violations(pod_sc: dict[str, Any], containers: list[dict[str, Any]]) -> list[str]:
+    """runAsNonRoot (the pod's applies where a container sets none) and runAsUser=0."""
+    out: list[str] = []
+    pod_non_root = pod_sc.get("runAsNonRoot") is True
+    non_root_missing = [
+        c["name"]
+        for c in containers
+        if _security_context(c).get("runAsNonRoot") is not True
+        and not (pod_non_root and _security_context(c).get("runAsNonRoot") is None)
+    ]
+    if non_root_missing:
+        out.append(
+            f"runAsNonRoot != true (pod or {_who(non_root_missing)} must set "
+            "securityContext.runAsNonRoot=true)"
+        )
+    root_user = [c["name"] for c in containers if _security_context(c).get("runAsUser") == 0]
+    if root_user or pod_sc.get("runAsUser") == 0:
+        out.append(
+            f"runAsUser=0 (pod and {_who(root_user)} must not set runAsUser=0)"
+            if root_user
+            else "runAsUser=0 (pod must not set runAsUser=0)"
         )
     return out
 

@@ -157,7 +157,33 @@ def create(
     requested = copy.deepcopy(body)
     obj["apiVersion"] = rt.api_version
     obj["kind"] = rt.kind
-    meta = obj.setdefault("metadata", {}) or {}
+    meta = _named_in_namespace(cluster, rt, ns, obj)
+    name = meta.get("name") or ""
+    warnings = validation.check_schema(rt, obj, field_validation) if check_schema else []
+    defaults.apply_defaults(rt, obj)
+    validation.validate_object(rt, obj)
+    if rt.namespaced:
+        _check_namespace(cluster, rt, ns, name)
+    key_ns = ns if rt.namespaced else ""
+    if cluster.store.get(rt.key, key_ns, name) is not None:
+        raise already_exists(rt.plural, rt.group, name)
+    _stamp_new(cluster, rt, obj, requested, manager=manager, applied=applied)
+    warnings += _prepare_kind(cluster, rt, obj)
+    if rt.plural == "pods":
+        admission.admit_pod(cluster, obj)
+        obj["status"]["qosClass"] = _qos_class(obj)
+    if dry_run:
+        return obj, warnings
+    cluster.store.put(rt.key, obj)
+    if rt.plural == "pods":
+        admission.quota_charge(cluster, obj)
+    return obj, warnings
+
+
+def _named_in_namespace(cluster: Cluster, rt: ResourceType, ns: str, obj: Obj) -> Obj:
+    """The new object's metadata with the request's namespace (refused when the body names
+    another) and a name generated from ``generateName`` when it has none."""
+    meta: Obj = obj.setdefault("metadata", {}) or {}
     obj["metadata"] = meta
     if rt.namespaced:
         if meta.get("namespace") not in (None, "", ns):
@@ -173,15 +199,38 @@ def create(
             meta["name"] = meta["generateName"] + cluster.random_suffix()
             if cluster.store.get(rt.key, ns if rt.namespaced else "", meta["name"]) is None:
                 break
-    name = meta.get("name") or ""
-    warnings = validation.check_schema(rt, obj, field_validation) if check_schema else []
-    defaults.apply_defaults(rt, obj)
-    validation.validate_object(rt, obj)
-    if rt.namespaced:
-        _check_namespace(cluster, rt, ns, name)
-    key_ns = ns if rt.namespaced else ""
-    if cluster.store.get(rt.key, key_ns, name) is not None:
-        raise already_exists(rt.plural, rt.group, name)
+    return meta
+
+
+# Kinds without a spec the server tracks generations of.
+_NO_GENERATION = frozenset(
+    {
+        "pods",
+        "events",
+        "namespaces",
+        "nodes",
+        "configmaps",
+        "secrets",
+        "services",
+        "serviceaccounts",
+        "resourcequotas",
+        "limitranges",
+    }
+)
+
+
+def _stamp_new(
+    cluster: Cluster,
+    rt: ResourceType,
+    obj: Obj,
+    requested: Obj,
+    *,
+    manager: str | None,
+    applied: bool,
+) -> None:
+    """What the server sets on a new object: uid, creation time, managed fields (the
+    request's fields, the manager's) and generation 1; what the client sent of them goes."""
+    meta = obj["metadata"]
     for field in (
         "uid",
         "resourceVersion",
@@ -194,45 +243,26 @@ def create(
         meta.pop(field, None)
     meta["uid"] = cluster.new_uid()
     meta["creationTimestamp"] = cluster.timestamp()
-    if manager:
-        if applied:
-            meta["managedFields"] = ssa.apply(
-                None,
-                obj,
-                requested,
-                manager=manager,
-                force=True,
-                api_version=rt.api_version,
-                ts=meta["creationTimestamp"],
-            )
-        else:
-            meta["managedFields"] = ssa.update(
-                None, requested, manager=manager, api_version=rt.api_version,
-                ts=meta["creationTimestamp"],
-            )  # fmt: skip
-    if rt.plural not in (
-        "pods",
-        "events",
-        "namespaces",
-        "nodes",
-        "configmaps",
-        "secrets",
-        "services",
-        "serviceaccounts",
-        "resourcequotas",
-        "limitranges",
-    ):
+    if manager and applied:
+        meta["managedFields"] = ssa.apply(
+            None,
+            obj,
+            requested,
+            manager=manager,
+            force=True,
+            api_version=rt.api_version,
+            ts=meta["creationTimestamp"],
+        )
+    elif manager:
+        meta["managedFields"] = ssa.update(
+            None,
+            requested,
+            manager=manager,
+            api_version=rt.api_version,
+            ts=meta["creationTimestamp"],
+        )
+    if rt.plural not in _NO_GENERATION:
         meta["generation"] = 1
-    warnings += _prepare_kind(cluster, rt, obj)
-    if rt.plural == "pods":
-        admission.admit_pod(cluster, obj)
-        obj["status"]["qosClass"] = _qos_class(obj)
-    if dry_run:
-        return obj, warnings
-    cluster.store.put(rt.key, obj)
-    if rt.plural == "pods":
-        admission.quota_charge(cluster, obj)
-    return obj, warnings
 
 
 def get(cluster: Cluster, rt: ResourceType, ns: str, name: str) -> Obj:
@@ -279,15 +309,7 @@ def update(
         raise conflict(rt.plural, rt.group, name)
     obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
     warnings = validation.check_schema(rt, obj, field_validation) if check_schema else []
-    for field in (
-        "name",
-        "namespace",
-        "uid",
-        "creationTimestamp",
-        "generation",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-    ):
+    for field in _SERVER_OWNED:
         if field in old["metadata"]:
             meta[field] = old["metadata"][field]
         else:
@@ -304,51 +326,13 @@ def update(
         obj["spec"], obj["status"] = old.get("spec"), old.get("status")
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
     defaults.apply_defaults(rt, obj)
-    if rt.plural == "pods" and obj.get("spec") != old.get("spec"):
-        allowed = ("activeDeadlineSeconds", "tolerations")
-        if {k: v for k, v in obj["spec"].items() if k not in allowed} != {
-            k: v for k, v in old["spec"].items() if k not in allowed
-        }:
-            raise ApiError(
-                422,
-                "Invalid",
-                f'Pod "{name}" is invalid: spec: Forbidden: pod '
-                "updates may not change fields other than `spec.containers[*].image`,"
-                "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
-                "`spec.tolerations` (only additions to existing tolerations),"
-                "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
-                "was previously negative)",
-                {
-                    "name": name,
-                    "kind": "Pod",
-                    "causes": [
-                        {
-                            "reason": "FieldValueForbidden",
-                            "message": "Forbidden: pod "
-                            "updates may not change fields other than ...",
-                            "field": "spec",
-                        }
-                    ],
-                },
-            )
+    if rt.plural == "pods":
+        _check_pod_update(name, obj, old)
     if rt.plural == "jobs":
-        # Selector and generated labels are immutable; keep them when a client drops them.
-        obj["spec"]["selector"] = old["spec"].get("selector")
-        obj["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {}).update(
-            {
-                k: v
-                for k, v in old["spec"]["template"]["metadata"].get("labels", {}).items()
-                if k in JOB_LABELS
-            }
-        )
+        _keep_job_selector(obj, old)
     validation.validate_object(rt, obj, old)
     if rt.plural == "resourcequotas":
-        hard = dict((obj.get("spec") or {}).get("hard") or {})
-        used = admission.quota_used(cluster, ns, hard)
-        obj["status"] = {
-            "hard": hard,
-            "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()},
-        }
+        obj["status"] = _quota_status(cluster, ns, obj)
     if "generation" in meta and _spec_changed(old, obj):
         meta["generation"] = int(meta["generation"]) + 1
     if managed_fields is not None:
@@ -364,6 +348,69 @@ def update(
     if obj == old:
         return old, warnings
     return cluster.store.put(rt.key, obj), warnings
+
+
+# Metadata only the server sets: an update keeps the stored values.
+_SERVER_OWNED = (
+    "name",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
+
+
+def _check_pod_update(name: str, obj: Obj, old: Obj) -> None:
+    """A pod's spec is immutable but for a few fields (422 as the API server words it)."""
+    if obj.get("spec") == old.get("spec"):
+        return
+    allowed = ("activeDeadlineSeconds", "tolerations")
+    if {k: v for k, v in obj["spec"].items() if k not in allowed} != {
+        k: v for k, v in old["spec"].items() if k not in allowed
+    }:
+        raise ApiError(
+            422,
+            "Invalid",
+            f'Pod "{name}" is invalid: spec: Forbidden: pod '
+            "updates may not change fields other than `spec.containers[*].image`,"
+            "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+            "`spec.tolerations` (only additions to existing tolerations),"
+            "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
+            "was previously negative)",
+            {
+                "name": name,
+                "kind": "Pod",
+                "causes": [
+                    {
+                        "reason": "FieldValueForbidden",
+                        "message": "Forbidden: pod updates may not change fields other than ...",
+                        "field": "spec",
+                    }
+                ],
+            },
+        )
+
+
+def _keep_job_selector(obj: Obj, old: Obj) -> None:
+    """A Job's selector and generated labels are immutable; keep them when a client drops
+    them."""
+    obj["spec"]["selector"] = old["spec"].get("selector")
+    obj["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {}).update(
+        {
+            k: v
+            for k, v in old["spec"]["template"]["metadata"].get("labels", {}).items()
+            if k in JOB_LABELS
+        }
+    )
+
+
+def _quota_status(cluster: Cluster, ns: str, obj: Obj) -> Obj:
+    """A ResourceQuota's status recomputed for its new hard limits."""
+    hard = dict((obj.get("spec") or {}).get("hard") or {})
+    used = admission.quota_used(cluster, ns, hard)
+    return {"hard": hard, "used": {k: admission.fmt(k, v, hard[k]) for k, v in used.items()}}
 
 
 PATCH_TYPES = (
@@ -604,8 +651,30 @@ def delete(
     obj = get(cluster, rt, ns, name)
     meta = obj["metadata"]
     key_ns = ns if rt.namespaced else ""
-    warnings: list[str] = []
-    pre = options.get("preconditions") or {}
+    _check_preconditions(rt, name, meta, options.get("preconditions") or {})
+    policy, warnings = _propagation_policy(rt, options)
+    if rt.plural == "namespaces":
+        return _delete_namespace(cluster, rt, name, obj), warnings
+    if rt.plural == "pods":
+        _delete_pod(cluster, rt, obj, options.get("gracePeriodSeconds"))
+        return obj, warnings
+    if policy == "Orphan":
+        _orphan_dependents(cluster, meta["uid"])
+    if policy == "Foreground" and dependents(cluster, meta["uid"]):
+        if meta.get("deletionTimestamp") is None:
+            meta["deletionTimestamp"] = cluster.timestamp()
+            meta["deletionGracePeriodSeconds"] = 0
+            meta.setdefault("finalizers", [])
+            if "foregroundDeletion" not in meta["finalizers"]:
+                meta["finalizers"].append("foregroundDeletion")
+            cluster.store.put(rt.key, obj)
+        return obj, warnings
+    cluster.store.delete(rt.key, key_ns, name)
+    return _status_success(rt, obj), warnings
+
+
+def _check_preconditions(rt: ResourceType, name: str, meta: Obj, pre: dict[str, Any]) -> None:
+    """DeleteOptions' preconditions: the uid and resourceVersion the client expects (409)."""
     if pre.get("uid") and pre["uid"] != meta.get("uid"):
         raise ApiError(
             409,
@@ -623,6 +692,12 @@ def delete(
             f"{meta.get('resourceVersion')}",
             {"name": name, "kind": rt.plural},
         )
+
+
+def _propagation_policy(rt: ResourceType, options: dict[str, Any]) -> tuple[str, list[str]]:
+    """The propagation policy a delete follows, with the warning of a Job's legacy default
+    (its pods orphaned when the client names none)."""
+    warnings: list[str] = []
     policy = options.get("propagationPolicy")
     if options.get("orphanDependents") is True:
         policy = "Orphan"
@@ -641,57 +716,52 @@ def delete(
             "propagationPolicy=Background to remove them or set "
             "propagationPolicy=Orphan to suppress this warning"
         )
-    policy = policy or "Background"
-    if rt.plural == "namespaces":
-        if name in PROTECTED_NAMESPACES:
-            raise forbidden("namespaces", "", name, "this namespace may not be deleted")
+    return policy or "Background", warnings
+
+
+def _delete_namespace(cluster: Cluster, rt: ResourceType, name: str, obj: Obj) -> Obj:
+    """A namespace is marked Terminating; the namespace controller empties and removes it."""
+    meta = obj["metadata"]
+    if name in PROTECTED_NAMESPACES:
+        raise forbidden("namespaces", "", name, "this namespace may not be deleted")
+    if meta.get("deletionTimestamp") is None:
+        meta["deletionTimestamp"] = cluster.timestamp()
+        meta["deletionGracePeriodSeconds"] = 0
+        obj["status"] = {"phase": "Terminating"}
+        cluster.store.put(rt.key, obj)
+    return obj
+
+
+def _delete_pod(cluster: Cluster, rt: ResourceType, obj: Obj, grace: Any) -> None:
+    """A running pod gets its grace period (the kubelet stops it, then it goes); any other
+    pod, or a grace period of 0, goes at once and releases what it held."""
+    meta = obj["metadata"]
+    if grace is None:
+        grace = obj["spec"].get("terminationGracePeriodSeconds", 30)
+    grace = int(grace)
+    running = obj["spec"].get("nodeName") and obj.get("status", {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
+    if running and grace > 0:
         if meta.get("deletionTimestamp") is None:
             meta["deletionTimestamp"] = cluster.timestamp()
-            meta["deletionGracePeriodSeconds"] = 0
-            obj["status"] = {"phase": "Terminating"}
+            meta["deletionGracePeriodSeconds"] = grace
             cluster.store.put(rt.key, obj)
-        return obj, warnings
-    if rt.plural == "pods":
-        grace = options.get("gracePeriodSeconds")
-        grace = (
-            int(grace)
-            if grace is not None
-            else int(obj["spec"].get("terminationGracePeriodSeconds", 30))
-        )
-        running = obj["spec"].get("nodeName") and obj.get("status", {}).get("phase") not in (
-            "Succeeded",
-            "Failed",
-        )
-        if running and grace > 0:
-            if meta.get("deletionTimestamp") is None:
-                meta["deletionTimestamp"] = cluster.timestamp()
-                meta["deletionGracePeriodSeconds"] = grace
-                cluster.store.put(rt.key, obj)
-            return obj, warnings
-        cluster.store.delete(rt.key, key_ns, name)
-        release_pod(cluster, obj)
-        return obj, warnings
-    if policy == "Orphan":
-        for drt, dep in dependents(cluster, meta["uid"]):
-            refs = [
-                r for r in dep["metadata"].get("ownerReferences", []) if r.get("uid") != meta["uid"]
-            ]
-            if refs:
-                dep["metadata"]["ownerReferences"] = refs
-            else:
-                dep["metadata"].pop("ownerReferences", None)
-            cluster.store.put(drt.key, dep)
-    if policy == "Foreground" and dependents(cluster, meta["uid"]):
-        if meta.get("deletionTimestamp") is None:
-            meta["deletionTimestamp"] = cluster.timestamp()
-            meta["deletionGracePeriodSeconds"] = 0
-            meta.setdefault("finalizers", [])
-            if "foregroundDeletion" not in meta["finalizers"]:
-                meta["finalizers"].append("foregroundDeletion")
-            cluster.store.put(rt.key, obj)
-        return obj, warnings
-    cluster.store.delete(rt.key, key_ns, name)
-    return _status_success(rt, obj), warnings
+        return
+    cluster.store.delete(rt.key, meta["namespace"], meta["name"])
+    release_pod(cluster, obj)
+
+
+def _orphan_dependents(cluster: Cluster, uid: str) -> None:
+    """The objects the deleted one owned lose their owner reference to it."""
+    for drt, dep in dependents(cluster, uid):
+        refs = [r for r in dep["metadata"].get("ownerReferences", []) if r.get("uid") != uid]
+        if refs:
+            dep["metadata"]["ownerReferences"] = refs
+        else:
+            dep["metadata"].pop("ownerReferences", None)
+        cluster.store.put(drt.key, dep)
 
 
 def release_pod(cluster: Cluster, pod: Obj) -> None:

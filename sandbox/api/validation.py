@@ -311,140 +311,166 @@ def _resource_causes(res: dict[str, Any], path: str) -> list[Cause]:
 def validate_object(
     rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None
 ) -> None:
-    """Raise 422 for the checks a real API server makes on the defaulted object."""
+    """Raise 422 for the checks a real API server makes on the defaulted object: its name,
+    then the checks of its kind."""
     meta = obj.get("metadata") or {}
     causes = _name_causes(rt, meta)
     spec = obj.get("spec") or {}
     if rt.plural == "pods":
         causes += pod_spec_causes(spec, "spec")
     elif rt.plural == "jobs":
-        for key in ("parallelism", "completions", "backoffLimit"):
-            _nonneg(causes, spec, key, "spec")
-        _nonneg(causes, spec, "activeDeadlineSeconds", "spec", 1)
-        _nonneg(causes, spec, "ttlSecondsAfterFinished", "spec")
-        if spec.get("completionMode") == "Indexed" and spec.get("completions") is None:
-            causes.append(
-                Cause(
-                    "spec.completions",
-                    "Required value: when completion mode is Indexed",
-                    "FieldValueRequired",
-                )
-            )
-        if spec.get("completionMode") not in (None, "Indexed", "NonIndexed"):
-            causes.append(
-                Cause(
-                    "spec.completionMode",
-                    f"Unsupported value: "
-                    f"{go_value(spec.get('completionMode'))}: supported values: "
-                    '"NonIndexed", "Indexed"',
-                    "FieldValueNotSupported",
-                )
-            )
-        tspec = (spec.get("template") or {}).get("spec") or {}
-        causes += pod_spec_causes(tspec, "spec.template.spec")
-        policy = tspec.get("restartPolicy")
-        if policy not in ("OnFailure", "Never"):
-            causes.append(
-                Cause(
-                    "spec.template.spec.restartPolicy",
-                    f"Unsupported value: "
-                    f"{go_value(policy or 'Always')}: supported values: "
-                    '"OnFailure", "Never"',
-                    "FieldValueNotSupported",
-                )
-            )
-        if old is not None and old.get("spec", {}).get("template") != spec.get("template"):
-            # Only a suspended Job may change scheduling directives; keep the common rule.
-            causes.append(
-                Cause(
-                    "spec.template", "Invalid value: core.PodTemplateSpec{...}: field is immutable"
-                )
-            )
-        if old is not None and old.get("spec", {}).get("completionMode") != spec.get(
-            "completionMode"
-        ):
-            causes.append(
-                Cause(
-                    "spec.completionMode",
-                    f"Invalid value: {go_value(spec.get('completionMode'))}: field is immutable",
-                )
-            )
+        causes += _job_causes(spec, old)
     elif rt.plural in ("deployments", "replicasets"):
-        _nonneg(causes, spec, "replicas", "spec")
-        selector = spec.get("selector")
-        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        if not selector:
-            causes.append(Cause("spec.selector", "Required value", "FieldValueRequired"))
-        else:
-            if not match_label_selector_obj(selector, labels):
-                shown = ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items()))
-                causes.append(
-                    Cause(
-                        "spec.template.metadata.labels",
-                        f"Invalid value: "
-                        f"map[string]string{{{shown}}}: `selector` does not match "
-                        "template `labels`",
-                    )
-                )
-        tspec = (spec.get("template") or {}).get("spec") or {}
-        causes += pod_spec_causes(tspec, "spec.template.spec")
-        if tspec.get("restartPolicy") not in (None, "Always"):
-            causes.append(
-                Cause(
-                    "spec.template.spec.restartPolicy",
-                    f"Unsupported value: "
-                    f"{go_value(tspec.get('restartPolicy'))}: supported values: "
-                    '"Always"',
-                    "FieldValueNotSupported",
-                )
-            )
+        causes += _replicated_causes(spec)
     elif rt.plural == "priorityclasses":
-        name = meta.get("name", "")
-        if name.startswith("system-") and name not in (
-            "system-cluster-critical",
-            "system-node-critical",
-        ):
-            causes.append(
-                Cause(
-                    "metadata.name",
-                    f"Invalid value: {go_value(name)}: priority "
-                    "class names with 'system-' prefix are reserved",
-                )
-            )
-        value = obj.get("value")
-        if isinstance(value, int) and value > 1_000_000_000 and not name.startswith("system-"):
-            causes.append(
-                Cause(
-                    "value",
-                    f"Invalid value: {value}: maximum allowed value of a "
-                    "user defined priority is 1000000000",
-                )
-            )
-        if obj.get("preemptionPolicy") not in (None, "PreemptLowerPriority", "Never"):
-            causes.append(
-                Cause(
-                    "preemptionPolicy",
-                    f"Unsupported value: "
-                    f"{go_value(obj.get('preemptionPolicy'))}: supported values: "
-                    '"Never", "PreemptLowerPriority"',
-                    "FieldValueNotSupported",
-                )
-            )
-        if old is not None and old.get("value") != obj.get("value"):
-            causes.append(Cause("value", f"Invalid value: {value}: field is immutable"))
-    elif rt.plural in ("resourcequotas", "limitranges"):
-        items = (spec.get("hard") or {}).items() if rt.plural == "resourcequotas" else []
-        for name, raw in items:
-            try:
-                quantity.parse(raw)
-            except ValueError:
-                causes.append(
-                    Cause(
-                        f"spec.hard[{name}]",
-                        f"Invalid value: {go_value(raw)}: "
-                        "quantities must match the regular expression "
-                        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
-                    )
-                )
+        causes += _priority_class_causes(obj, old)
+    elif rt.plural == "resourcequotas":
+        causes += _quota_causes(spec)
     if causes:
         raise invalid(rt.kind, rt.group, meta.get("name") or meta.get("generateName", ""), causes)
+
+
+def _job_causes(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    """batch/v1 Job: counts, completion mode, the pod template and its restart policy, and
+    what may not change after creation."""
+    causes: list[Cause] = []
+    for key in ("parallelism", "completions", "backoffLimit"):
+        _nonneg(causes, spec, key, "spec")
+    _nonneg(causes, spec, "activeDeadlineSeconds", "spec", 1)
+    _nonneg(causes, spec, "ttlSecondsAfterFinished", "spec")
+    if spec.get("completionMode") == "Indexed" and spec.get("completions") is None:
+        causes.append(
+            Cause(
+                "spec.completions",
+                "Required value: when completion mode is Indexed",
+                "FieldValueRequired",
+            )
+        )
+    if spec.get("completionMode") not in (None, "Indexed", "NonIndexed"):
+        causes.append(
+            Cause(
+                "spec.completionMode",
+                f"Unsupported value: "
+                f"{go_value(spec.get('completionMode'))}: supported values: "
+                '"NonIndexed", "Indexed"',
+                "FieldValueNotSupported",
+            )
+        )
+    tspec = (spec.get("template") or {}).get("spec") or {}
+    causes += pod_spec_causes(tspec, "spec.template.spec")
+    policy = tspec.get("restartPolicy")
+    if policy not in ("OnFailure", "Never"):
+        causes.append(
+            Cause(
+                "spec.template.spec.restartPolicy",
+                f"Unsupported value: "
+                f"{go_value(policy or 'Always')}: supported values: "
+                '"OnFailure", "Never"',
+                "FieldValueNotSupported",
+            )
+        )
+    if old is not None and old.get("spec", {}).get("template") != spec.get("template"):
+        # Only a suspended Job may change scheduling directives; keep the common rule.
+        causes.append(
+            Cause("spec.template", "Invalid value: core.PodTemplateSpec{...}: field is immutable")
+        )
+    if old is not None and old.get("spec", {}).get("completionMode") != spec.get("completionMode"):
+        causes.append(
+            Cause(
+                "spec.completionMode",
+                f"Invalid value: {go_value(spec.get('completionMode'))}: field is immutable",
+            )
+        )
+    return causes
+
+
+def _replicated_causes(spec: dict[str, Any]) -> list[Cause]:
+    """Deployments and ReplicaSets: replicas, a selector that matches the template's
+    labels, the pod template, and restartPolicy Always."""
+    causes: list[Cause] = []
+    _nonneg(causes, spec, "replicas", "spec")
+    selector = spec.get("selector")
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not selector:
+        causes.append(Cause("spec.selector", "Required value", "FieldValueRequired"))
+    elif not match_label_selector_obj(selector, labels):
+        shown = ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items()))
+        causes.append(
+            Cause(
+                "spec.template.metadata.labels",
+                f"Invalid value: "
+                f"map[string]string{{{shown}}}: `selector` does not match "
+                "template `labels`",
+            )
+        )
+    tspec = (spec.get("template") or {}).get("spec") or {}
+    causes += pod_spec_causes(tspec, "spec.template.spec")
+    if tspec.get("restartPolicy") not in (None, "Always"):
+        causes.append(
+            Cause(
+                "spec.template.spec.restartPolicy",
+                f"Unsupported value: "
+                f"{go_value(tspec.get('restartPolicy'))}: supported values: "
+                '"Always"',
+                "FieldValueNotSupported",
+            )
+        )
+    return causes
+
+
+def _priority_class_causes(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
+    """PriorityClasses: the reserved ``system-`` names, the user-defined maximum, the
+    preemption policy, and a value that never changes."""
+    causes: list[Cause] = []
+    name = (obj.get("metadata") or {}).get("name", "")
+    if name.startswith("system-") and name not in (
+        "system-cluster-critical",
+        "system-node-critical",
+    ):
+        causes.append(
+            Cause(
+                "metadata.name",
+                f"Invalid value: {go_value(name)}: priority "
+                "class names with 'system-' prefix are reserved",
+            )
+        )
+    value = obj.get("value")
+    if isinstance(value, int) and value > 1_000_000_000 and not name.startswith("system-"):
+        causes.append(
+            Cause(
+                "value",
+                f"Invalid value: {value}: maximum allowed value of a "
+                "user defined priority is 1000000000",
+            )
+        )
+    if obj.get("preemptionPolicy") not in (None, "PreemptLowerPriority", "Never"):
+        causes.append(
+            Cause(
+                "preemptionPolicy",
+                f"Unsupported value: "
+                f"{go_value(obj.get('preemptionPolicy'))}: supported values: "
+                '"Never", "PreemptLowerPriority"',
+                "FieldValueNotSupported",
+            )
+        )
+    if old is not None and old.get("value") != obj.get("value"):
+        causes.append(Cause("value", f"Invalid value: {value}: field is immutable"))
+    return causes
+
+
+def _quota_causes(spec: dict[str, Any]) -> list[Cause]:
+    """ResourceQuotas: every hard limit a quantity."""
+    causes: list[Cause] = []
+    for name, raw in (spec.get("hard") or {}).items():
+        try:
+            quantity.parse(raw)
+        except ValueError:
+            causes.append(
+                Cause(
+                    f"spec.hard[{name}]",
+                    f"Invalid value: {go_value(raw)}: "
+                    "quantities must match the regular expression "
+                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                )
+            )
+    return causes

@@ -35,6 +35,7 @@ from sandbox.store import Obj
 RS_COMPONENT = "replicaset-controller"
 DEPLOY_COMPONENT = "deployment-controller"
 HASH_LABEL = "pod-template-hash"
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
 # The API server's safe-encoding alphabet for hashes in names.
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -89,73 +90,97 @@ def _scale(cluster: Cluster, d: Obj, rs: Obj, replicas: int) -> None:
 
 
 def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
-    """Sync one Deployment; True while its rollout is unfinished (progressDeadlineSeconds)."""
+    """Sync one Deployment; True while its rollout is unfinished (progressDeadlineSeconds).
+
+    1. Find (or create) the ReplicaSet of the current template (its pod-template-hash).
+    2. Scale it to the Deployment's replicas and every older one to zero.
+    3. Sum the ReplicaSets' counts into the Deployment's status.
+    4. Set its conditions: Available, Progressing (with the progress deadline), and
+       ReplicaFailure copied from the new ReplicaSet.
+    """
     now = cluster.now()
     ts = cluster.stamp(now)
     meta, spec = d["metadata"], d["spec"]
-    ns, name = meta["namespace"], meta["name"]
-    status = d.setdefault("status", {})
     replicas = int(spec.get("replicas", 1))
-    h = template_hash(spec["template"])
-    owned = owned_by(cluster, "replicasets.apps", ns, meta["uid"])
-    new_rs = next((r for r in owned if r["metadata"].get("labels", {}).get(HASH_LABEL) == h), None)
-    revision = 1 + max(
-        [
-            int(
-                (r["metadata"].get("annotations") or {}).get(
-                    "deployment.kubernetes.io/revision", "0"
-                )
-            )
-            for r in owned
-        ]
-        or [0]
-    )
+    owned = owned_by(cluster, "replicasets.apps", meta["namespace"], meta["uid"])
+    new_rs = _current_replicaset(cluster, d, owned, replicas, ts)
     if new_rs is None:
-        template = copy.deepcopy(spec["template"])
-        template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = h
-        selector = copy.deepcopy(spec["selector"])
-        selector.setdefault("matchLabels", {})[HASH_LABEL] = h
-        body = {
-            "metadata": {
-                "name": f"{name}-{h}",
-                "namespace": ns,
-                "labels": dict(template["metadata"]["labels"]),
-                "annotations": {
-                    "deployment.kubernetes.io/desired-replicas": str(replicas),
-                    "deployment.kubernetes.io/max-replicas": str(replicas + max(1, replicas // 4)),
-                    "deployment.kubernetes.io/revision": str(revision),
-                },
-                "ownerReferences": [owner_ref(d)],
-            },
-            "spec": {"replicas": 0, "selector": selector, "template": template},
-        }
-        try:
-            new_rs, _ = objects.create(
-                cluster, BY_KEY["replicasets.apps"], ns, body, check_schema=False
-            )
-        except ApiError:
-            return True
-        set_condition(
-            d,
-            deployment_condition(
-                "Progressing",
-                "True",
-                "NewReplicaSetCreated",
-                f'Created new replica set "{new_rs["metadata"]["name"]}"',
-                ts,
-            ),
-        )
+        return True
     _scale(cluster, d, new_rs, replicas)
     for rs in owned:
         if rs is not new_rs and int(rs["spec"].get("replicas", 0)) > 0:
             _scale(cluster, d, rs, 0)
-    all_rs = owned_by(cluster, "replicasets.apps", ns, meta["uid"])
-    new_status = new_rs.get("status") or {}
-    total = sum(int((r.get("status") or {}).get("replicas", 0)) for r in all_rs)
-    ready = sum(int((r.get("status") or {}).get("readyReplicas", 0)) for r in all_rs)
-    available = sum(int((r.get("status") or {}).get("availableReplicas", 0)) for r in all_rs)
-    updated = int(new_status.get("replicas", 0))
-    status["observedGeneration"] = meta.get("generation", 1)
+    all_rs = owned_by(cluster, "replicasets.apps", meta["namespace"], meta["uid"])
+    total, available, updated = _rollup_status(d, all_rs, new_rs, replicas)
+    _set_available(d, available >= replicas - _max_unavailable(d), ts)
+    complete = updated == replicas and available >= replicas and total == replicas
+    _set_progressing(cluster, d, new_rs["metadata"]["name"], complete, now, ts)
+    _copy_replica_failure(d, new_rs)
+    return not complete
+
+
+def _current_replicaset(
+    cluster: Cluster, d: Obj, owned: list[Obj], replicas: int, ts: str
+) -> Obj | None:
+    """The ReplicaSet of the Deployment's current template, created (with the next revision)
+    when there is none; None when the API refused to create it (the next pass retries)."""
+    meta, spec = d["metadata"], d["spec"]
+    h = template_hash(spec["template"])
+    found = next((r for r in owned if r["metadata"].get("labels", {}).get(HASH_LABEL) == h), None)
+    if found is not None:
+        return found
+    revision = 1 + max(
+        [int((r["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION, "0")) for r in owned]
+        or [0]
+    )
+    template = copy.deepcopy(spec["template"])
+    template.setdefault("metadata", {}).setdefault("labels", {})[HASH_LABEL] = h
+    selector = copy.deepcopy(spec["selector"])
+    selector.setdefault("matchLabels", {})[HASH_LABEL] = h
+    body = {
+        "metadata": {
+            "name": f"{meta['name']}-{h}",
+            "namespace": meta["namespace"],
+            "labels": dict(template["metadata"]["labels"]),
+            "annotations": {
+                "deployment.kubernetes.io/desired-replicas": str(replicas),
+                "deployment.kubernetes.io/max-replicas": str(replicas + max(1, replicas // 4)),
+                REVISION_ANNOTATION: str(revision),
+            },
+            "ownerReferences": [owner_ref(d)],
+        },
+        "spec": {"replicas": 0, "selector": selector, "template": template},
+    }
+    try:
+        created, _ = objects.create(
+            cluster, BY_KEY["replicasets.apps"], meta["namespace"], body, check_schema=False
+        )
+    except ApiError:
+        return None
+    set_condition(
+        d,
+        deployment_condition(
+            "Progressing",
+            "True",
+            "NewReplicaSetCreated",
+            f'Created new replica set "{created["metadata"]["name"]}"',
+            ts,
+        ),
+    )
+    return created
+
+
+def _rollup_status(d: Obj, all_rs: list[Obj], new_rs: Obj, replicas: int) -> tuple[int, int, int]:
+    """Write the replica counts of every ReplicaSet into the Deployment's status (a zero
+    count is left out, as the API server omits it); returns (total, available, updated)."""
+    status = d.setdefault("status", {})
+
+    def count(key: str) -> int:
+        return sum(int((r.get("status") or {}).get(key, 0)) for r in all_rs)
+
+    total, ready, available = count("replicas"), count("readyReplicas"), count("availableReplicas")
+    updated = int((new_rs.get("status") or {}).get("replicas", 0))
+    status["observedGeneration"] = d["metadata"].get("generation", 1)
     for key, value in (
         ("replicas", total),
         ("updatedReplicas", updated),
@@ -167,75 +192,73 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
             status[key] = value
         else:
             status.pop(key, None)
-    if available >= replicas - _max_unavailable(d):
-        set_condition(
-            d,
-            deployment_condition(
-                "Available",
-                "True",
-                "MinimumReplicasAvailable",
-                "Deployment has minimum availability.",
-                ts,
-            ),
-            probe=False,
+    return total, available, updated
+
+
+def _set_available(d: Obj, available: bool, ts: str) -> None:
+    if available:
+        condition = deployment_condition(
+            "Available",
+            "True",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.",
+            ts,
         )
     else:
-        set_condition(
-            d,
-            deployment_condition(
-                "Available",
-                "False",
-                "MinimumReplicasUnavailable",
-                "Deployment does not have minimum availability.",
-                ts,
-            ),
-            probe=False,
+        condition = deployment_condition(
+            "Available",
+            "False",
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.",
+            ts,
         )
-    rs_name = new_rs["metadata"]["name"]
+    set_condition(d, condition, probe=False)
+
+
+def _set_progressing(
+    cluster: Cluster, d: Obj, rs_name: str, complete: bool, now: float, ts: str
+) -> None:
+    """Progressing: True while the rollout advances, False once it has taken longer than
+    ``progressDeadlineSeconds`` (600) since it last progressed."""
     progressing = get_condition(d, "Progressing")
-    complete = updated == replicas and available >= replicas and total == replicas
     if complete:
-        set_condition(
-            d,
-            deployment_condition(
-                "Progressing",
-                "True",
-                "NewReplicaSetAvailable",
-                f'ReplicaSet "{rs_name}" has successfully progressed.',
-                ts,
-            ),
-            probe=False,
+        condition = deployment_condition(
+            "Progressing",
+            "True",
+            "NewReplicaSetAvailable",
+            f'ReplicaSet "{rs_name}" has successfully progressed.',
+            ts,
         )
     else:
         started = cluster.sim_time(progressing["lastTransitionTime"]) if progressing else now
-        deadline = float(spec.get("progressDeadlineSeconds", 600))
+        deadline = float(d["spec"].get("progressDeadlineSeconds", 600))
         if now - started > deadline:
-            set_condition(
-                d,
-                deployment_condition(
-                    "Progressing",
-                    "False",
-                    "ProgressDeadlineExceeded",
-                    f'ReplicaSet "{rs_name}" has timed out progressing.',
-                    ts,
-                ),
-                probe=False,
+            condition = deployment_condition(
+                "Progressing",
+                "False",
+                "ProgressDeadlineExceeded",
+                f'ReplicaSet "{rs_name}" has timed out progressing.',
+                ts,
             )
         elif not progressing or progressing.get("reason") not in (
             "NewReplicaSetCreated",
             "ReplicaSetUpdated",
         ):
-            set_condition(
-                d,
-                deployment_condition(
-                    "Progressing",
-                    "True",
-                    "ReplicaSetUpdated",
-                    f'ReplicaSet "{rs_name}" is progressing.',
-                    ts,
-                ),
-                probe=False,
+            condition = deployment_condition(
+                "Progressing",
+                "True",
+                "ReplicaSetUpdated",
+                f'ReplicaSet "{rs_name}" is progressing.',
+                ts,
             )
+        else:
+            return
+    set_condition(d, condition, probe=False)
+
+
+def _copy_replica_failure(d: Obj, new_rs: Obj) -> None:
+    """The new ReplicaSet's ReplicaFailure (e.g. a quota refused its pods), on the
+    Deployment while it lasts."""
     failure = get_condition(new_rs, "ReplicaFailure")
     if failure and failure["status"] == "True":
         copied = {k: v for k, v in failure.items() if k != "lastProbeTime"}
@@ -243,8 +266,8 @@ def _reconcile_deployment(cluster: Cluster, d: Obj) -> bool:
             d, {**copied, "lastUpdateTime": failure.get("lastTransitionTime")}, probe=False
         )
     elif get_condition(d, "ReplicaFailure"):
+        status = d["status"]
         status["conditions"] = [c for c in status["conditions"] if c["type"] != "ReplicaFailure"]
-    return not complete
 
 
 def _reconcile_replicaset(cluster: Cluster, rs: Obj) -> bool:
