@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from sandbox import annotations as ann
@@ -280,23 +281,56 @@ def gpu_readings(
 
     A pure function of its arguments: the live exporter calls it with the cluster's state,
     the history writer (``sandbox.history``) with a simulated workload.
+
+    1. The physical GPU's temperature, power and energy, from its load (MIG instances
+       weighted by their slice share of 7) a little while back.
+    2. Per device: its own utilisation, framebuffer and the fields derived from them,
+       labelled once per pod holding it (or once, unheld).
     """
-    first = devs[0]
+    weights = [(dev, holders_by_dev.get((node, dev.id), [])) for dev in devs]
+    physical = _physical_state(seed, weights, t, boot, banked_energy)
+    readings: list[Reading] = []
+    for dev, hs in weights:
+        values = _device_values(seed, dev, hs, t, physical)
+        labels = device_labels(dev, node)
+        label_sets = [labels]
+        if hs:
+            label_sets = [
+                labels
+                + f',container="{h.container()}",namespace="{h.pod["metadata"]["namespace"]}"'
+                f',pod="{h.pod["metadata"]["name"]}"'
+                for h in hs
+            ]
+        readings.append(Reading(dev, values, label_sets))
+    return readings
+
+
+@dataclass(frozen=True)
+class _Physical:
+    """What the whole GPU reports, whichever of its devices is read."""
+
+    temp: float
+    power: float
+    energy: float
+    model: dict[str, Any]
+
+
+def _physical_state(
+    seed: int,
+    weights: list[tuple[Device, list[Holder]]],
+    t: float,
+    boot: float,
+    banked_energy: float,
+) -> _Physical:
+    first = weights[0][0]
     model = GPU_MODELS.get(first.model, {})
     tdp, idle_power = float(model.get("tdp", 300)), float(model.get("idle_power", 50))
     idle_temp = 30.0 + 4 * _hash01(seed, first.uuid, "ambient")
     busy_temp = 68.0 + (8 if model.get("family") == "hopper" else 0)
-    mig = bool(first.mig_profile)
-    # Physical GPU load: MIG instances weighted by their slice share of 7.
-    all_holders: list[Holder] = []
-    weights: list[tuple[Device, list[Holder]]] = []
-    for dev in devs:
-        hs = holders_by_dev.get((node, dev.id), [])
-        weights.append((dev, hs))
-        all_holders.extend(hs)
+    all_holders = [h for _, hs in weights for h in hs]
 
     def gpu_util(at: float) -> float:
-        if not mig:
+        if not first.mig_profile:
             return _util(seed, first.uuid, weights[0][1], at)
         return sum(
             _util(seed, d.id, hs, at) * MIG_PROFILES[d.mig_profile]["slices"] / 7
@@ -320,65 +354,63 @@ def gpu_readings(
         if started is not None and h.life.get("state") != "done":
             busy = 0.02 if h.idle else (0.9 if h.kind == "training" else 0.5)
             energy += (tdp - idle_power) * busy * max(0.0, t - float(started)) * 1000
-    readings: list[Reading] = []
-    for dev, hs in weights:
-        key = dev.id
-        util = _util(seed, key, hs, t)
-        total = dev.memory_mib
-        reserved = max(1, int(total * 0.0075))
-        running = [h for h in hs if h.running_at(t)]
-        used = 0.0
-        if any(h.fb_full for h in running):
-            used = total - reserved - (300 + 500 * _hash01(seed, key, "fbfull"))
-        elif running:
-            for h in running:
-                if h.idle:
-                    share = 0.06
-                elif h.kind == "training":
-                    share = 0.78 + 0.04 * noise(seed, key + "/fb", t)
-                else:
-                    share = 0.45 + 0.1 * util / 100
-                used += share * total / max(1, len(running)) if len(running) > 1 else share * total
-        else:
-            used = 1.0 if not mig else 0.0
-        used = max(0.0, min(total - reserved, used))
-        free = total - reserved - used
-        sm_clock = float(model.get("sm_clock", 1410)) if util > 3 else 210.0
-        values: dict[str, float] = {
-            "DCGM_FI_DEV_SM_CLOCK": sm_clock,
-            "DCGM_FI_DEV_MEM_CLOCK": float(model.get("mem_clock", 1593)),
-            "DCGM_FI_DEV_MEMORY_TEMP": temp + 4,
-            "DCGM_FI_DEV_GPU_TEMP": temp,
-            "DCGM_FI_DEV_POWER_USAGE": power,
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": energy,
-            "DCGM_FI_DEV_MEM_COPY_UTIL": util
-            * (0.45 if any(h.kind == "training" for h in running) else 0.3),
-            "DCGM_FI_DEV_ENC_UTIL": 0.0,
-            "DCGM_FI_DEV_DEC_UTIL": 0.0,
-            "DCGM_FI_DEV_XID_ERRORS": 0.0,
-            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
-            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0.0,
-            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0.0,
-            "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
-            "DCGM_FI_DEV_FB_FREE": free,
-            "DCGM_FI_DEV_FB_USED": used,
-            "DCGM_FI_DEV_FB_RESERVED": float(reserved),
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": min(1.0, util / 100 * 0.98),
-            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util
-            / 100
-            * (0.55 if any(h.kind == "training" for h in running) else 0.3),
-            "DCGM_FI_PROF_DRAM_ACTIVE": util / 100 * 0.42,
-        }
-        if not mig:
-            values["DCGM_FI_DEV_GPU_UTIL"] = util
-        labels = device_labels(dev, node)
-        label_sets = [labels]
-        if hs:
-            label_sets = [
-                labels
-                + f',container="{h.container()}",namespace="{h.pod["metadata"]["namespace"]}"'
-                f',pod="{h.pod["metadata"]["name"]}"'
-                for h in hs
-            ]
-        readings.append(Reading(dev, values, label_sets))
-    return readings
+    return _Physical(temp=temp, power=power, energy=energy, model=model)
+
+
+def _framebuffer_used(
+    seed: int, dev: Device, running: list[Holder], util: float, t: float, reserved: int
+) -> float:
+    """MiB in use: nearly all of it for a pod that fills it, a share per kind of work, a
+    trace when nothing runs."""
+    key, total = dev.id, dev.memory_mib
+    used = 0.0
+    if any(h.fb_full for h in running):
+        used = total - reserved - (300 + 500 * _hash01(seed, key, "fbfull"))
+    elif running:
+        for h in running:
+            if h.idle:
+                share = 0.06
+            elif h.kind == "training":
+                share = 0.78 + 0.04 * noise(seed, key + "/fb", t)
+            else:
+                share = 0.45 + 0.1 * util / 100
+            used += share * total / max(1, len(running)) if len(running) > 1 else share * total
+    else:
+        used = 1.0 if not dev.mig_profile else 0.0
+    return max(0.0, min(total - reserved, used))
+
+
+def _device_values(
+    seed: int, dev: Device, hs: list[Holder], t: float, physical: _Physical
+) -> dict[str, float]:
+    util = _util(seed, dev.id, hs, t)
+    reserved = max(1, int(dev.memory_mib * 0.0075))
+    running = [h for h in hs if h.running_at(t)]
+    used = _framebuffer_used(seed, dev, running, util, t, reserved)
+    training = any(h.kind == "training" for h in running)
+    model = physical.model
+    values: dict[str, float] = {
+        "DCGM_FI_DEV_SM_CLOCK": float(model.get("sm_clock", 1410)) if util > 3 else 210.0,
+        "DCGM_FI_DEV_MEM_CLOCK": float(model.get("mem_clock", 1593)),
+        "DCGM_FI_DEV_MEMORY_TEMP": physical.temp + 4,
+        "DCGM_FI_DEV_GPU_TEMP": physical.temp,
+        "DCGM_FI_DEV_POWER_USAGE": physical.power,
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": physical.energy,
+        "DCGM_FI_DEV_MEM_COPY_UTIL": util * (0.45 if training else 0.3),
+        "DCGM_FI_DEV_ENC_UTIL": 0.0,
+        "DCGM_FI_DEV_DEC_UTIL": 0.0,
+        "DCGM_FI_DEV_XID_ERRORS": 0.0,
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0.0,
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0.0,
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
+        "DCGM_FI_DEV_FB_FREE": dev.memory_mib - reserved - used,
+        "DCGM_FI_DEV_FB_USED": used,
+        "DCGM_FI_DEV_FB_RESERVED": float(reserved),
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": min(1.0, util / 100 * 0.98),
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": util / 100 * (0.55 if training else 0.3),
+        "DCGM_FI_PROF_DRAM_ACTIVE": util / 100 * 0.42,
+    }
+    if not dev.mig_profile:
+        values["DCGM_FI_DEV_GPU_UTIL"] = util
+    return values
