@@ -177,41 +177,10 @@ def _build_node(
     seed: int,
     created: str,
 ) -> NodeSpec:
-    cpu = str(pool.get("cpu", "32"))
-    memory_ki = _memory_ki(str(pool.get("memory", "128Gi")))
-    pods = str(pool.get("pods", 110))
-    instance_type = pool.get("instanceType", "m6i.8xlarge")
-    labels: dict[str, str] = {
-        "beta.kubernetes.io/arch": "amd64",
-        "beta.kubernetes.io/instance-type": instance_type,
-        "beta.kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "node.kubernetes.io/instance-type": instance_type,
-        "topology.kubernetes.io/region": "sandbox-1",
-        "topology.kubernetes.io/zone": f"sandbox-1{'abc'[node_index % 3]}",
-        "feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
-        "feature.node.kubernetes.io/kernel-version.full": "5.15.0-1057-aws",
-        "feature.node.kubernetes.io/kernel-version.major": "5",
-        "feature.node.kubernetes.io/kernel-version.minor": "15",
-        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
-        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
-    }
-    labels.update({str(k): str(v) for k, v in (pool.get("labels") or {}).items()})
-    capacity: dict[str, str] = {
-        "cpu": cpu,
-        "ephemeral-storage": "524275692Ki",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "memory": f"{memory_ki}Ki",
-        "pods": pods,
-    }
-    # The kubelet reserves a little CPU and memory for the system (kube-reserved).
-    allocatable = dict(capacity)
-    allocatable["cpu"] = format_quantity(parse(cpu) - parse("100m"))
-    allocatable["memory"] = f"{memory_ki - 1024 * 1024 - 100 * 1024}Ki"
-    allocatable["ephemeral-storage"] = "483173420145"
+    """One node of a pool: its labels (NFD's and GFD's), capacity and allocatable (with its
+    GPU devices' resources), taints, addresses and node info."""
+    labels = _node_labels(pool, name, node_index)
+    capacity, allocatable = _node_resources(pool)
     devices: list[Device] = []
     gpu = pool.get("gpu")
     if gpu:
@@ -224,7 +193,6 @@ def _build_node(
         {k: v for k, v in t.items() if k in ("key", "value", "effect")}
         for t in (pool.get("taints") or [])
     ]
-    internal_ip = f"10.0.{pool_index}.{10 + i}"
     node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -247,28 +215,75 @@ def _build_node(
             "allocatable": allocatable,
             "conditions": [],  # filled by the kubelet heartbeat
             "addresses": [
-                {"type": "InternalIP", "address": internal_ip},
+                {"type": "InternalIP", "address": f"10.0.{pool_index}.{10 + i}"},
                 {"type": "Hostname", "address": name},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "architecture": "amd64",
-                "bootID": _uuid(seed, name, "boot"),
-                "containerRuntimeVersion": "containerd://1.7.27",
-                "kernelVersion": "5.15.0-1057-aws",
-                "kubeProxyVersion": KUBELET_VERSION,
-                "kubeletVersion": KUBELET_VERSION,
-                "machineID": _uuid(seed, name, "machine").replace("-", ""),
-                "operatingSystem": "linux",
-                "osImage": "Ubuntu 22.04.4 LTS",
-                "systemUUID": _uuid(seed, name, "system"),
-            },
+            "nodeInfo": _node_info(name, seed),
             "images": [],
         },
     }
     if taints:
         node["spec"]["taints"] = taints
     return NodeSpec(node=node, devices=devices)
+
+
+def _node_labels(pool: dict[str, Any], name: str, node_index: int) -> dict[str, str]:
+    instance_type = pool.get("instanceType", "m6i.8xlarge")
+    labels: dict[str, str] = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/instance-type": instance_type,
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": instance_type,
+        "topology.kubernetes.io/region": "sandbox-1",
+        "topology.kubernetes.io/zone": f"sandbox-1{'abc'[node_index % 3]}",
+        "feature.node.kubernetes.io/cpu-model.vendor_id": "Intel",
+        "feature.node.kubernetes.io/kernel-version.full": "5.15.0-1057-aws",
+        "feature.node.kubernetes.io/kernel-version.major": "5",
+        "feature.node.kubernetes.io/kernel-version.minor": "15",
+        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+    }
+    labels.update({str(k): str(v) for k, v in (pool.get("labels") or {}).items()})
+    return labels
+
+
+def _node_resources(pool: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """Capacity and allocatable before GPUs: the kubelet reserves a little CPU and memory
+    for the system (kube-reserved)."""
+    cpu = str(pool.get("cpu", "32"))
+    memory_ki = _memory_ki(str(pool.get("memory", "128Gi")))
+    capacity: dict[str, str] = {
+        "cpu": cpu,
+        "ephemeral-storage": "524275692Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": f"{memory_ki}Ki",
+        "pods": str(pool.get("pods", 110)),
+    }
+    allocatable = dict(capacity)
+    allocatable["cpu"] = format_quantity(parse(cpu) - parse("100m"))
+    allocatable["memory"] = f"{memory_ki - 1024 * 1024 - 100 * 1024}Ki"
+    allocatable["ephemeral-storage"] = "483173420145"
+    return capacity, allocatable
+
+
+def _node_info(name: str, seed: int) -> dict[str, str]:
+    return {
+        "architecture": "amd64",
+        "bootID": _uuid(seed, name, "boot"),
+        "containerRuntimeVersion": "containerd://1.7.27",
+        "kernelVersion": "5.15.0-1057-aws",
+        "kubeProxyVersion": KUBELET_VERSION,
+        "kubeletVersion": KUBELET_VERSION,
+        "machineID": _uuid(seed, name, "machine").replace("-", ""),
+        "operatingSystem": "linux",
+        "osImage": "Ubuntu 22.04.4 LTS",
+        "systemUUID": _uuid(seed, name, "system"),
+    }
 
 
 def _device_resources(devices: list[Device]) -> dict[str, int]:

@@ -13,6 +13,7 @@ import ssl
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -20,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 from sandbox import dcgm, faults
 from sandbox.api import objects, printing
 from sandbox.api.handlers import Request, Response, handle, parse_target, pod_log, resolve
+from sandbox.api.resources import ResourceType
 from sandbox.errors import ApiError, bad_request, expired, unauthorized
 from sandbox.label_selectors import (
     fields_match,
@@ -262,89 +264,121 @@ class ApiHandler(_Base):
            ``allowWatchBookmarks`` is set, until ``timeoutSeconds``.
         """
         cluster, store = self.server.cluster, self.server.cluster.store
-        parsed = parse_target(path)
-        if parsed is None:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        target = resolve(*parsed)
-        rt = target.rt
-        if target.name is not None:
-            query = dict(query)
-            query["fieldSelector"] = f"metadata.name={target.name}"
-        label_reqs = parse_label_selector(query.get("labelSelector", ""))
-        field_reqs = parse_field_selector(query.get("fieldSelector", ""), rt.key)
-        timeout = float(query.get("timeoutSeconds") or WATCH_DEFAULT_TIMEOUT)
-        deadline = time.monotonic() + timeout
-        bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
-        initial_events = query.get("sendInitialEvents", "").lower() in ("true", "1")
-        as_table = printing.wants_table(self.headers.get("Accept", ""))
-        asked = query.get("resourceVersion", "")
-
-        def matches(obj: dict[str, Any]) -> bool:
-            meta = obj["metadata"]
-            if target.namespace is not None and meta.get("namespace") != target.namespace:
-                return False
-            return labels_match(label_reqs, meta.get("labels") or {}) and fields_match(
-                field_reqs, obj
-            )
-
+        watch = _WatchRequest.parse(path, query)
         with store.serving():
             since = int(store.current_rv())
             initial: list[dict[str, Any]] = []
-            if initial_events or asked in ("", "0"):
+            if watch.initial_events or watch.asked in ("", "0"):
                 initial = [
                     json.loads(json.dumps(o))
-                    for o in store.list(rt.key, target.namespace)
-                    if matches(o)
+                    for o in store.list(watch.rt.key, watch.namespace)
+                    if watch.matches(o)
                 ]
             else:
                 try:
-                    since = int(asked)
+                    since = int(watch.asked)
                 except ValueError:
-                    raise bad_request(f'invalid resource version "{asked}"') from None
+                    raise bad_request(f'invalid resource version "{watch.asked}"') from None
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-
-        def emit(kind: str, obj: dict[str, Any]) -> None:
-            if as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
-                meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
-                obj = printing.table(rt, [obj], meta, now=cluster.wall_now())
-            line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode()
-            line += b"\n"
-            self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-            self.wfile.flush()
-
-        def bookmark(rv: int, annotations: dict[str, str] | None = None) -> None:
-            meta: dict[str, Any] = {"resourceVersion": str(rv)}
-            if annotations:
-                meta["annotations"] = annotations
-            emit("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta})
-
+        as_table = printing.wants_table(self.headers.get("Accept", ""))
+        stream = _WatchStream(self.wfile, watch.rt, cluster, as_table=as_table)
         try:
             for obj in initial:
-                emit("ADDED", obj)
-            if initial_events:
-                bookmark(since, {"k8s.io/initial-events-end": "true"})
+                stream.emit("ADDED", obj)
+            if watch.initial_events:
+                stream.bookmark(since, {"k8s.io/initial-events-end": "true"})
             last_bookmark = time.monotonic()
-            while (left := deadline - time.monotonic()) > 0:
-                found = store.changes_since(since, rt.key, timeout=min(1.0, left))
+            while (left := watch.deadline - time.monotonic()) > 0:
+                found = store.changes_since(since, watch.rt.key, timeout=min(1.0, left))
                 if found is None:
                     oldest = store.oldest_rv()
-                    emit("ERROR", expired(f"too old resource version: {since} ({oldest})").status())
+                    stream.emit(
+                        "ERROR", expired(f"too old resource version: {since} ({oldest})").status()
+                    )
                     break
                 changes, since = found
                 for change in changes:
                     obj = json.loads(change.body)
-                    if matches(obj):
-                        emit(change.type, obj)
-                if bookmarks and time.monotonic() - last_bookmark >= BOOKMARK_SECONDS:
-                    bookmark(since)
+                    if watch.matches(obj):
+                        stream.emit(change.type, obj)
+                if watch.bookmarks and time.monotonic() - last_bookmark >= BOOKMARK_SECONDS:
+                    stream.bookmark(since)
                     last_bookmark = time.monotonic()
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             pass
         self.close_connection = True
+
+
+@dataclass(frozen=True)
+class _WatchRequest:
+    """What a ``?watch=true`` request asks for."""
+
+    rt: ResourceType
+    namespace: str | None
+    label_reqs: Any
+    field_reqs: Any
+    deadline: float  # time.monotonic() at which the stream ends (timeoutSeconds)
+    bookmarks: bool  # allowWatchBookmarks
+    initial_events: bool  # sendInitialEvents
+    asked: str  # resourceVersion
+
+    @classmethod
+    def parse(cls, path: str, query: dict[str, str]) -> _WatchRequest:
+        parsed = parse_target(path)
+        if parsed is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        target = resolve(*parsed)
+        if target.name is not None:
+            query = dict(query)
+            query["fieldSelector"] = f"metadata.name={target.name}"
+        timeout = float(query.get("timeoutSeconds") or WATCH_DEFAULT_TIMEOUT)
+        return cls(
+            rt=target.rt,
+            namespace=target.namespace,
+            label_reqs=parse_label_selector(query.get("labelSelector", "")),
+            field_reqs=parse_field_selector(query.get("fieldSelector", ""), target.rt.key),
+            deadline=time.monotonic() + timeout,
+            bookmarks=query.get("allowWatchBookmarks", "").lower() in ("true", "1"),
+            initial_events=query.get("sendInitialEvents", "").lower() in ("true", "1"),
+            asked=query.get("resourceVersion", ""),
+        )
+
+    def matches(self, obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        return labels_match(self.label_reqs, meta.get("labels") or {}) and fields_match(
+            self.field_reqs, obj
+        )
+
+
+class _WatchStream:
+    """Watch events written as chunks of newline-delimited JSON (as a table for kubectl
+    when it asked for one)."""
+
+    def __init__(self, wfile: Any, rt: ResourceType, cluster: Cluster, *, as_table: bool):
+        self.wfile, self.rt, self.cluster, self.as_table = wfile, rt, cluster, as_table
+
+    def emit(self, kind: str, obj: dict[str, Any]) -> None:
+        if self.as_table and kind in ("ADDED", "MODIFIED", "DELETED"):
+            meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+            obj = printing.table(self.rt, [obj], meta, now=self.cluster.wall_now())
+        line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode()
+        line += b"\n"
+        self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+        self.wfile.flush()
+
+    def bookmark(self, rv: int, annotations: dict[str, str] | None = None) -> None:
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if annotations:
+            meta["annotations"] = annotations
+        self.emit(
+            "BOOKMARK", {"kind": self.rt.kind, "apiVersion": self.rt.api_version, "metadata": meta}
+        )
 
 
 class MetricsServer(ThreadingHTTPServer):

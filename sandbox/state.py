@@ -27,6 +27,26 @@ class Options:
     faults: dict[str, Any] | None = None  # the profile's fault rates (controllers.faultplan)
 
 
+def _involved_object(obj: Obj, component: str) -> Obj:
+    """An event's ``involvedObject``: the kubelet names the pod's container; a Node is
+    cluster-scoped (its events go to ``default``)."""
+    meta = obj["metadata"]
+    involved = {
+        "kind": obj.get("kind", ""),
+        "namespace": meta.get("namespace") or "default",
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
+    if obj.get("kind") == "Pod" and component == "kubelet":
+        containers = obj["spec"].get("containers") or [{}]
+        involved["fieldPath"] = f"spec.containers{{{containers[0].get('name', '')}}}"
+    if obj.get("kind") == "Node":
+        involved.pop("namespace")
+    return involved
+
+
 class Cluster:
     """Everything a request handler or controller needs, behind ``store.lock``."""
 
@@ -119,36 +139,15 @@ class Cluster:
         """
         message = message[:EVENT_MESSAGE_LIMIT]
         meta = obj["metadata"]
-        ns = meta.get("namespace") or "default"
-        involved = {
-            "kind": obj.get("kind", ""),
-            "namespace": ns,
-            "name": meta["name"],
-            "uid": meta.get("uid", ""),
-            "apiVersion": obj.get("apiVersion", "v1"),
-            "resourceVersion": meta.get("resourceVersion", ""),
-        }
-        if obj.get("kind") == "Pod" and component == "kubelet":
-            containers = obj["spec"].get("containers") or [{}]
-            involved["fieldPath"] = f"spec.containers{{{containers[0].get('name', '')}}}"
-        if obj.get("kind") == "Node":
-            involved.pop("namespace")
-            ns = "default"
+        involved = _involved_object(obj, component)
+        ns = involved.get("namespace", "default")
         now = self.now()
         new_api = action is not None
         key = (involved["uid"], reason, message, component)
         existing_name = self._event_index.get(key)
         existing = self.store.get("events", ns, existing_name) if existing_name else None
         if existing is not None:
-            if new_api:
-                series = existing.get("series") or {"count": 1}
-                existing["series"] = {
-                    "count": int(series.get("count", 1)) + 1,
-                    "lastObservedTime": self.stamp_micro(now),
-                }
-            else:
-                existing["count"] = int(existing.get("count", 1)) + 1
-                existing["lastTimestamp"] = self.stamp(now)
+            self._repeat(existing, new_api=new_api, now=now)
             existing["involvedObject"] = involved
             return self.store.put("events", existing)
         name = f"{meta['name']}.{int(now * 1e9):x}"[:253]
@@ -195,6 +194,18 @@ class Cluster:
             )
         self._event_index[key] = name
         return self.store.put("events", event)
+
+    def _repeat(self, event: Obj, *, new_api: bool, now: float) -> None:
+        """The same event again: its series (events.k8s.io) or its count (core/v1) grows."""
+        if new_api:
+            series = event.get("series") or {"count": 1}
+            event["series"] = {
+                "count": int(series.get("count", 1)) + 1,
+                "lastObservedTime": self.stamp_micro(now),
+            }
+        else:
+            event["count"] = int(event.get("count", 1)) + 1
+            event["lastTimestamp"] = self.stamp(now)
 
     def expire_events(self) -> None:
         """Delete events older than the TTL (the API server's etcd lease does this).
