@@ -222,6 +222,39 @@ def usage_rollup_day(*, day: date, now: datetime | None = None) -> RollupResult:
         raise ValueError(f"{day} has not begun yet; it cannot be rolled up.")
     until = min(end, now)
     jobs = _day_jobs(start, until)
+    # A day no job held GPUs on has nothing to measure: Prometheus is not asked.
+    measured = _measure(start, until, {job.team for job in jobs}) if jobs else Measured()
+    rows = _day_rows(day, jobs, measured, now=now, start=start, until=until)
+    complete = end <= now and not measured.error
+    with transaction.atomic():
+        GpuUsageDay.objects.bulk_create(
+            rows,
+            batch_size=2000,
+            update_conflicts=True,
+            unique_fields=["day", "job"],
+            update_fields=_ROW_FIELDS,
+        )
+        GpuUsageDay.objects.filter(day=day, job__isnull=False).exclude(
+            job_id__in=[row.job_id for row in rows]
+        ).delete()
+        seconds = clock.perf_counter() - began
+        RollupDay.objects.update_or_create(
+            day=day,
+            defaults={
+                "complete": complete,
+                "measured": not measured.error,
+                "jobs": len(rows),
+                "error": measured.error,
+                "rolled_up_at": now,
+                "seconds": seconds,
+            },
+        )
+    return RollupResult(day, len(rows), complete, not measured.error, measured.error, seconds)
+
+
+def _scaled_events(jobs: list[Job], until: datetime) -> dict[int, list[JobEvent]]:
+    """The timeline entries of inference deployments the idle policy scaled to zero and
+    back, per job (one query)."""
     scaled: dict[int, list[JobEvent]] = defaultdict(list)
     inference = [j.pk for j in jobs if j.kind == Job.Kind.INFERENCE]
     if inference:
@@ -229,8 +262,21 @@ def usage_rollup_day(*, day: date, now: datetime | None = None) -> RollupResult:
             job_id__in=inference, reason__in=("IdleStopped", "Resumed"), created_at__lt=until
         ).order_by("created_at", "id"):
             scaled[event.job_id].append(event)
-    # A day no job held GPUs on has nothing to measure: Prometheus is not asked.
-    measured = _measure(start, until, {job.team for job in jobs}) if jobs else Measured()
+    return scaled
+
+
+def _day_rows(
+    day: date,
+    jobs: list[Job],
+    measured: Measured,
+    *,
+    now: datetime,
+    start: datetime,
+    until: datetime,
+) -> list[GpuUsageDay]:
+    """A row per job that held GPUs (or did work) in [start, until): allocated from its
+    held periods, used and idle from its pods' measurements, cost at the day's price."""
+    scaled = _scaled_events(jobs, until)
     owners: dict[int, list[PodKey]] = defaultdict(list)
     for pod, job in pods_to_jobs(set(measured.used) | set(measured.idle), jobs).items():
         owners[job.pk].append(pod)
@@ -268,31 +314,7 @@ def usage_rollup_day(*, day: date, now: datetime | None = None) -> RollupResult:
                 rolled_up_at=now,
             )
         )
-    complete = end <= now and not measured.error
-    with transaction.atomic():
-        GpuUsageDay.objects.bulk_create(
-            rows,
-            batch_size=2000,
-            update_conflicts=True,
-            unique_fields=["day", "job"],
-            update_fields=_ROW_FIELDS,
-        )
-        GpuUsageDay.objects.filter(day=day, job__isnull=False).exclude(
-            job_id__in=[row.job_id for row in rows]
-        ).delete()
-        seconds = clock.perf_counter() - began
-        RollupDay.objects.update_or_create(
-            day=day,
-            defaults={
-                "complete": complete,
-                "measured": not measured.error,
-                "jobs": len(rows),
-                "error": measured.error,
-                "rolled_up_at": now,
-                "seconds": seconds,
-            },
-        )
-    return RollupResult(day, len(rows), complete, not measured.error, measured.error, seconds)
+    return rows
 
 
 def _first_job_day() -> date | None:

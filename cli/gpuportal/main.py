@@ -307,50 +307,7 @@ def describe(job_id: int, output: str) -> None:
     if output in ("json", "yaml"):
         dump({"job": job, "events": events}, output)
         return
-    gpu = job.get("gpu") or {}
-    product = gpu.get("mig_profile") or gpu.get("product") or "any GPU"
-    facts = [
-        (
-            "Job",
-            f"{job['id']} {job['name']} ({job['kind']}, team {job['team']}, owner {job['owner']})",
-        ),
-        (
-            "State",
-            f"{job['state']} ({text(job['reason'])})"
-            + (", on borrowed quota" if job.get("borrowing") else ""),
-        ),
-        ("Message", text(job["message"])),
-        ("GPUs", f"{job['gpu_count']} × {product} ({gpu.get('sharing', 'exclusive')})"),
-        ("Priority", job["priority"]),
-        ("Exit code", text(job.get("exit_code"))),
-        ("Evictions", job.get("evictions", 0)),
-        ("Submitted", text(job["created_at"])),
-        ("Started", text(job["started_at"])),
-        ("Finished", text(job["finished_at"])),
-    ]
-    if job.get("restart_attempt") or job.get("gpu_hours_lost"):
-        avoiding = ", ".join(job.get("excluded_nodes") or []) or "-"
-        facts.insert(
-            3,
-            (
-                "Hardware",
-                f"restart attempt {job.get('restart_attempt', 0)}, avoiding {avoiding}, "
-                f"{float(job.get('gpu_hours_lost') or 0):.2f} GPU-hours lost",
-            ),
-        )
-    if job.get("advice"):
-        facts.insert(3, ("Why pending", job["advice"]))
-    position = job.get("queue_position")
-    if position:
-        facts.insert(
-            3,
-            (
-                "Queue",
-                f"position {position['team']} in team {job['team']}, "
-                f"{position['cluster']} in the cluster",
-            ),
-        )
-        facts.insert(4, ("Start", position["estimate"]))
+    facts = _job_facts(job)
     width = max(len(name) for name, _ in facts) + 1
     for name, value in facts:
         click.echo(f"{name + ':':<{width}} {value}")
@@ -377,6 +334,55 @@ def describe(job_id: int, output: str) -> None:
         ],
         "table",
     )
+
+
+def _job_facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``describe``'s name: value lines; what explains the job's state (queue position and
+    start, why pending, hardware failures) comes right after the state."""
+    gpu = job.get("gpu") or {}
+    product = gpu.get("mig_profile") or gpu.get("product") or "any GPU"
+    explaining: list[tuple[str, Any]] = []
+    position = job.get("queue_position")
+    if position:
+        explaining.append(
+            (
+                "Queue",
+                f"position {position['team']} in team {job['team']}, "
+                f"{position['cluster']} in the cluster",
+            )
+        )
+        explaining.append(("Start", position["estimate"]))
+    if job.get("advice"):
+        explaining.append(("Why pending", job["advice"]))
+    if job.get("restart_attempt") or job.get("gpu_hours_lost"):
+        avoiding = ", ".join(job.get("excluded_nodes") or []) or "-"
+        explaining.append(
+            (
+                "Hardware",
+                f"restart attempt {job.get('restart_attempt', 0)}, avoiding {avoiding}, "
+                f"{float(job.get('gpu_hours_lost') or 0):.2f} GPU-hours lost",
+            )
+        )
+    return [
+        (
+            "Job",
+            f"{job['id']} {job['name']} ({job['kind']}, team {job['team']}, owner {job['owner']})",
+        ),
+        (
+            "State",
+            f"{job['state']} ({text(job['reason'])})"
+            + (", on borrowed quota" if job.get("borrowing") else ""),
+        ),
+        ("Message", text(job["message"])),
+        *explaining,
+        ("GPUs", f"{job['gpu_count']} × {product} ({gpu.get('sharing', 'exclusive')})"),
+        ("Priority", job["priority"]),
+        ("Exit code", text(job.get("exit_code"))),
+        ("Evictions", job.get("evictions", 0)),
+        ("Submitted", text(job["created_at"])),
+        ("Started", text(job["started_at"])),
+        ("Finished", text(job["finished_at"])),
+    ]
 
 
 def _new_lines(before: list[str], now: list[str]) -> list[str]:

@@ -168,7 +168,7 @@ def _pending(pods: list[Obj], expected: int, what: str, events: list[Obj]) -> Ob
 def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observation:
     """batch/v1 Job → state. Complete/SuccessCriteriaMet = succeeded; Failed/FailureTarget
     = failed (with the exit code); otherwise running once every worker runs."""
-    spec, status = job.get("spec") or {}, job.get("status") or {}
+    status = job.get("status") or {}
     conditions = _conditions(job)
     placement = placement_of(pods)
     started = parse_time(status.get("startTime"))
@@ -187,26 +187,42 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
             )
     for kind in ("Failed", "FailureTarget"):
         if kind in conditions:
-            condition = conditions[kind]
-            exit_code, detail = None, ""
-            failures = [t for p in pods for t in _terminated(p) if t.get("exitCode")]
-            if failures:
-                last = max(failures, key=lambda t: t.get("finishedAt") or "")
-                exit_code = int(last["exitCode"])
-                detail = (
-                    f" Container {last.get('container')} exited with code {exit_code}"
-                    f" ({last.get('reason') or 'Error'})."
-                )
-            return Observation(
-                JobState.FAILED,
-                str(condition.get("reason") or "Failed"),
-                str(condition.get("message") or "Job failed.").rstrip(".") + "." + detail,
-                started_at=started,
-                finished_at=parse_time(condition.get("lastTransitionTime")),
-                exit_code=exit_code,
-                placement=placement,
-                node_evictions=node_evictions(pods),
-            )
+            return _failed(conditions[kind], pods, started, placement)
+    observation = _unfinished(job, pods, events, started)
+    observation.placement = placement
+    return observation
+
+
+def _failed(
+    condition: Obj, pods: list[Obj], started: datetime | None, placement: dict[str, Any]
+) -> Observation:
+    """A failed Job, with the exit code of the container that failed last."""
+    exit_code, detail = None, ""
+    failures = [t for p in pods for t in _terminated(p) if t.get("exitCode")]
+    if failures:
+        last = max(failures, key=lambda t: t.get("finishedAt") or "")
+        exit_code = int(last["exitCode"])
+        detail = (
+            f" Container {last.get('container')} exited with code {exit_code}"
+            f" ({last.get('reason') or 'Error'})."
+        )
+    return Observation(
+        JobState.FAILED,
+        str(condition.get("reason") or "Failed"),
+        str(condition.get("message") or "Job failed.").rstrip(".") + "." + detail,
+        started_at=started,
+        finished_at=parse_time(condition.get("lastTransitionTime")),
+        exit_code=exit_code,
+        placement=placement,
+        node_evictions=node_evictions(pods),
+    )
+
+
+def _unfinished(
+    job: Obj, pods: list[Obj], events: list[Obj], started: datetime | None
+) -> Observation:
+    """A Job without a final condition yet: completing, failing, running or pending."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
     expected = int(spec.get("parallelism") or 1)
     live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
     succeeded = int(status.get("succeeded") or 0) or sum(
@@ -220,7 +236,6 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
             "Completing",
             f"{succeeded} pod(s) succeeded; waiting for the Job to complete.",
             started_at=started,
-            placement=placement,
         )
     failed = sum(1 for p in pods if _phase(p) == "Failed")
     if not live and failed > int(spec.get("backoffLimit", 6)) and started is not None:
@@ -231,7 +246,6 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
             "Failing",
             f"{failed} pod(s) failed; waiting for the Job to fail.",
             started_at=started,
-            placement=placement,
         )
     running = sum(1 for p in live if _phase(p) == "Running")
     if running and running >= min(expected, len(live) or expected):
@@ -241,11 +255,8 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
             "Running",
             f"{running} of {expected} {workers} running.",
             started_at=started,
-            placement=placement,
         )
-    observation = _pending(live, expected, "workers", events)
-    observation.placement = placement
-    return observation
+    return _pending(live, expected, "workers", events)
 
 
 def observe_inference(deployment: Obj, pods: list[Obj], events: list[Obj]) -> Observation:

@@ -167,6 +167,30 @@ def instant(prom: PrometheusProcess, promql: str, at: datetime) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
+def _job(
+    pk: int,
+    team: Team,
+    owner: Any,
+    name: str,
+    start: datetime,
+    end: datetime | None,
+    gpu: dict[str, Any],
+    product: str,
+) -> Job:
+    return JobFactory(
+        pk=pk,
+        team=team,
+        owner=owner,
+        name=name,
+        object_name=f"{name}-{pk}",
+        state="running" if end is None else "succeeded",
+        spec={"team": team.slug, "name": name, "kind": "training", "gpu": {"count": 1, **gpu}},
+        placement={"gpu_product": product},
+        started_at=start,
+        finished_at=end,
+    )
+
+
 @pytest.fixture
 def jobs(db: Any, timeline: dict[str, Any]) -> dict[str, Job]:
     midnight, now = timeline["midnight"], timeline["now"]
@@ -175,32 +199,9 @@ def jobs(db: Any, timeline: dict[str, Any]) -> dict[str, Job]:
     beta = TeamFactory(slug="beta", namespace="team-beta")
     ada, bo = UserFactory(username="ada"), UserFactory(username="bo")
 
-    def job(
-        pk: int,
-        team: Team,
-        owner: Any,
-        name: str,
-        start: datetime,
-        end: datetime | None,
-        gpu: dict[str, Any],
-        product: str,
-    ) -> Job:
-        return JobFactory(
-            pk=pk,
-            team=team,
-            owner=owner,
-            name=name,
-            object_name=f"{name}-{pk}",
-            state="running" if end is None else "succeeded",
-            spec={"team": team.slug, "name": name, "kind": "training", "gpu": {"count": 1, **gpu}},
-            placement={"gpu_product": product},
-            started_at=start,
-            finished_at=end,
-        )
-
     whole = {"sharing": "exclusive", "product": A100}
     return {
-        "wide": job(
+        "wide": _job(
             1001,
             alpha,
             ada,
@@ -210,7 +211,7 @@ def jobs(db: Any, timeline: dict[str, Any]) -> dict[str, Job]:
             whole,
             A100,
         ),
-        "slice": job(
+        "slice": _job(
             1002,
             alpha,
             ada,
@@ -220,7 +221,7 @@ def jobs(db: Any, timeline: dict[str, Any]) -> dict[str, Job]:
             {"sharing": "mig", "mig_profile": "1g.10gb"},
             A100,
         ),
-        "share1": job(
+        "share1": _job(
             1003,
             beta,
             bo,
@@ -230,7 +231,7 @@ def jobs(db: Any, timeline: dict[str, Any]) -> dict[str, Job]:
             {"sharing": "shared"},
             T4,
         ),
-        "share2": job(
+        "share2": _job(
             1004,
             beta,
             bo,
@@ -240,7 +241,7 @@ def jobs(db: Any, timeline: dict[str, Any]) -> dict[str, Job]:
             {"sharing": "shared"},
             T4,
         ),
-        "idle": job(
+        "idle": _job(
             1005,
             beta,
             bo,
@@ -250,7 +251,7 @@ def jobs(db: Any, timeline: dict[str, Any]) -> dict[str, Job]:
             whole,
             A100,
         ),
-        "live": job(1006, beta, bo, "live", now - timedelta(minutes=40), None, whole, A100),
+        "live": _job(1006, beta, bo, "live", now - timedelta(minutes=40), None, whole, A100),
     }
 
 

@@ -114,6 +114,20 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     assert report.destination.user == users["admin"]  # platform admins, no one else
     assert report.subject == f"Node {node}: GPUs failed 1 job"
     assert f"GPU {gpu}, XID 79 (GPU has fallen off the bus), job #{job.pk}" in report.body
+    step = _explained_with_its_checkpoint(job, pod=pod, node=node, gpu=gpu)
+    assert Job.objects.get(pk=buggy.pk).reason != "GPUFailure"
+    assert Job.objects.get(pk=buggy.pk).state == JobState.FAILED  # not run again
+
+    # And it runs again, on another node, told it is a restart, and resumes its checkpoint
+    _runs_again_from(job, step=step, node=node, sandbox=sandbox)
+
+    # The cluster page's GPU health: the GPU's XID in words, the node's GPU out of service
+    _health_shows_the_failure(users, sandbox, node=node, gpu=gpu)
+
+
+def _explained_with_its_checkpoint(job: Job, *, pod: str, node: str, gpu: str) -> int:
+    """The job's GPUFailure entry names the pod, GPU, XID, the re-run and the checkpoint it
+    resumes from, and the GPU-hours lost since; returns that checkpoint's step."""
     entry = JobEvent.objects.get(job=job, reason="GPUFailure")
     assert entry.type == "Warning"
     assert (
@@ -139,10 +153,11 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     assert 0 <= recorded < (ended - started).total_seconds() / 3600
     event = event_for(state=None, reason="GPUFailure")
     assert event is not None and event.key == "job.gpu_failed"  # the owner is told
-    assert Job.objects.get(pk=buggy.pk).reason != "GPUFailure"
-    assert Job.objects.get(pk=buggy.pk).state == JobState.FAILED  # not run again
+    return step
 
-    # And it runs again, on another node, told it is a restart, and resumes its checkpoint
+
+def _runs_again_from(job: Job, *, step: int, node: str, sandbox: SandboxProcess) -> None:
+    """Run again on a node other than ``node``, told it is a restart, from ``step``."""
     again = running(job.pk, timeout=60)
     assert again.gpu_failure_retries == 1 and again.excluded_nodes == [node]
     assert [p["node"] for p in again.placement["pods"]] != [node]
@@ -166,7 +181,11 @@ def test_a_job_whose_gpu_falls_off_the_bus_says_so(
     ]
     assert len(again.earlier_runs) == 1  # the failed run's GPU-hours are kept
 
-    # The cluster page's GPU health: the GPU's XID in words, the node's GPU out of service
+
+def _health_shows_the_failure(
+    users: dict[str, User], sandbox: SandboxProcess, *, node: str, gpu: str
+) -> None:
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(sandbox.kubeconfig)))
     api = api_client_for(users["alice"])
     health = api.get("/api/v1/monitoring/cluster/").json()["gpu_health"]
     rows = {(h["node"], h["gpu"]): h for h in health}
