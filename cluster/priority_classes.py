@@ -1,4 +1,4 @@
-"""The portal's four PriorityClasses (seed 004): names, values, preemption, the objects.
+"""The portal's four PriorityClasses (docs/references.md): names, values, preemption, the objects.
 
 Jobs name them in ``priorityClassName``, admission orders its queue by their values, the
 fit preview and "why pending" schedule with them, and the team sync creates them: one
@@ -48,10 +48,11 @@ PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
 def priority_classes() -> list[dict[str, Any]]:
     """The cluster-scoped PriorityClasses every job's ``priorityClassName`` refers to.
 
-    ``globalDefault`` is false on all four, although seed 004 marks gpu-normal
-    as the default: a cluster allows only one global default (the API server
-    refuses a second one), the cluster may already have one, and a global
-    default would also reprioritise every pod the portal does not own. The
+    ``globalDefault`` is false on all four, although a guide it follows marks
+    gpu-normal as the default (docs/references.md): a cluster allows only one
+    global default (the API server refuses a second one), the cluster may
+    already have one, and a global default would also reprioritise every pod
+    the portal does not own. The
     portal always sets ``priorityClassName``, so it needs no default.
     """
     return [

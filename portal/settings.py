@@ -48,7 +48,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "axes",
-    # In layer order (DESIGN.md): each app imports only the ones above it.
+    # In layer order (docs/architecture.md): each app imports only the ones above it.
     "cluster",
     "teams",
     "notifications",

@@ -1,7 +1,8 @@
 """Kubernetes ``Status`` error bodies.
 
 Every refusal the API server makes is one ``ApiError`` raised anywhere under a request
-and turned into JSON in one place (``server.py``), so the shapes match K8S-NOTES exactly.
+and turned into JSON in one place (``server.py``), so the shapes match a real API server's
+(docs/references.md).
 """
 
 from __future__ import annotations

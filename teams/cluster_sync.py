@@ -119,9 +119,9 @@ def limit_range_manifest(team: Team) -> dict[str, Any]:
 def network_policy_manifest(
     team: Team, *, ingress_namespaces: list[str], egress_cidrs: list[str]
 ) -> dict[str, Any]:
-    """Seed 002's isolation for every pod of the team's namespace: ingress only from the
-    namespace itself and from ``ingress_namespaces`` (Prometheus, the ingress controller);
-    egress open, or with ``egress_cidrs`` DNS plus those networks only."""
+    """The GPU guides' isolation (docs/references.md) for every pod of the team's namespace:
+    ingress only from the namespace itself and from ``ingress_namespaces`` (Prometheus, the
+    ingress controller); egress open, or with ``egress_cidrs`` DNS plus those networks only."""
     sources: list[dict[str, Any]] = [{"podSelector": {}}]
     sources += [
         {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: name}}}

@@ -1,4 +1,4 @@
-"""Quota sharing in a cohort, as Kueue computes it (``shared/QUEUEING-NOTES.md``): pure
+"""Quota sharing in a cohort, as Kueue computes it (``docs/sharing.md``): pure
 functions over a snapshot, no database, no I/O.
 
 Each team has, per quota resource, a *nominal* quota (guaranteed), an optional *borrowing

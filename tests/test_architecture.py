@@ -1,4 +1,4 @@
-"""The boundaries DESIGN.md draws, checked on the source: who may import what.
+"""The boundaries docs/architecture.md draws, checked on the source: who may import what.
 
 The layers, lowest first; each may import only the layers below it, never one above,
 not even inside a function:
@@ -132,7 +132,7 @@ def test_the_command_line_client_imports_nothing_of_the_server() -> None:
 
 
 def test_the_manifest_builders_do_no_io() -> None:
-    # Pure builders (spec → dicts) are tested as plain dicts with no cluster (STYLE.md).
+    # Pure builders (spec → dicts) are tested as plain dicts with no cluster (docs/architecture.md).
     for path, names in imports_of("jobs/manifests").items():
         io = roots(names) & {"django", "kubernetes", "requests", "urllib3", "redis"}
         io |= {n for n in names if n.startswith("cluster.") and n != "cluster.labels"} - {

@@ -19,22 +19,23 @@ from scheduling.resources import ANY_GPU, mig_resource
 Resources = dict[str, dict[str, str]]
 
 
-# Sizing per GPU, from seed 003 ("Resource Right-Sizing": 6-8 CPU cores and
+# Sizing per GPU, from the GPU guides (docs/references.md, "Right-sizing": 6-8 CPU cores and
 # 12-16 GB RAM per GPU, minimum 8 GB). We take the top of both ranges for a
 # whole GPU because a starved data loader leaves an expensive GPU idle, which
 # costs more than a few spare cores.
 CPU_PER_GPU = 8
 MEMORY_GI_PER_GPU = 16
 # Floor for any GPU-backed pod, MIG slice or time-sliced share alike: the
-# seed's "minimum 8GB" and two cores (one for the framework, one for loading).
+# guides' "minimum 8GB" and two cores (one for the framework, one for loading).
 MIN_GPU_POD_CPU = 2
 MIN_GPU_POD_MEMORY_GI = 8
 # A MIG profile "<g>g.<mem>gb" owns g of the GPU's 7 compute slices, so it gets
 # g/7 of a whole GPU's cpu and memory, rounded up, never below the floor:
 # 1g → 2 cores/8Gi, 3g → 4 cores/8Gi, 4g → 5 cores/10Gi, 7g → 8 cores/16Gi.
 MIG_COMPUTE_SLICES = 7
-# A time-sliced share is a fraction of one GPU (seed 004 configures 4 replicas
-# per GPU): 8 cores / 4 = 2 cores; 16 GB / 4 = 4 GB, lifted to the 8 GB floor.
+# A time-sliced share is a fraction of one GPU (the device plugin's
+# time-slicing with 4 replicas per GPU, docs/references.md): 8 cores / 4 =
+# 2 cores; 16 GB / 4 = 4 GB, lifted to the 8 GB floor.
 CPU_PER_SHARED_GPU = 2
 MEMORY_GI_PER_SHARED_GPU = 8
 # A CPU-only job (preprocessing, evaluation) still needs room for Python and

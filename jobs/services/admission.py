@@ -1,7 +1,7 @@
 """Admission: turn queued jobs into admitted ones while quota allows, borrowing what the
 team's cohort leaves idle, and evicting to give lenders their quota back.
 
-The rules (Kueue's, ``shared/QUEUEING-NOTES.md``; the arithmetic is ``teams.sharing``):
+The rules (Kueue's, ``docs/sharing.md``; the arithmetic is ``teams.sharing``):
 
 - Within a team, jobs go in priority order, then first come. The first job that does not
   fit blocks the team's queue (StrictFIFO: a big job is never starved by small ones

@@ -4,7 +4,7 @@ A Deployment owns one ReplicaSet per pod-template hash (``<deploy>-<hash>``); te
 changes create a new ReplicaSet and scale the old ones to zero (a one-step rollout — the
 sandbox does not pace surges). ReplicaSets keep ``replicas`` pods, replacing deleted or
 evicted ones; a refused create becomes a ``FailedCreate`` event and a ``ReplicaFailure``
-condition that the Deployment copies, as K8S-NOTES describes.
+condition that the Deployment copies, as a real controller does.
 """
 
 from __future__ import annotations

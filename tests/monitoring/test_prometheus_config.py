@@ -1,5 +1,5 @@
 """The shipped alert rules and Prometheus configs: generated from one source, valid for
-promtool, and faithful to the seed's thresholds and durations."""
+promtool, and faithful to the GPU guides' thresholds (docs/references.md) and durations."""
 
 from __future__ import annotations
 

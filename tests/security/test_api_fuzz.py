@@ -9,9 +9,9 @@ credentials are never ignored.
 
 A job spec can be schema-valid and still break a rule no schema can hold (the team must be
 one of yours, the quota must be able to admit it, the catalog must offer the GPU): those
-are a 400 naming the field by design (DESIGN.md), which the acceptance check allows for the
-operations that take a spec (jobs, previews, templates) or a notification channel (whose
-URL must resolve to a host the workers may post to).
+are a 400 naming the field by design (docs/architecture.md), which the acceptance check
+allows for the operations that take a spec (jobs, previews, templates) or a notification
+channel (whose URL must resolve to a host the workers may post to).
 
 The one 5xx allowed is a 503 the operation documents, when a service it reads from is not
 there: the sandbox is, Prometheus is not (its 503 is the designed answer, see
