@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import Report, Stats, django_setup, interleaved, start
 
-PAGE_SIZE = 50  # the job list's page size (jobs/selectors.py JOB_LIST_PAGE_SIZE, also the API's)
+PAGE_SIZE = (
+    50  # the job list's page size (jobs/selectors/jobs.py JOB_LIST_PAGE_SIZE, also the API's)
+)
 SMALL, LARGE = 1_000, 10_000
 USER = "alice"
 TEAMS = ("vision", "nlp", "speech", "robotics", "tiny")

@@ -15,7 +15,7 @@ Run: .venv/bin/python bench/bench_schedule.py [--pods N] [--sizes 100,1000,5000]
    performance-config.yaml: ≥180 pods/s for extended-resource pods on 5,000 nodes).
    The 5,000-node stream is also run with every feasible node scored (no sampling) to
    show what kube-scheduler's percentageOfNodesToScore saves.
-2. Fit preview. ``jobs.fit.job_fit_preview`` on the real path: a sandbox subprocess with
+2. Fit preview. ``jobs.selectors.fit.job_fit_preview`` on the real path: a sandbox subprocess with
    100 and 1,000 GPU nodes and some pods running, the portal's kube adapter pointed at
    its kubeconfig; cold (snapshot rebuilt: LIST nodes and pods over HTTP, convert, build)
    and warm (the cached snapshot, ``FIT_SNAPSHOT_TTL_SECONDS``).

@@ -129,7 +129,7 @@ class JobOutput(serializers.ModelSerializer):
             "idle_exempt_reason": job.idle_exempt_reason,
             "scaled_to_zero_from": job.scaled_to_zero_from,
             # Runs after hardware failures (RESTART_ATTEMPT), the nodes it avoids since, and
-            # the GPU-hours those failures cost (jobs.hardware).
+            # the GPU-hours those failures cost (jobs.services.hardware).
             "restart_attempt": job.gpu_failure_retries,
             "excluded_nodes": list(job.excluded_nodes),
             "gpu_hours_lost": round(job.gpu_hours_lost, 3),

@@ -2,7 +2,7 @@
 
 ``spec_parse`` checks shapes, types, sizes and characters and returns a ``JobSpec``;
 checks that need the database (team membership, catalog, quota) are in
-``jobs.services.job_spec_check``. Every error names its field with a dotted path
+``jobs.services.submit.job_spec_check``. Every error names its field with a dotted path
 (``gpu.count``, ``volumes[1].mount_path``) and says how to fix it.
 """
 

@@ -106,7 +106,6 @@ def reconcile_task() -> dict[str, Any]:
 def job_node_failure_task(job_id: int, evicted: list[dict[str, str]]) -> bool:
     """Explain a job whose node stopped responding and run it again elsewhere (safe twice:
     a job already explained is left as it is)."""
-    # Imported here: jobs.hardware needs jobs.services, which imports this module.
     from jobs.services.hardware import job_node_failure_record
 
     recorded = job_node_failure_record(job_id=job_id, evicted=evicted)

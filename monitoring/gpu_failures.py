@@ -1,5 +1,5 @@
 """Jobs that failed because their GPU failed: DCGM's XID errors, joined to the pods that held
-the GPUs, explained on the job (``jobs.hardware.job_hardware_failure_record``).
+the GPUs, explained on the job (``jobs.services.hardware.job_hardware_failure_record``).
 
 A failed training job's exit code cannot tell a program's bug from a GPU that fell off the
 bus (both exit 1). DCGM can: the GPU's ``DCGM_FI_DEV_XID_ERRORS`` rises to the XID code.

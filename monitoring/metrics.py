@@ -11,7 +11,7 @@ requests, and a restart would reset them. Every scrape sees the same, whole numb
 - ``gpu_portal_notification_deliveries{channel,status}``: notices by channel and outcome
   (``failed`` counts those that gave up; ``retrying`` those waiting for another try).
 - ``gpu_portal_reconcile_duration_seconds``: histogram of reconcile runs, which the
-  worker reports with ``jobs.metrics.reconcile_timer()`` (kept in Redis, shared by all
+  worker reports with ``jobs.tracking.timings.reconcile_timer()`` (kept in Redis, shared by all
   processes).
 """
 

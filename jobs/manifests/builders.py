@@ -281,7 +281,7 @@ def _pod_template(
     if spec.kind == "training" and ctx.node_failure_toleration_seconds is not None:
         # A training step waits on every worker: on a node that stopped responding the job
         # is stalled, not degraded, so it leaves sooner than the 300 s the API server would
-        # give it and runs again elsewhere from its checkpoint (jobs.hardware).
+        # give it and runs again elsewhere from its checkpoint (jobs.services.hardware).
         pod_spec.setdefault("tolerations", []).extend(
             {
                 "key": key,

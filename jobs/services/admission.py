@@ -462,7 +462,7 @@ def _write_evictions(
     result: AdmissionResult,
 ) -> None:
     """Move each victim back to the queue (reason ``Preempted``) and queue the deletion of
-    its objects; its quota stays counted until they are gone (``jobs.eviction``)."""
+    its objects; its quota stays counted until they are gone (``jobs.services.eviction``)."""
     if not victims:
         return
     slugs = {tid: t.slug for tid, t in state.teams.items()}

@@ -16,7 +16,7 @@ back to the queue (up to ``GPU_FAILURE_RETRIES`` times) with the failed nodes ex
 ``RESTART_ATTEMPT`` one higher, so it resumes from its checkpoint (``checkpoint`` in its
 spec) on healthy hardware. Going back to the queue is an eviction: the caller queues
 ``job_evict_task``, which deletes its objects, then it is admitted and applied again
-(``jobs.eviction``).
+(``jobs.services.eviction``).
 """
 
 from __future__ import annotations

@@ -316,7 +316,7 @@ def job_observe(
     now: datetime,
 ) -> None:
     """Bring one tracked job's row in line with its objects, pods and events as seen now:
-    the one path for the periodic pass and the watch tracker (``jobs.tracker``).
+    the one path for the periodic pass and the watch tracker (``jobs.tracking.tracker``).
 
     1. No objects: marked ``Lost`` once past the grace period (a slow cache may not list
        a fresh object yet).

@@ -1,4 +1,5 @@
-"""The README documents every environment variable the settings read, and the two commands."""
+"""docs/configuration.md documents every environment variable the settings read; the README
+starts with the two commands, stays short and links every page of docs/."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_setting_from_the_environment_is_documented() -> None:
     settings_source = (ROOT / "portal" / "settings.py").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     names = set(re.findall(r'env_(?:str|int|float|bool|list)\(\s*"([A-Z_]+)"', settings_source))
     gunicorn_source = (ROOT / "gunicorn.conf.py").read_text()
     gunicorn_names = set(re.findall(r'os\.environ\.get\("([A-Z_]+)"', gunicorn_source))
@@ -30,3 +31,11 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert "make run" in first_block and "make test" in first_block
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
+
+
+def test_readme_is_short_and_links_every_docs_page() -> None:
+    readme = (ROOT / "README.md").read_text()
+    pages = sorted(path.name for path in (ROOT / "docs").glob("*.md"))
+
+    assert len(readme.splitlines()) <= 300
+    assert [page for page in pages if f"(docs/{page}" not in readme] == []

@@ -1,5 +1,5 @@
 """``manage.py track_cluster``: follow the cluster's watch streams and keep job rows in step
-(``jobs.tracker``). Run one or more (one leads); SIGTERM or SIGINT stops it."""
+(``jobs.tracking.tracker``). Run one or more (one leads); SIGTERM or SIGINT stops it."""
 
 from __future__ import annotations
 
