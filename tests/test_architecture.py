@@ -381,3 +381,20 @@ def test_the_idleness_check_sees_a_second_decider() -> None:
         "idle_pods",
         "idle_threshold_percent",
     ]
+
+
+def test_no_function_runs_over_80_lines() -> None:
+    # A longer function is split into named steps (benchmarks' scripts excepted).
+    long = []
+    for path in ROOT.rglob("*.py"):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] in ("bench", ".venv", "var", "node_modules") or (
+            "migrations" in relative.parts
+        ):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{relative}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
