@@ -75,6 +75,26 @@ def figure_json(figure: Figure) -> str:
 _json_default = DjangoJSONEncoder().default
 
 
+def figure_title(figure: Figure) -> str:
+    title = (figure.get("layout") or {}).get("title") or {}
+    return str(title.get("text", "") if isinstance(title, dict) else title)
+
+
+def figure_is_empty(figure: Figure) -> bool:
+    """No trace has a value to draw: the chart would be blank axes with a made-up range
+    (a page says so in a sentence instead)."""
+    for trace in figure.get("data") or []:
+        for key in ("y", "z", "values"):
+            values = trace.get(key)
+            if isinstance(values, dict):
+                return False  # a typed array (plotly's "bdata"): numbers to draw
+            if key == "z" and values:
+                values = [v for row in values for v in (row or [])]
+            if values and any(v is not None for v in values):
+                return False
+    return True
+
+
 @functools.cache
 def _default_template() -> dict[str, Any]:
     """The layout template ``to_json()`` writes into every figure (Plotly's default theme).

@@ -30,6 +30,7 @@ from monitoring.selectors.reports import (
     gpu_hours_report,
     period_check,
     report_rows,
+    rollup_schedule_get,
     top_wasted_jobs,
 )
 from monitoring.selectors.team import team_usage_get
@@ -40,9 +41,15 @@ HTMX_STOP_POLLING = 286
 
 
 def _figure_list(figures: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each figure's element id and its JSON, escaped for a ``<script>`` data block."""
+    """Each figure's element id and its JSON, escaped for a ``<script>`` data block; a figure
+    with nothing to draw is said in a sentence (``empty``) instead of blank axes."""
     return [
-        {"id": f"fig-{key}", "json": mark_safe(charts.figure_json(fig))}  # noqa: S308 - escaped
+        {
+            "id": f"fig-{key}",
+            "title": charts.figure_title(fig),
+            "empty": charts.figure_is_empty(fig),
+            "json": mark_safe(charts.figure_json(fig)),  # noqa: S308 - escaped
+        }
         for key, fig in figures.items()
     ]
 
@@ -263,6 +270,12 @@ def reports(request: HttpRequest) -> HttpResponse:
                 for group in GROUPS
             },
             "shared": any(p.product and p.product.startswith("shared:") for p in by_product),
+            "schedule": rollup_schedule_get(),
+            "empty_text": (
+                "nothing is rolled up for this period yet."
+                if report.nothing_rolled_up
+                else "no GPU-hours in this period."
+            ),
         }
     )
     return render(request, "monitoring/reports.html", context)

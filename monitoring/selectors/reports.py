@@ -8,13 +8,13 @@ team's leads that team; anyone else only their own jobs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import F, Q, QuerySet, Sum
+from django.db.models import F, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from core.errors import ApplicationError, NotFound
@@ -71,6 +71,32 @@ class Report:
     currency: str
     days_missing: list[date] = field(default_factory=list)  # not rolled up yet
     days_unmeasured: list[date] = field(default_factory=list)  # rolled up without metrics
+    days_due: int = 0  # the period's days up to today
+
+    @property
+    def nothing_rolled_up(self) -> bool:
+        """No day of the period is rolled up yet: its figures are not zero, just not known."""
+        return self.days_due > 0 and len(self.days_missing) == self.days_due
+
+
+@dataclass(frozen=True)
+class RollupSchedule:
+    every_minutes: float
+    last_at: datetime | None  # None: no day rolled up yet
+    next_at: datetime | None  # when the next run is due (None before the first)
+
+
+def rollup_schedule_get(*, now: datetime | None = None) -> RollupSchedule:
+    """When the periodic rollup (beat, every ``ACCOUNTING_INTERVAL_SECONDS``) last ran, and
+    when the next run is due (at the latest now, when it is late)."""
+    now = now or timezone.now()
+    every = timedelta(seconds=float(settings.ACCOUNTING_INTERVAL_SECONDS))
+    last = RollupDay.objects.aggregate(last=Max("rolled_up_at"))["last"]
+    return RollupSchedule(
+        every_minutes=every.total_seconds() / 60,
+        last_at=last,
+        next_at=None if last is None else max(last + every, now),
+    )
 
 
 def period_check(start: date | None, end: date | None) -> tuple[date, date]:
@@ -217,6 +243,7 @@ def gpu_hours_report(
         currency=settings.ACCOUNTING_CURRENCY,
         days_missing=[d for d in days if d not in rolled],
         days_unmeasured=[d for d in days if rolled.get(d) is False],
+        days_due=len(days),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -96,3 +96,16 @@ def test_figure_json_cannot_close_its_script_block_and_reads_back_unchanged() ->
     # Then no <, > or & is left raw, and JSON.parse gives the figure back
     assert not {"<", ">", "&"} & set(encoded)
     assert json.loads(encoded) == figure
+
+
+def test_a_figure_with_nothing_to_draw_is_empty_and_one_with_a_value_is_not() -> None:
+    # Blank axes, whatever the chart: no lines, bars of no value, a heatmap of no cells
+    days = [date(2026, 10, 1), date(2026, 10, 2)]
+    assert charts.figure_is_empty(charts.timeseries([], title="t", y_title="%"))
+    assert all(map(charts.figure_is_empty, charts.report_figures([], days).values()))
+    assert charts.figure_is_empty({"data": [{"type": "heatmap", "z": [[None, None], [None]]}]})
+    # One value is something to draw
+    assert not charts.figure_is_empty({"data": [{"type": "bar", "y": [None, 0.0]}]})
+    assert not charts.figure_is_empty({"data": [{"type": "heatmap", "z": [[None], [3]]}]})
+    assert not charts.figure_is_empty({"data": [{"y": {"dtype": "f8", "bdata": "AAAA"}}]})
+    assert charts.figure_title(charts.timeseries([], title="GPU use", y_title="%")) == "GPU use"

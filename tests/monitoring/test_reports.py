@@ -266,3 +266,47 @@ def test_monthly_summary_waits_for_the_whole_month(october: dict[str, Any], sett
     # Past the first week of the month it is not sent late.
     assert monthly_summary_send(now=november_2nd + timedelta(days=10)) == []
     assert len(monthly_summary_send(now=november_2nd)) == 2
+
+
+def test_before_the_first_rollup_the_page_says_so_instead_of_blank_charts(
+    demo: dict[str, Any], settings: Any
+) -> None:
+    # Given a fresh portal: jobs, but no day rolled up yet (the rollup runs every 2 min)
+    settings.ACCOUNTING_INTERVAL_SECONDS = 120
+    client = Client()
+    client.force_login(demo["users"]["bob"])
+
+    # When bob opens Reports
+    html = client.get("/monitoring/reports/").content.decode()
+
+    # Then it says nothing is rolled up yet and when that changes, not "0.0 allocated"
+    assert 'data-testid="not-rolled-up"' in html
+    assert "the first rollup runs within 2 min of the workers starting" in html
+    assert "GPU-hours allocated ·" not in html
+    # And each chart is a sentence, not blank axes
+    assert "data-plotly-figure" not in html
+    assert html.count("data-empty-chart=") == 2
+    assert "GPU-hours allocated per day, by team</strong>: nothing is rolled up" in html
+
+
+def test_after_a_rollup_the_page_says_when_the_next_one_is_due(
+    demo: dict[str, Any], settings: Any
+) -> None:
+    # Given today rolled up a minute ago (with no GPU-hours) and yesterday not yet
+    settings.ACCOUNTING_INTERVAL_SECONDS = 900
+    now = timezone.now()
+    today = timezone.localdate()
+    RollupDay.objects.create(day=today, rolled_up_at=now - timedelta(minutes=1))
+    client = Client()
+    client.force_login(demo["users"]["bob"])
+
+    # When bob opens the last 30 days
+    html = client.get("/monitoring/reports/", {"period": "30d"}).content.decode()
+
+    # Then the totals are shown, with the days still to do and when the next run is due
+    due = timezone.localtime(now - timedelta(minutes=1) + timedelta(minutes=15))
+    assert 'data-testid="not-rolled-up"' not in html
+    assert "Not rolled up yet: 29 days" in html
+    assert f"the rollup runs every 15 min; the next run is due at {due:%H:%M}." in html
+    # And the empty charts say there are no GPU-hours, not that nothing is rolled up
+    assert "by team</strong>: no GPU-hours in this period." in html
