@@ -352,6 +352,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The default enum hook, then: every free-text string refuses NUL, as the API does.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.openapi.nul_free_strings",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobKindEnum": "jobs.models.Job.Kind",
         "JobStateEnum": "jobs.models.JobState",
