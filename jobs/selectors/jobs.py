@@ -54,6 +54,7 @@ JOB_LIST_FIELDS = (
     "priority",
     "state",
     "reason",
+    "message",
     "created_at",
     "started_at",
     "finished_at",

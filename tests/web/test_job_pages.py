@@ -265,6 +265,29 @@ def test_job_list_shows_own_team_jobs_only(
     assert nlp_job.name not in page
 
 
+def test_job_list_says_why_in_words_not_codes(
+    client: Client, alice: User, demo: dict[str, Any]
+) -> None:
+    # Given a job waiting for quota, with the portal's words for why
+    words = (
+        "team vision uses 16 of 16 nvidia.com/gpu (nominal) and may not borrow; "
+        "2 jobs ahead of it in the team's queue, 3 in the cluster"
+    )
+    JobFactory(team=demo["teams"]["vision"], owner=alice, reason="QuotaExceeded", message=words)
+    logged_in(client, alice)
+    # When alice opens the job list
+    page = client.get("/jobs/").content.decode()
+    cell = re.search(r'<td class="reason" data-testid="reason" title="([^"]*)">(.*?)</td>', page)
+    # Then the reason column shows the first words of the message, not the code
+    assert cell is not None
+    visible = re.sub(r'<span class="visually-hidden">.*?</span>', "", cell.group(2))
+    assert "team vision uses 16 of 16 nvidia.com/gpu" in visible
+    assert "QuotaExceeded" not in visible and len(html.unescape(re.sub("<.*?>", "", visible))) <= 72
+    # And the whole message is there on hover (with the code) and for screen readers
+    assert html.unescape(cell.group(1)) == f"QuotaExceeded: {words}"
+    assert f'<span class="visually-hidden">{words}</span>' in html.unescape(cell.group(2))
+
+
 def test_job_list_filters_by_state_kind_and_team(
     client: Client, alice: User, demo: dict[str, Any]
 ) -> None:
