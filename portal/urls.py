@@ -49,6 +49,7 @@ urlpatterns = [
     path("logout/", sso.sso_logout, name="logout"),
     path("sso/login/", sso.sso_login, name="sso-login"),
     path("sso/callback/", sso.sso_callback, name="sso-callback"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("healthz", probes.healthz, name="healthz"),
     path("readyz", probes.readyz, name="readyz"),
     path("admin/", admin.site.urls),

@@ -9,7 +9,9 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.utils import timezone
+from django.views.decorators.http import require_GET
 
 from portal.models import ApiToken
 from portal.services import api_token_create, api_token_revoke
@@ -45,3 +47,9 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
             "url": request.build_absolute_uri("/").rstrip("/"),
         },
     )
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which a browser asks for on a page that names no icon: the portal's."""
+    return redirect(static("favicon.svg"))

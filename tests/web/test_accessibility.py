@@ -1,15 +1,21 @@
 """Every page, in Chromium at desktop (1,400 px) and phone (390 px) width: axe-core's WCAG 2
-A and AA rules report nothing, nothing is cut off or overflows the screen sideways, and a
-screenshot of each goes to ``artifacts/pages/``.
+A and AA rules report nothing, nothing is cut off or overflows the screen sideways, no page
+logs a console error or loads a resource that fails, and a screenshot of each goes to
+``artifacts/pages/``.
+
+The pages hold every variant they can render, so a colour added later is checked too: a job
+in every state, every state and badge style the stylesheets define (the test fails when one
+is shown nowhere), the cluster page without a cluster (its "unavailable" panels) and with a
+sandbox cluster's GPU nodes (the capacity table), and the admin as a platform admin.
 
 axe-core comes from npm (``make test`` installs it into ``var/axe``); the pages are served by
-a live server with the demo data, a queued and a borrowing job. No cluster or Prometheus is
-configured: the pages' "unavailable" panels are part of what is checked.
+a live server with the demo data. Prometheus is not configured.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +25,14 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
+from cluster import kube
 from jobs.models import Job, JobState
 from jobs.services.submit import job_submit
 from jobs.services.templates import template_from_job
 from monitoring.models import GpuUsageDay
 from tests.browser import chromium
 from tests.conftest import training_spec
+from tests.sandbox_process import SandboxProcess, start_sandbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,6 +40,23 @@ REPO = Path(__file__).resolve().parents[2]
 AXE = REPO / "var" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 ARTIFACTS = REPO / "artifacts" / "pages"
 WIDTHS = {"desktop": 1400, "phone": 390}
+STYLESHEETS = REPO / "static" / "css"
+
+
+def styled_variants() -> set[str]:
+    """Every state and badge style the stylesheets define (``.state-failed``,
+    ``.badge-borrowing``...): each must be on some page the test visits."""
+    found = set()
+    for sheet in STYLESHEETS.glob("*.css"):
+        found |= set(re.findall(r"\.((?:state|badge)-[a-z0-9-]+)", sheet.read_text()))
+    return found - {"state-line"}
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    proc = start_sandbox(tmp_path_factory.mktemp("cluster"), profile="small", speed=30.0)
+    yield proc
+    proc.stop()
 
 
 @pytest.fixture
@@ -61,6 +86,17 @@ def site(live_server: Any, settings: Any, tmp_path: Path) -> dict[str, Any]:
         message="1 of 1 worker running.",
     )
     template_from_job(user=alice, job=running, name="vit-8")
+    # A job in every other state, each with the words its state comes with
+    for name, state, reason, message in (
+        ("bert-pending", JobState.PENDING, "Unschedulable", "0/4 nodes are available."),
+        ("gpt-succeeded", JobState.SUCCEEDED, "Completed", "Job completed."),
+        ("flaky-failed", JobState.FAILED, "BackoffLimitExceeded", "Job has reached the limit."),
+        ("sweep-cancelled", JobState.CANCELLED, "Cancelled", "Cancelled by alice."),
+    ):
+        job = job_submit(user=alice, data=training_spec(name=name, gpu={"count": 1}))
+        Job.objects.filter(pk=job.pk).update(
+            state=state, reason=reason, message=message, started_at=timezone.now()
+        )
     GpuUsageDay.objects.create(
         day=timezone.localdate(),
         job=running,
@@ -95,12 +131,33 @@ def pages(site: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def log_in(page: Page, base: str) -> None:
+def log_in(page: Page, base: str, username: str = "alice") -> None:
     page.goto(f"{base}/login/")
-    page.fill("#id_username", "alice")
+    page.fill("#id_username", username)
     page.fill("#id_password", "demo")
     page.click("button[type=submit]")
     page.wait_for_url("**/jobs/")
+
+
+def watch_for_errors(page: Page) -> list[str]:
+    """Console errors, uncaught exceptions and resources that failed to load, as they come."""
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+    page.on("requestfailed", lambda r: errors.append(f"failed: {r.url} {r.failure}"))
+    page.on(
+        "response",
+        lambda r: errors.append(f"{r.status}: {r.url}") if r.status >= 400 else None,
+    )
+    return errors
+
+
+def classes_on(page: Page) -> set[str]:
+    return set(
+        page.evaluate(
+            "() => [...document.querySelectorAll('[class]')].flatMap(e => [...e.classList])"
+        )
+    )
 
 
 def axe_violations(page: Page) -> list[str]:
@@ -142,30 +199,68 @@ def overflow(page: Page) -> list[str]:
     )
 
 
+def visit(page: Page, url: str, shot: str) -> list[str]:
+    """Open a page; what axe and the overflow check find on it."""
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=str(ARTIFACTS / f"{shot}.png"), full_page=True)
+    return axe_violations(page) + overflow(page)
+
+
 @pytest.mark.parametrize("width", list(WIDTHS))
 def test_every_page_passes_axe_and_fits_the_screen(
-    browser: Browser, site: dict[str, Any], width: str
+    browser: Browser, site: dict[str, Any], sandbox: SandboxProcess, settings: Any, width: str
 ) -> None:
     assert AXE.exists(), "make test installs axe-core (npm) into var/axe"
     # bypass_csp: the pages' Content-Security-Policy would (rightly) refuse the injected axe
     context = browser.new_context(viewport={"width": WIDTHS[width], "height": 900}, bypass_csp=True)
     page = context.new_page()
+    errors = watch_for_errors(page)
     problems: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
         # The log-in page, before logging in
-        page.goto(f"{site['base']}/login/")
-        found = axe_violations(page) + overflow(page)
+        found = visit(page, f"{site['base']}/login/", f"login-{WIDTHS[width]}")
         if found:
             problems["login"] = found
         log_in(page, site["base"])
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         for name, path in pages(site).items():
-            page.goto(f"{site['base']}{path}")
-            page.wait_for_load_state("networkidle")
-            page.screenshot(path=str(ARTIFACTS / f"{name}-{WIDTHS[width]}.png"), full_page=True)
-            found = axe_violations(page) + overflow(page)
+            found = visit(page, f"{site['base']}{path}", f"{name}-{WIDTHS[width]}")
+            seen |= classes_on(page)
             if found:
                 problems[name] = found
+        # The cluster page again, with a cluster: its GPU nodes, the capacity table
+        settings.KUBECONFIG, settings.KUBE_CONTEXT = str(sandbox.kubeconfig), ""
+        kube.reset_client()
+        found = visit(page, f"{site['base']}/monitoring/", f"cluster-nodes-{WIDTHS[width]}")
+        assert page.locator("table.capacity").count() == 1
+        if found:
+            problems["cluster-with-nodes"] = found
     finally:
+        kube.reset_client()
         context.close()
     assert problems == {}, "\n".join(f"{k}: {v}" for k, v in problems.items())
+    # Every state and badge style was on a page, so axe checked its colours
+    assert styled_variants() - seen == set()
+    assert {"state-succeeded", "state-pending", "badge-borrowing"} <= styled_variants()
+    # And no page logged an error or failed to load something
+    assert errors == []
+
+
+def test_the_admin_logs_no_error(browser: Browser, site: dict[str, Any]) -> None:
+    # Given the platform admin in the admin console
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    errors = watch_for_errors(page)
+    try:
+        log_in(page, site["base"], "admin")
+        # When they open its index and the job and team lists
+        for path in ("/admin/", "/admin/jobs/job/", "/admin/teams/team/"):
+            page.goto(f"{site['base']}{path}")
+            page.wait_for_load_state("networkidle")
+            assert page.locator("#site-name").count() == 1, path
+    finally:
+        context.close()
+    # Then no page logged an error or failed to load anything (its icon included)
+    assert errors == []
