@@ -6,6 +6,13 @@ Every call has a timeout. Errors are split as Kopf splits them: ``TemporaryDeliv
 is worth retrying; ``PermanentDeliveryError`` (a 4xx, a refused recipient, a bad URL) never
 succeeds by trying again.
 
+A webhook or Slack URL is posted to only at an address the portal checked at that moment:
+its host name is resolved at every send, every address it resolves to must be allowed
+(link-local never: cloud metadata lives there; loopback and private ones only with
+``NOTIFY_ALLOW_PRIVATE_URLS``), and the connection goes to the address that was checked,
+so a name that resolved to a public address when it was saved and to an internal one now
+(DNS rebinding) is refused. TLS still verifies the certificate against the URL's host name.
+
 The webhook's signature (documented in docs/notifications.md):
 ``X-GPU-Portal-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`` with the
 Unix time in ``X-GPU-Portal-Timestamp``, so a receiver can refuse replays of old bodies.
@@ -15,15 +22,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import smtplib
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
+from requests.adapters import HTTPAdapter
 
 SIGNATURE_HEADER = "X-GPU-Portal-Signature"
 TIMESTAMP_HEADER = "X-GPU-Portal-Timestamp"
@@ -42,6 +53,80 @@ class TemporaryDeliveryError(DeliveryError):
 
 class PermanentDeliveryError(DeliveryError):
     """Trying again cannot help: the address, URL or content was refused."""
+
+
+class AddressRefused(PermanentDeliveryError):
+    """The URL's host resolves to an address the workers must not post to."""
+
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def resolve(host: str, port: int) -> list[IPAddress]:
+    """The addresses ``host`` resolves to now (the system's resolver)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(info[4][0]) for info in infos]
+
+
+def url_address(url: str) -> IPAddress:
+    """The address to post ``url`` to, checked now: every address its host resolves to is
+    allowed, and the first is the one to connect to.
+
+    Raises ``AddressRefused`` (link-local, multicast or unspecified always; loopback or
+    private unless ``NOTIFY_ALLOW_PRIVATE_URLS``), ``TemporaryDeliveryError`` when the host
+    cannot be resolved now."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        literal = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        addresses = [literal] if literal else resolve(host, port)
+    except (OSError, ValueError) as exc:
+        raise TemporaryDeliveryError(f"The host {host} cannot be resolved: {exc}") from exc
+    if not addresses:
+        raise TemporaryDeliveryError(f"The host {host} cannot be resolved.")
+    for address in addresses:
+        if address.is_link_local or address.is_multicast or address.is_unspecified:
+            raise AddressRefused(f"{host} resolves to {address}, which is refused.")
+        if (address.is_loopback or address.is_private) and not settings.NOTIFY_ALLOW_PRIVATE_URLS:
+            raise AddressRefused(
+                f"{host} resolves to the internal address {address}; use a public "
+                "URL (an operator can allow internal ones with NOTIFY_ALLOW_PRIVATE_URLS)."
+            )
+    return addresses[0]
+
+
+class _PinnedAdapter(HTTPAdapter):
+    """Connects to the checked address while TLS sends and verifies the URL's host name
+    (``build_connection_pool_key_attributes`` is requests' documented hook for this)."""
+
+    def __init__(self, hostname: str) -> None:
+        self.hostname = hostname
+        super().__init__(max_retries=0)
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: bool | str, cert: Any = None
+    ) -> Any:
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
+            request, verify, cert
+        )
+        pool: dict[str, Any] = dict(pool_kwargs)
+        if host_params.get("scheme") == "https":
+            pool["server_hostname"] = self.hostname
+            pool["assert_hostname"] = self.hostname
+        return host_params, pool
+
+
+def _pinned(url: str, address: IPAddress) -> tuple[str, str]:
+    """``url`` with its host replaced by ``address``, and the Host header it names."""
+    parts = urlsplit(url)
+    shown = f"[{address}]" if address.version == 6 else str(address)
+    netloc = f"{shown}:{parts.port}" if parts.port else shown
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=netloc)), host
 
 
 @dataclass(frozen=True)
@@ -96,14 +181,26 @@ def send_email(message: Outgoing) -> None:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> None:
+    address = url_address(url)
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}
     try:
-        response = requests.post(
-            url,
-            data=body,
-            headers={"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers},
-            timeout=settings.NOTIFY_HTTP_TIMEOUT,
-            allow_redirects=False,
-        )
+        with requests.Session() as session:
+            if requests.utils.get_environ_proxies(url):
+                # An egress proxy (HTTPS_PROXY...) connects for us and resolves the name
+                # itself: the address was checked, the proxy is the operator's to trust.
+                target = url
+            else:
+                target, headers["Host"] = _pinned(url, address)
+                hostname = urlsplit(url).hostname or ""
+                session.mount("http://", _PinnedAdapter(hostname))
+                session.mount("https://", _PinnedAdapter(hostname))
+            response = session.post(
+                target,
+                data=body,
+                headers=headers,
+                timeout=settings.NOTIFY_HTTP_TIMEOUT,
+                allow_redirects=False,
+            )
     except requests.exceptions.InvalidURL as exc:
         raise PermanentDeliveryError(f"invalid URL: {exc}") from exc
     except requests.RequestException as exc:

@@ -9,10 +9,8 @@ so two runs of the task never send it twice.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import secrets
-import socket
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -76,6 +74,8 @@ def _check_url(url: str, name: str) -> str:
     Refuses link-local addresses (cloud metadata endpoints) always, and loopback or private
     addresses unless ``NOTIFY_ALLOW_PRIVATE_URLS`` (on in development, where the receivers
     are local; off in production, where a user-given URL must not reach internal services).
+    The same check runs again at every send (``channels.url_address``): a name may resolve
+    elsewhere later.
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -83,19 +83,11 @@ def _check_url(url: str, name: str) -> str:
     if settings.PRODUCTION and parts.scheme != "https":
         raise _field_error(name, "Use an https:// URL: notices carry job details.")
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM)
-        addresses = {ipaddress.ip_address(info[4][0]) for info in infos}
-    except (OSError, ValueError):
+        channels.url_address(url)
+    except channels.AddressRefused as exc:
+        raise _field_error(name, str(exc)) from None
+    except channels.TemporaryDeliveryError:
         raise _field_error(name, f"The host {parts.hostname} cannot be resolved.") from None
-    for address in addresses:
-        if address.is_link_local or address.is_multicast or address.is_unspecified:
-            raise _field_error(name, f"{parts.hostname} resolves to {address}, which is refused.")
-        if (address.is_loopback or address.is_private) and not settings.NOTIFY_ALLOW_PRIVATE_URLS:
-            raise _field_error(
-                name,
-                f"{parts.hostname} resolves to the internal address {address}; use a public "
-                "URL (an operator can allow internal ones with NOTIFY_ALLOW_PRIVATE_URLS).",
-            )
     return url
 
 
