@@ -80,6 +80,9 @@ class Delivery(models.Model):
         SENT = "sent", "Sent"
         FAILED = "failed", "Failed"
 
+    # About 15 minutes of tries (2, 4, 8 … 300 s apart, with jitter) before giving up.
+    MAX_ATTEMPTS = 8
+
     destination = models.ForeignKey(
         Destination, on_delete=models.CASCADE, related_name="deliveries"
     )
@@ -92,6 +95,9 @@ class Delivery(models.Model):
         max_length=10, choices=Status.choices, default=Status.QUEUED, db_index=True
     )
     attempts = models.PositiveSmallIntegerField(default=0)
+    # When the run now sending it claimed it: a claim older than NOTIFY_SENDING_TIMEOUT_SECONDS
+    # belongs to a worker that died mid-send, and the sweep gives the delivery back.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)

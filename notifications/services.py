@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -258,13 +259,14 @@ def delivery_send(*, delivery_id: int, last_try: bool = False) -> str:
        ``retrying`` and ``TemporaryDeliveryError`` is raised for the task to retry later.
     """
     claimed = Delivery.objects.filter(pk=delivery_id, status__in=RETRYABLE).update(
-        status=Delivery.Status.SENDING, attempts=F("attempts") + 1
+        status=Delivery.Status.SENDING, attempts=F("attempts") + 1, claimed_at=timezone.now()
     )
     if not claimed:
         return (
             Delivery.objects.filter(pk=delivery_id).values_list("status", flat=True).first() or ""
         )
     delivery = Delivery.objects.select_related("destination__user").get(pk=delivery_id)
+    last_try = last_try or delivery.attempts >= Delivery.MAX_ATTEMPTS
     destination = delivery.destination
     target = _target(destination)
     if not target:
@@ -294,3 +296,50 @@ def delivery_send(*, delivery_id: int, last_try: bool = False) -> str:
         raise
     _record(delivery, Delivery.Status.SENT)
     return Delivery.Status.SENT
+
+
+def deliveries_stuck_release(*, now: datetime | None = None) -> list[int]:
+    """Give back the deliveries whose worker died while sending them; returns those queued
+    to be sent again.
+
+    A run claims a delivery (``sending``, ``claimed_at``) and then records what happened;
+    a worker killed in between leaves the claim, and the task's redelivery finds the
+    delivery claimed and stops. Once a claim is older than
+    ``NOTIFY_SENDING_TIMEOUT_SECONDS`` (beyond the send task's time limit: its run is
+    surely gone) it is released, once (a conditional UPDATE on that claim): back to
+    ``retrying`` and queued, or ``failed`` when its tries are used up.
+
+    What this guarantees: a delivery is sent once when nothing crashes, and is not lost
+    when a worker dies; a receiver may get it twice if the worker died after the receiver
+    had it but before the outcome was recorded (a webhook then carries the same
+    ``X-GPU-Portal-Delivery`` id both times, for the receiver to drop the repeat).
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=float(settings.NOTIFY_SENDING_TIMEOUT_SECONDS))
+    stuck = Delivery.objects.filter(status=Delivery.Status.SENDING).filter(
+        Q(claimed_at__lt=cutoff) | Q(claimed_at__isnull=True)
+    )
+    released: list[int] = []
+    for delivery in stuck.only("pk", "claimed_at", "attempts", "destination_id"):
+        since = f"{delivery.claimed_at:%H:%M:%S} UTC" if delivery.claimed_at else "an earlier run"
+        give_up = delivery.attempts >= Delivery.MAX_ATTEMPTS
+        error = f"the worker sending it stopped (claimed at {since}); " + (
+            f"gave up after {delivery.attempts} tries" if give_up else "sending it again"
+        )
+        status = Delivery.Status.FAILED if give_up else Delivery.Status.RETRYING
+        same_claim = (
+            Q(claimed_at=delivery.claimed_at) if delivery.claimed_at else Q(claimed_at=None)
+        )
+        with transaction.atomic():
+            moved = Delivery.objects.filter(
+                same_claim, pk=delivery.pk, status=Delivery.Status.SENDING
+            ).update(status=status, last_error=error)
+            if not moved:
+                continue  # its run recorded an outcome, or another sweep released it
+            Destination.objects.filter(pk=delivery.destination_id).update(
+                last_status=status, last_error=error, last_attempt_at=now
+            )
+            if not give_up:
+                transaction.on_commit(partial(delivery_send_task.delay, delivery.pk))
+                released.append(delivery.pk)
+    return released

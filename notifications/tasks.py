@@ -8,9 +8,9 @@ from celery import Task, shared_task
 
 from core.task_options import ROBUST
 from notifications.channels import TemporaryDeliveryError
+from notifications.models import Delivery
 
-# About 15 minutes of tries (2, 4, 8 … 300 s apart, with jitter) before giving up.
-MAX_TRIES = 8
+MAX_TRIES = Delivery.MAX_ATTEMPTS
 
 
 @shared_task(bind=True, **ROBUST, soft_time_limit=60, time_limit=90)
@@ -24,3 +24,11 @@ def delivery_send_task(self: Task, delivery_id: int) -> str:
     except TemporaryDeliveryError as exc:
         countdown = min(300, 2 ** (self.request.retries + 1)) * random.uniform(0.5, 1.0)  # noqa: S311
         raise self.retry(exc=exc, countdown=countdown, max_retries=MAX_TRIES) from exc
+
+
+@shared_task(**ROBUST, soft_time_limit=60, time_limit=90)
+def deliveries_stuck_task() -> list[int]:
+    """Periodic (beat): send again the deliveries a worker died while sending."""
+    from notifications.services import deliveries_stuck_release
+
+    return deliveries_stuck_release()

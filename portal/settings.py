@@ -219,6 +219,7 @@ CELERY_BEAT_SCHEDULE = {
     "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
     "teams-sync": {"task": "teams.tasks.teams_sync_task", "schedule": 300.0},
     "waiting-check": {"task": "jobs.tasks.jobs_waiting_check_task", "schedule": 60.0},
+    "stuck-deliveries": {"task": "notifications.tasks.deliveries_stuck_task", "schedule": 60.0},
     "idle-policy": {
         "task": "monitoring.tasks.idle_policy_task",
         "schedule": IDLE_POLICY_INTERVAL_SECONDS,
@@ -319,6 +320,9 @@ NOTIFY_ALLOW_PRIVATE_URLS = env_bool("NOTIFY_ALLOW_PRIVATE_URLS", not PRODUCTION
 NOTIFY_WAITING_AFTER_MINUTES = env_float("NOTIFY_WAITING_AFTER_MINUTES", 30.0)
 # Lines of the log a "failed" notice ends with.
 NOTIFY_LOG_LINES = env_int("NOTIFY_LOG_LINES", 20)
+# A delivery still "sending" this long after its claim lost its worker (the send task's
+# time limit is 90 s): the sweep sends it again, once per claim.
+NOTIFY_SENDING_TIMEOUT_SECONDS = env_float("NOTIFY_SENDING_TIMEOUT_SECONDS", 300.0)
 
 # --- REST API --------------------------------------------------------------------------
 API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)

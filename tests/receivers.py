@@ -80,6 +80,10 @@ class WebhookReceiver:
     port: int
     requests: list[Received] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)  # answers to give, in order; then 200
+    # The first ``stall`` requests are held, unanswered, until ``release`` is set (a sender
+    # caught mid-send).
+    stall: int = 0
+    release: threading.Event = field(default_factory=threading.Event)
 
     def url(self, path: str = "/hook") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -95,6 +99,8 @@ def webhook_receiver() -> Iterator[WebhookReceiver]:
             receiver.requests.append(
                 Received(path=self.path, headers=dict(self.headers.items()), body=body)
             )
+            if len(receiver.requests) <= receiver.stall:
+                receiver.release.wait(timeout=60)
             status = receiver.statuses.pop(0) if receiver.statuses else 200
             self.send_response(status)
             self.send_header("Content-Type", "text/plain")

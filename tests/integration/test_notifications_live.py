@@ -1,24 +1,34 @@
 """Notices from a real worker: a job fails on the sandbox cluster, the worker's tracking
 sees it, and its owner gets an email, through a real SMTP server in this process, that
 ends with the last lines of the failed pod's log. With the SMTP server dead, tracking goes
-on exactly the same."""
+on exactly the same. A worker killed while it sends a notice loses nothing: the sweep sends
+it again."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.utils import timezone
 
 from jobs.models import JobState
-from jobs.services.submit import job_submit
+from jobs.services.submit import job_cancel, job_submit
 from notifications.models import Delivery
+from notifications.services import deliveries_stuck_release
 from teams.models import Team
 from teams.services import team_save
-from tests.conftest import training_spec
-from tests.receivers import SmtpReceiver, free_port, smtp_receiver
+from tests.conftest import api_client_for, training_spec
+from tests.receivers import (
+    SmtpReceiver,
+    WebhookReceiver,
+    free_port,
+    smtp_receiver,
+    webhook_receiver,
+)
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,6 +39,11 @@ CRASH = {"SANDBOX_DURATION": "30s", "SANDBOX_EXIT_CODE": "3"}
 @pytest.fixture
 def smtp() -> Iterator[SmtpReceiver]:
     yield from smtp_receiver()
+
+
+@pytest.fixture
+def hooks() -> Iterator[WebhookReceiver]:
+    yield from webhook_receiver()
 
 
 def seed() -> dict[str, User]:
@@ -98,3 +113,45 @@ def test_a_dead_smtp_server_does_not_hold_up_tracking(
     assert failed.exit_code == 3 and failed.reason == "BackoffLimitExceeded"
     assert delivery.status in ("retrying", "failed")
     assert delivery.payload["job"]["id"] == job.pk
+
+
+def test_a_notice_whose_worker_dies_mid_send_is_sent_again(
+    worker_env: dict[str, str], tmp_path: Path, smtp: SmtpReceiver, hooks: WebhookReceiver
+) -> None:
+    # Given alice's webhook for cancelled jobs, whose receiver holds the first post open
+    users = seed()
+    hooks.stall = 1
+    response = api_client_for(users["alice"]).put(
+        "/api/v1/notifications/",
+        {"channels": [{"channel": "webhook", "target": hooks.url(), "events": ["job.cancelled"]}]},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+    job = job_submit(user=users["alice"], data=training_spec(name="doomed"))
+    worker = start_worker(worker_env, tmp_path, smtp.port)
+    try:
+        # When the worker is killed while it posts the notice of the job's cancel
+        job_cancel(user=users["alice"], job_id=job.pk)
+        wait_for(lambda: len(hooks.requests) == 1, timeout=30)
+        worker.kill()
+        hooks.release.set()
+        delivery = Delivery.objects.get(event="job.cancelled", payload__job__id=job.pk)
+        # (the delivery is claimed by a run that is gone: nothing else would send it)
+        assert (delivery.status, delivery.attempts) == ("sending", 1)
+        worker = start_worker(worker_env, tmp_path, smtp.port)
+        # And the sweep runs once its claim is older than NOTIFY_SENDING_TIMEOUT_SECONDS
+        assert deliveries_stuck_release(now=timezone.now()) == []  # too young to release
+        later = timezone.now() + timedelta(minutes=10)
+        assert deliveries_stuck_release(now=later) == [delivery.pk]
+        assert deliveries_stuck_release(now=later) == []  # once per claim
+
+        # Then the new worker sends it: the receiver has it, twice, under one delivery id
+        sent = wait_for(
+            lambda: (d := Delivery.objects.get(pk=delivery.pk)).status == "sent" and d,
+            timeout=30,
+        )
+    finally:
+        worker.stop()
+    assert sent.attempts == 2
+    assert [r.headers["X-GPU-Portal-Delivery"] for r in hooks.requests] == [str(delivery.pk)] * 2
+    assert hooks.requests[0].body == hooks.requests[1].body

@@ -314,3 +314,30 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
         "report.monthly",
         "node.gpu_failures",
     ]
+
+
+def test_a_stuck_delivery_out_of_tries_fails_instead_of_going_round_again(alice: User) -> None:
+    # Given a delivery claimed long ago by a run that is gone, its tries used up
+    from notifications.models import Destination
+    from notifications.services import deliveries_stuck_release
+
+    destination = Destination.objects.create(user=alice, channel="webhook", target="https://x.io/")
+    stuck = Delivery.objects.create(
+        destination=destination,
+        key="job:1:job.failed:1",
+        event="job.failed",
+        subject="s",
+        body="b",
+        status=Delivery.Status.SENDING,
+        attempts=Delivery.MAX_ATTEMPTS,
+        claimed_at=timezone.now() - timedelta(hours=1),
+    )
+    # When the sweep runs
+    released = deliveries_stuck_release()
+    # Then it is not sent again: it failed, saying why, on the settings page too
+    stuck.refresh_from_db()
+    destination.refresh_from_db()
+    assert released == [] and stuck.status == "failed"
+    assert "the worker sending it stopped" in stuck.last_error
+    assert f"gave up after {Delivery.MAX_ATTEMPTS} tries" in stuck.last_error
+    assert destination.last_status == "failed"
