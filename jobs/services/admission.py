@@ -309,7 +309,6 @@ def _preempt(
     chosen: set[int] = {h["pk"] for h in evicting}
     victims: list[tuple[dict[str, Any], _Queued]] = []
     reasons: dict[int, str] = {}
-    borrowing = _borrowing_ids(state)
     for tid, job in sorted(
         blocked.items(), key=lambda item: (-item[1].priority, item[1].created_at)
     ):
@@ -322,7 +321,7 @@ def _preempt(
             )
             continue
         candidates = _candidates(
-            state.holders, slugs, borrowing, team_id=tid, priority=job.priority, exclude=chosen
+            state.holders, slugs, team_id=tid, priority=job.priority, exclude=chosen
         )
         found = preemption_victims(
             settled, team=team.slug, demand=job.demand, candidates=candidates
@@ -347,26 +346,24 @@ def _preempt(
 def _candidates(
     holders: list[dict[str, Any]],
     slugs: dict[int, str],
-    borrowing: set[int],
     *,
     team_id: int,
     priority: int,
     exclude: set[int],
 ) -> list[Running]:
-    """Who a job of ``team_id`` at ``priority`` may evict: other teams' jobs running on
-    borrowed quota (reclaim), and its own team's lower-priority jobs unless its
-    PriorityClass never preempts (``gpu-low``)."""
+    """Who a job of ``team_id`` at ``priority`` may evict: every admitted job of the other
+    teams of its cohort, whatever its priority (Kueue's ``reclaimWithinCohort: Any``;
+    ``preemption_victims`` takes one only while its team is over its nominal quota on the
+    contested resource, so a team is reclaimed from its lowest-priority job, not from the
+    one that happens to be flagged borrowing), and its own team's lower-priority jobs
+    unless its PriorityClass never preempts (``gpu-low``)."""
     return [
         Running(slugs[h["team_id"]], h["pk"], h["priority_value"], h["admitted_at"], h["demand"])
         for h in holders
         if h["pk"] not in exclude
         and (
-            (h["team_id"] != team_id and h["pk"] in borrowing)
-            or (
-                h["team_id"] == team_id
-                and priority > _MAY_PREEMPT_ABOVE
-                and h["priority_value"] < priority
-            )
+            h["team_id"] != team_id
+            or (priority > _MAY_PREEMPT_ABOVE and h["priority_value"] < priority)
         )
     ]
 
@@ -638,7 +635,6 @@ def admission_preview(
         candidates=_candidates(
             state.holders,
             slugs,
-            _borrowing_ids(state),
             team_id=team_id,
             priority=priority,
             exclude=evicting,

@@ -252,6 +252,38 @@ def test_a_lender_reclaims_from_the_fewest_lowest_priority_newest_borrowing_jobs
     assert all(fresh(j).state == JobState.RUNNING for j in [*own, *borrowers[:2]])
 
 
+def test_a_reclaim_takes_the_lowest_priority_job_of_the_borrowing_team_not_the_flagged_one(
+    alice: User, dave: User, vision: Team, robotics: Team
+) -> None:
+    # Given vision running a low, a normal and a high-priority 8-GPU job, the high one
+    # admitted last and so the one flagged as borrowing robotics' idle 8
+    low = submit(alice, "vision", 8, name="low", priority="low")
+    normal = submit(alice, "vision", 8, name="normal")
+    admission_run(team_id=vision.pk)
+    run_all(low, normal)
+    high = submit(alice, "vision", 8, name="high", priority="high")
+    admission_run(team_id=vision.pk)
+    run_all(high)
+    assert [fresh(j).borrowing for j in (low, normal, high)] == [False, False, True]
+    # When robotics reclaims its 8
+    mine = submit(dave, "robotics", 8, name="reclaim")
+    result = admission_run(team_id=robotics.pk)
+    # Then, as Kueue does, every job of the team over its nominal quota is a candidate and
+    # the lowest-priority one goes: one eviction, the high-priority job keeps running
+    assert result.evicted == [low.pk]
+    assert fresh(high).state == JobState.RUNNING and fresh(normal).state == JobState.RUNNING
+    assert re.fullmatch(
+        r"evicted at \d\d:\d\d: team robotics reclaimed 8 nvidia.com/gpu it had lent to "
+        r"vision; re-queued, position 1",
+        fresh(low).message,
+    ), fresh(low).message
+    # And once its pods are gone robotics runs, and vision evicts nobody of its own
+    Job.objects.filter(pk=low.pk).update(evicted_at=None, applied_at=None, admitted_at=None)
+    assert admission_run(team_id=robotics.pk).admitted == [mine.pk]
+    assert admission_run(team_id=vision.pk).evicted == []
+    assert Job.objects.filter(evictions__gt=0).count() == 1
+
+
 def test_no_reclaim_from_a_team_within_its_nominal_quota(
     alice: User, dave: User, vision: Team, robotics: Team
 ) -> None:
