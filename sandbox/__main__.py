@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from sandbox import faults, history
+from sandbox.api import crds
 from sandbox.bootstrap import bootstrap
 from sandbox.controllers import faultplan
 from sandbox.controllers.manager import ControllerManager
@@ -94,42 +95,14 @@ def kubeconfig(server: str, token: str, ca_pem: bytes | None = None) -> dict[str
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "history":
-        return history.main(argv[1:])
-    if argv and argv[0] == "fault":
-        return faults.main(argv[1:])
-    args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    profile = load_profile(args.profile)
-    try:
-        fault_rates = faultplan.check_config(profile.get("faults"))
-    except ValueError as exc:
-        print(f"profile {args.profile}: {exc}", file=sys.stderr)
-        return 2
-    store = Store(args.state, reset=args.reset, watch_window=args.watch_window)
-    options = Options(
-        token=args.token,
-        seed=args.seed,
-        speed=args.speed,
-        event_ttl=args.event_ttl,
-        default_training_seconds=args.default_duration,
-        faults=fault_rates,
-    )
-    cluster = Cluster(store, options)
-    bootstrap(cluster, profile)
-    certs = None if args.insecure_http else certificates(Path(args.state).parent / "pki", args.host)
-    api = ApiServer((args.host, args.port), cluster, certs.server_context() if certs else None)
-    metrics = MetricsServer((args.host, args.metrics_port), cluster)
-    manager = ControllerManager(cluster)
-    manager.start()
-    threads = [
-        threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-        for s in (api, metrics)
-    ]
-    for t in threads:
-        t.start()
+def _announce(
+    args: argparse.Namespace,
+    api: ApiServer,
+    metrics: MetricsServer,
+    certs: Any,
+    profile: dict[str, Any],
+) -> None:
+    """Write the kubeconfig and the ports file, then print the ready line."""
     api_url = api.url
     metrics_url = f"http://{args.host}:{metrics.server_address[1]}/metrics"
     kc_path = Path(args.kubeconfig)
@@ -158,6 +131,46 @@ def main(argv: list[str] | None = None) -> int:
         f"profile={profile.get('name', args.profile)} speed={args.speed}",
         flush=True,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "history":
+        return history.main(argv[1:])
+    if argv and argv[0] == "fault":
+        return faults.main(argv[1:])
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    profile = load_profile(args.profile)
+    try:
+        fault_rates = faultplan.check_config(profile.get("faults"))
+    except ValueError as exc:
+        print(f"profile {args.profile}: {exc}", file=sys.stderr)
+        return 2
+    store = Store(args.state, reset=args.reset, watch_window=args.watch_window)
+    options = Options(
+        token=args.token,
+        seed=args.seed,
+        speed=args.speed,
+        event_ttl=args.event_ttl,
+        default_training_seconds=args.default_duration,
+        faults=fault_rates,
+    )
+    cluster = Cluster(store, options)
+    crds.load(store.list(crds.CRD_KEY))
+    bootstrap(cluster, profile)
+    certs = None if args.insecure_http else certificates(Path(args.state).parent / "pki", args.host)
+    api = ApiServer((args.host, args.port), cluster, certs.server_context() if certs else None)
+    metrics = MetricsServer((args.host, args.metrics_port), cluster)
+    manager = ControllerManager(cluster)
+    manager.start()
+    threads = [
+        threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        for s in (api, metrics)
+    ]
+    for t in threads:
+        t.start()
+    _announce(args, api, metrics, certs, profile)
 
     done = threading.Event()
 

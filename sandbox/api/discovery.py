@@ -63,6 +63,8 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["shortNames"] = list(r.short_names)
         if r.plural in ("pods", "services", "deployments", "replicasets", "jobs"):
             entry["categories"] = ["all"]
+        elif r.categories:
+            entry["categories"] = list(r.categories)
         items.append(entry)
         for sub in r.subresources:
             verbs = {"log": ["get"], "eviction": ["create"]}.get(sub, ["get", "patch", "update"])

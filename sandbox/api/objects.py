@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sandbox.api import admission, defaults, ssa, validation
+from sandbox.api import admission, crds, defaults, ssa, validation
 from sandbox.api.patch import json_patch, merge_patch, strategic_merge_patch
 from sandbox.api.resources import RESOURCES, ResourceType
 from sandbox.controllers.kubelet import release_devices
@@ -172,11 +172,15 @@ def create(
     if rt.plural == "pods":
         admission.admit_pod(cluster, obj)
         obj["status"]["qosClass"] = _qos_class(obj)
+    if rt.key == crds.CRD_KEY:
+        crds.accepted(obj, meta["creationTimestamp"])
     if dry_run:
         return obj, warnings
     cluster.store.put(rt.key, obj)
     if rt.plural == "pods":
         admission.quota_charge(cluster, obj)
+    if rt.key == crds.CRD_KEY:
+        crds.register(obj)
     return obj, warnings
 
 
@@ -347,7 +351,10 @@ def update(
         meta.pop("managedFields", None)
     if obj == old:
         return old, warnings
-    return cluster.store.put(rt.key, obj), warnings
+    stored = cluster.store.put(rt.key, obj)
+    if rt.key == crds.CRD_KEY and not status_only:
+        crds.register(stored)
+    return stored, warnings
 
 
 # Metadata only the server sets: an update keeps the stored values.
@@ -670,7 +677,19 @@ def delete(
             cluster.store.put(rt.key, obj)
         return obj, warnings
     cluster.store.delete(rt.key, key_ns, name)
+    if rt.key == crds.CRD_KEY:
+        _delete_custom_objects(cluster, obj)
     return _status_success(rt, obj), warnings
+
+
+def _delete_custom_objects(cluster: Cluster, crd: Obj) -> None:
+    """A deleted CRD takes its objects with it, and its types stop being served."""
+    spec = crd.get("spec") or {}
+    key = f"{(spec.get('names') or {}).get('plural')}.{spec.get('group')}"
+    for obj in list(cluster.store.list(key, None)):
+        meta = obj["metadata"]
+        cluster.store.delete(key, meta.get("namespace", ""), meta["name"])
+    crds.unregister(crd)
 
 
 def _check_preconditions(rt: ResourceType, name: str, meta: Obj, pre: dict[str, Any]) -> None:

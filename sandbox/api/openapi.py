@@ -21,6 +21,7 @@ from typing import Any
 
 from kubernetes_validate.utils import all_versions, major_minor
 
+from sandbox.api import crds
 from sandbox.api.discovery import VERSION
 from sandbox.api.resources import RESOURCES
 
@@ -60,8 +61,32 @@ def _convert(node: Any, prefix: str) -> Any:
 
 
 @functools.cache
-def _schemas(prefix: str) -> dict[str, Any]:
+def _builtin_schemas(prefix: str) -> dict[str, Any]:
     return {name: _convert(schema, prefix) for name, schema in _definitions().items()}
+
+
+def _custom_name(group: str, version: str, kind: str) -> str:
+    """apiextensions' name for a custom kind's schema: the group reversed
+    (``kueue.x-k8s.io`` → ``io.x-k8s.kueue.v1beta2.ClusterQueue``)."""
+    return ".".join([*reversed(group.split(".")), version, kind])
+
+
+def _schemas(prefix: str) -> dict[str, Any]:
+    """Every kind's schema: the built-in ones, and each served CRD version's, whose
+    ``metadata`` is the ObjectMeta every object has."""
+    schemas = dict(_builtin_schemas(prefix))
+    meta = prefix + "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    for found in crds.SERVED.values():
+        rt = found.rt
+        schema = dict(found.schema)
+        properties = dict(schema.get("properties") or {})
+        properties["metadata"] = {"$ref": meta}
+        schema["properties"] = properties
+        schema["x-kubernetes-group-version-kind"] = [
+            {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        ]
+        schemas[_custom_name(rt.group, rt.version, rt.kind)] = schema
+    return schemas
 
 
 def _group_versions() -> list[str]:
@@ -76,6 +101,9 @@ def _info() -> dict[str, str]:
 
 
 def _schema_name(group: str, version: str, kind: str) -> str | None:
+    for found in crds.SERVED.values():
+        if (found.rt.group, found.rt.version, found.rt.kind) == (group, version, kind):
+            return _custom_name(group, version, kind)
     for name, schema in _definitions().items():
         for gvk in schema.get("x-kubernetes-group-version-kind") or []:
             if (gvk.get("group"), gvk.get("version"), gvk.get("kind")) == (group, version, kind):
@@ -125,9 +153,14 @@ def _paths(group_version: str, prefix: str) -> dict[str, Any]:
     return paths
 
 
-@functools.cache
 def v3_document(group_version: str) -> bytes | None:
-    """The OpenAPI v3 document of ``api/v1`` or ``apis/<group>/<version>``, as JSON bytes."""
+    """The OpenAPI v3 document of ``api/v1`` or ``apis/<group>/<version>``, as JSON bytes
+    (built again when the CRDs served change)."""
+    return _v3_document(group_version, crds.generation())
+
+
+@functools.cache
+def _v3_document(group_version: str, served: int) -> bytes | None:
     if group_version not in _group_versions():
         return None
     prefix = "#/components/schemas/"
@@ -145,8 +178,12 @@ def _hash(group_version: str) -> str:
     return hashlib.sha512(body).hexdigest()[:128].upper()
 
 
-@functools.cache
 def v3_root() -> dict[str, Any]:
+    return _v3_root(crds.generation())
+
+
+@functools.cache
+def _v3_root(served: int) -> dict[str, Any]:
     return {
         "paths": {
             gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={_hash(gv)}"}
@@ -155,8 +192,12 @@ def v3_root() -> dict[str, Any]:
     }
 
 
-@functools.cache
 def v2_document() -> bytes:
+    return _v2_document(crds.generation())
+
+
+@functools.cache
+def _v2_document(served: int) -> bytes:
     doc = {
         "swagger": "2.0",
         "info": _info(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sandbox.api import crds
 from sandbox.api.resources import ResourceType
 from sandbox.clock import parse_rfc3339
 
@@ -487,6 +488,9 @@ def table(
     ``includeObject`` query parameter: ``Metadata`` (kubectl's default: a
     ``PartialObjectMetadata`` per row), ``Object`` or ``None``."""
     columns, row = PRINTERS.get(rt.kind, DEFAULT)
+    custom = crds.served(rt)
+    if custom is not None:
+        columns, row = crds.columns(custom), lambda obj, now: crds.cells(custom, obj)
     rows = []
     for obj in items:
         entry: Obj = {"cells": row(obj, now)}

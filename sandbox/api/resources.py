@@ -18,6 +18,7 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     verbs: tuple[str, ...] = tuple(ALL_VERBS)
     subresources: tuple[str, ...] = field(default=())
+    categories: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -146,6 +147,17 @@ RESOURCES: list[ResourceType] = [
         False,
         ("pc",),
     ),
+    ResourceType(
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        "apiextensions.k8s.io",
+        "v1",
+        False,
+        ("crd", "crds"),
+        subresources=("status",),
+        categories=("api-extensions",),
+    ),
 ]
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {
@@ -160,3 +172,30 @@ for _r in RESOURCES:
 
 def rtype(key: str) -> ResourceType:
     return BY_KEY[key]
+
+
+def register(rt: ResourceType) -> None:
+    """Serve ``rt`` (a CustomResourceDefinition's version) beside the built-in types."""
+    unregister(rt.key, rt.version)
+    RESOURCES.append(rt)
+    BY_PATH[(rt.group, rt.version, rt.plural)] = rt
+    BY_KEY.setdefault(rt.key, rt)
+    if rt.version not in GROUPS.setdefault(rt.group, []):
+        GROUPS[rt.group].append(rt.version)
+
+
+def unregister(key: str, version: str | None = None) -> None:
+    """Stop serving the type ``key`` (one version of it, or all)."""
+    gone = [r for r in RESOURCES if r.key == key and version in (None, r.version)]
+    for rt in gone:
+        RESOURCES.remove(rt)
+        BY_PATH.pop((rt.group, rt.version, rt.plural), None)
+        if rt.version in GROUPS.get(rt.group, []):
+            GROUPS[rt.group].remove(rt.version)
+            if not GROUPS[rt.group]:
+                GROUPS.pop(rt.group)
+    remaining = [r for r in RESOURCES if r.key == key]
+    if remaining:
+        BY_KEY[key] = remaining[0]
+    else:
+        BY_KEY.pop(key, None)

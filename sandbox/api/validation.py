@@ -19,6 +19,7 @@ import referencing
 from kubernetes_validate.utils import all_versions, major_minor
 
 from sandbox import quantity
+from sandbox.api import crds
 from sandbox.api.resources import ResourceType
 from sandbox.errors import Cause, bad_request, invalid
 from sandbox.label_selectors import match_label_selector_obj
@@ -89,7 +90,10 @@ def _validator(kind: str, api_version: str) -> jsonschema.protocols.Validator | 
 
 
 def check_schema(rt: ResourceType, obj: dict[str, Any], field_validation: str) -> list[str]:
-    """Validate ``obj`` in place against the 1.33 schema; return ``Warning`` header texts."""
+    """Validate ``obj`` in place against the 1.33 schema (a custom object: against its
+    CRD's, ``sandbox.api.crds``); return ``Warning`` header texts."""
+    if crds.served(rt) is not None:
+        return crds.check(rt, obj, field_validation)
     warnings: list[str] = []
     for _ in range(50):
         validator = _validator(str(obj.get("kind", "")), str(obj.get("apiVersion", "")))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 import time
 import uuid
@@ -145,3 +148,30 @@ def events_for(core: client.CoreV1Api, ns: str, name: str, reason: str | None = 
     if reason:
         selector += f",reason={reason}"
     return core.list_namespaced_event(ns, field_selector=selector).items
+
+
+KUBECTL = Path(sys.executable).parent / "kubectl"
+
+
+@pytest.fixture(scope="module")
+def kubectl(sandbox: SandboxProcess):  # type: ignore[no-untyped-def]
+    assert KUBECTL.exists(), "make test installs kubectl (scripts/install_kube_tools.py)"
+
+    def run(*args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [str(KUBECTL), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)},
+        )
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result.stdout + result.stderr
+
+    return run
+
+
+def rows(output: str) -> list[list[str]]:
+    return [re.split(r"\s{2,}", line.strip()) for line in output.strip().splitlines()]

@@ -7,17 +7,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 
-import pytest
-
-from tests.sandbox_process import SandboxProcess
-
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from tests.sandbox.conftest import KUBECTL, rows
 
 JOB = """
 apiVersion: batch/v1
@@ -36,30 +30,6 @@ spec:
         image: busybox
         command: ["echo", "hello"]
 """
-
-
-@pytest.fixture(scope="module")
-def kubectl(sandbox: SandboxProcess):  # type: ignore[no-untyped-def]
-    assert KUBECTL.exists(), "make test installs kubectl (scripts/install_kube_tools.py)"
-
-    def run(*args: str, stdin: str | None = None, check: bool = True) -> str:
-        result = subprocess.run(
-            [str(KUBECTL), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)},
-        )
-        if check:
-            assert result.returncode == 0, result.stderr
-        return result.stdout + result.stderr
-
-    return run
-
-
-def rows(output: str) -> list[list[str]]:
-    return [re.split(r"\s{2,}", line.strip()) for line in output.strip().splitlines()]
 
 
 def test_get_nodes_prints_the_api_servers_columns(kubectl):  # type: ignore[no-untyped-def]
