@@ -21,7 +21,7 @@ from tests.conftest import api_client_for, training_spec
 pytestmark = pytest.mark.django_db
 
 SECRET_NAME = "vision-secret-experiment"
-# Public by design (no team data): home (a redirect), log-in, health, API description.
+# Public by design (no team data): home (a redirect), log-in, health, API description, icon.
 PUBLIC = {
     "/",
     "/login/",
@@ -31,6 +31,7 @@ PUBLIC = {
     "/api/schema/",
     "/api/docs/",
     "/metrics",
+    "/favicon.ico",
 }
 DENIED = {302, 401, 403, 404, 405}
 
