@@ -1,10 +1,14 @@
-"""First start: the namespaces, PriorityClasses and nodes a fresh cluster has."""
+"""First start: the namespaces, PriorityClasses and nodes a fresh cluster has; every start:
+the CustomResourceDefinitions of the operators the cluster runs (``sandbox/crds/``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from sandbox.api import objects
+import yaml
+
+from sandbox.api import crds, objects
 from sandbox.api.resources import BY_KEY
 from sandbox.profiles import build_nodes
 from sandbox.state import Cluster
@@ -82,3 +86,32 @@ def bootstrap(cluster: Cluster, profile: dict[str, Any]) -> None:
             store.meta_set(
                 f"devices/{node['metadata']['name']}", [d.to_json() for d in spec.devices]
             )
+
+
+CRD_DIR = Path(__file__).parent / "crds"
+
+
+def install_crds(cluster: Cluster, directory: Path = CRD_DIR) -> list[str]:
+    """Create the CRDs of ``directory`` (Kueue's...) as their operators' installs do, or
+    bring a stored one up to date; returns the names created or updated."""
+    rt = BY_KEY[crds.CRD_KEY]
+    changed = []
+    for path in sorted(directory.glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            if not crd:
+                continue
+            name = crd["metadata"]["name"]
+            stored = cluster.store.get(rt.key, "", name)
+            if stored is None:
+                objects.create(cluster, rt, "", crd, check_schema=False)
+            elif stored.get("spec") != crd["spec"]:
+                body = {**crd, "metadata": {**crd["metadata"], **_kept(stored["metadata"])}}
+                objects.update(cluster, rt, "", name, body, check_schema=False)
+            else:
+                continue
+            changed.append(name)
+    return changed
+
+
+def _kept(meta: dict[str, Any]) -> dict[str, Any]:
+    return {"resourceVersion": meta["resourceVersion"]}
