@@ -8,8 +8,8 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from core.errors import NotFound
+from scheduling.sharing import ResourceQuota
 from teams.models import GpuQuota, Membership, Team
-from teams.sharing import ResourceQuota
 
 
 def teams_for_user(*, user: User | AnonymousUser) -> QuerySet[Team]:

@@ -13,9 +13,9 @@ from django.db.models import QuerySet
 from core.errors import NotFound
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
+from scheduling.sharing import Cohort, ResourceQuota, TeamShare
 from teams.models import GpuQuota, Team
 from teams.selectors import teams_for_user
-from teams.sharing import Cohort, ResourceQuota, TeamShare
 
 
 def jobs_for_user(
@@ -153,7 +153,7 @@ def _usage_by_team(team_ids: Sequence[int]) -> dict[int, dict[str, int]]:
 
 def quota_usage_for_teams(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]:
     """Each team's quotas with what its admitted jobs hold, and, in a cohort, what it
-    borrows and lends now (``teams.sharing``): three queries, however many teams."""
+    borrows and lends now (``scheduling.sharing``): three queries, however many teams."""
     cohort_ids = {t.cohort_id for t in teams if t.cohort_id}
     mates = list(Team.objects.filter(cohort_id__in=cohort_ids)) if cohort_ids else []
     everyone = {t.pk: t for t in [*teams, *mates]}

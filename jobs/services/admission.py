@@ -1,7 +1,7 @@
 """Admission: turn queued jobs into admitted ones while quota allows, borrowing what the
 team's cohort leaves idle, and evicting to give lenders their quota back.
 
-The rules (Kueue's, ``docs/sharing.md``; the arithmetic is ``teams.sharing``):
+The rules (Kueue's, ``docs/sharing.md``; the arithmetic is ``scheduling.sharing``):
 
 - Within a team, jobs go in priority order, then first come. The first job that does not
   fit blocks the team's queue (StrictFIFO: a big job is never starved by small ones
@@ -42,8 +42,7 @@ from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.quota import format_amount, quota_capacity
 from jobs.services.timeline import timeline_add_many
 from jobs.services.transitions import job_transition
-from teams.models import GpuQuota, Team
-from teams.sharing import (
+from scheduling.sharing import (
     Cohort,
     Fit,
     FitKind,
@@ -55,6 +54,7 @@ from teams.sharing import (
     preemption_victims,
     wait_reason,
 )
+from teams.models import GpuQuota, Team
 
 ADMITTED_MESSAGE = "Admitted against the team's quota; waiting to be applied."
 BORROWING_MESSAGE = (

@@ -3,7 +3,7 @@
 From the portal's job rows (when each job started and finished, and what it demanded),
 not from Prometheus: quota is the portal's bookkeeping. Borrowed at a moment is what a
 team held above its nominal quota; lent is the cohort's borrowed total spread over the
-teams that had idle lendable quota then (``teams.sharing.Cohort.lent``). The quotas are
+teams that had idle lendable quota then (``scheduling.sharing.Cohort.lent``). The quotas are
 today's: a quota changed within the range is drawn as it is now.
 """
 
@@ -22,7 +22,7 @@ from monitoring import queries
 from monitoring.selectors.common import Window
 from monitoring.selectors.team import allocation_series, team_jobs_between
 from scheduling.resources import CPU, MEMORY
-from teams.sharing import Cohort, ResourceQuota, TeamShare
+from scheduling.sharing import Cohort, ResourceQuota, TeamShare
 
 
 @dataclass

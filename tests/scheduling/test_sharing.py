@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from teams.sharing import (
+from scheduling.sharing import (
     Cohort,
     FitKind,
     Head,
