@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from sandbox import quantity
+from sandbox.api import crds
 from sandbox.errors import forbidden
 from sandbox.state import Cluster
 
@@ -447,3 +448,11 @@ def admit_pod(cluster: Cluster, pod: Pod) -> None:
     admit_limit_ranges(cluster, pod)
     admit_pod_security(cluster, pod)
     admit_resource_quota(cluster, pod)
+
+
+def kueue_job_defaults(job: dict[str, Any]) -> None:
+    """Kueue's Job webhook, when Kueue is installed: a Job for a queue
+    (``kueue.x-k8s.io/queue-name``) is created suspended, and only Kueue unsuspends it."""
+    labels = job["metadata"].get("labels") or {}
+    if "kueue.x-k8s.io/queue-name" in labels and "workloads.kueue.x-k8s.io" in crds.SERVED:
+        job["spec"]["suspend"] = True

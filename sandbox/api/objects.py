@@ -102,6 +102,7 @@ def _prepare_kind(cluster: Cluster, rt: ResourceType, obj: Obj) -> list[str]:
             # Job defaulting: a Job without labels takes its pod template's labels.
             meta["labels"] = dict(labels)
         obj["status"] = {}
+        admission.kueue_job_defaults(obj)
         warnings += admission.workload_warnings(
             cluster, meta["namespace"], spec["template"]["spec"]
         )

@@ -373,8 +373,7 @@ def _job_causes(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]
                 "FieldValueNotSupported",
             )
         )
-    if old is not None and old.get("spec", {}).get("template") != spec.get("template"):
-        # Only a suspended Job may change scheduling directives; keep the common rule.
+    if old is not None and _template_changed(old, spec):
         causes.append(
             Cause("spec.template", "Invalid value: core.PodTemplateSpec{...}: field is immutable")
         )
@@ -386,6 +385,32 @@ def _job_causes(spec: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]
             )
         )
     return causes
+
+
+# What a suspended Job's template may change (scheduling directives: Kueue sets them when it
+# starts a Job and puts them back when it evicts one).
+_SCHEDULING_DIRECTIVES = ("nodeSelector", "tolerations", "affinity", "schedulingGates")
+
+
+def _template_changed(old: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """Whether a Job's pod template changed where it may not: anywhere, unless the Job is
+    (or was) suspended, then beyond its labels, annotations and scheduling directives."""
+    before, after = old.get("spec", {}).get("template"), spec.get("template")
+    if before == after:
+        return False
+    if not (old.get("spec", {}).get("suspend") or spec.get("suspend")):
+        return True
+
+    def fixed(template: Any) -> Any:
+        template = dict(template or {})
+        template.pop("metadata", None)
+        pod = dict(template.get("spec") or {})
+        for key in _SCHEDULING_DIRECTIVES:
+            pod.pop(key, None)
+        template["spec"] = pod
+        return template
+
+    return bool(fixed(before) != fixed(after))
 
 
 def _replicated_causes(spec: dict[str, Any]) -> list[Cause]:

@@ -12,7 +12,16 @@ import logging
 import threading
 import time
 
-from sandbox.controllers import deployment, faultplan, gc, job, kubelet, lease, nodelifecycle
+from sandbox.controllers import (
+    deployment,
+    faultplan,
+    gc,
+    job,
+    kubelet,
+    kueue,
+    lease,
+    nodelifecycle,
+)
 from sandbox.controllers.scheduler import Scheduler
 from sandbox.state import Cluster
 
@@ -41,6 +50,7 @@ class ControllerManager:
         # would, and lets waiting API requests in between the objects it syncs: a request
         # waits for one object's sync, not for a step (tens of ms at 10,000 pods).
         steps = (
+            lambda: kueue.reconcile(self.cluster),
             lambda: job.reconcile(self.cluster),
             lambda: deployment.reconcile(self.cluster),
             self.scheduler.reconcile,

@@ -1,0 +1,835 @@
+"""Kueue's controllers, for ``batch/v1`` Jobs: what a cluster with Kueue installed does.
+
+1. A Job labelled ``kueue.x-k8s.io/queue-name`` is created suspended (the webhook,
+   ``sandbox.api.admission.kueue_job_defaults``) and gets one Workload (``job-<name>-<hash>``,
+   owned by the Job, labelled with its UID): one pod set ``main`` with the Job's parallelism
+   and pod template, its priority from the template's PriorityClass.
+2. Each pass admits what fits, per ClusterQueue in priority then creation order
+   (``StrictFIFO``: a head that does not fit blocks the queue; ``BestEffortFIFO``: the next
+   is tried): each resource group's flavors are tried in order, the first that fits, even
+   by borrowing from the cohort, is taken (Kueue's default fungibility), quota arithmetic
+   from ``scheduling.sharing``. Admission writes ``status.admission`` and the
+   ``QuotaReserved`` and ``Admitted`` conditions with Kueue's words, then unsuspends the
+   Job with the flavors' node labels and tolerations.
+3. A workload that fits only on its ClusterQueue's nominal quota once others are evicted
+   preempts, by the ClusterQueue's policy (``reclaimWithinCohort``, ``withinClusterQueue``):
+   other queues' workloads first, lower priority first, most recently admitted first, the
+   fewest; the victims get ``Evicted`` and ``Preempted`` with Kueue's message, their Jobs
+   are suspended, and once their pods are gone they are requeued.
+4. A Workload whose Job finished gets ``Finished`` with the Job's own message.
+5. ClusterQueue and LocalQueue statuses: quota reserved and used per flavor (``borrowed``
+   above nominal), workload counts, ``Active``.
+
+Simplified (``sandbox/README.md``): Jobs only (no pod integration, JobSet, TrainJob);
+no admission checks, topology, partial admission, fair-sharing ordering or hierarchical
+cohorts; the pending reason is ``Pending`` (Kueue 0.19's default).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sandbox.api import crds
+from sandbox.controllers.common import condition, get_condition, owner_ref, set_condition
+from sandbox.label_selectors import match_label_selector_obj
+from sandbox.state import Cluster
+from scheduling import format_quantity, normalise_quantity, pod_requests
+from scheduling.sharing import (
+    Cohort,
+    FitKind,
+    ResourceQuota,
+    Running,
+    TeamShare,
+    preemption_victims,
+)
+
+Obj = dict[str, Any]
+GROUP = "kueue.x-k8s.io"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+WORKLOADS = "workloads.kueue.x-k8s.io"
+CLUSTER_QUEUES = "clusterqueues.kueue.x-k8s.io"
+LOCAL_QUEUES = "localqueues.kueue.x-k8s.io"
+FLAVORS = "resourceflavors.kueue.x-k8s.io"
+COMPONENT = "kueue-admission"
+REASONS = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+}
+
+
+def installed() -> bool:
+    return WORKLOADS in crds.SERVED
+
+
+def workload_name(job: Obj) -> str:
+    """Kueue's name for a Job's Workload: ``job-<name>-`` and 5 hex digits of a SHA-1."""
+    meta = job["metadata"]
+    digest = hashlib.sha1(  # noqa: S324 - a name, not a secret: Kueue's own scheme
+        f"Job\nbatch\n{meta['name']}\n{meta['uid']}".encode()
+    ).hexdigest()[:5]
+    return f"job-{meta['name']}"[:247] + f"-{digest}"
+
+
+def reconcile(cluster: Cluster) -> None:
+    """One pass of Kueue's controllers, skipped while nothing they read has changed."""
+    if not installed():
+        return
+    store = cluster.store
+    signature = tuple(
+        store.version(key)
+        for key in ("jobs.batch", WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS)
+    )
+    if cluster.settled.get("kueue") == {"": signature}:
+        return
+    _sync_jobs(cluster)
+    _schedule(cluster)
+    _write_queue_statuses(cluster)
+    cluster.settled["kueue"] = {
+        "": tuple(
+            store.version(key)
+            for key in ("jobs.batch", WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS)
+        )
+    }
+
+
+# -- 1. Jobs and their Workloads -------------------------------------------------------------
+def _sync_jobs(cluster: Cluster) -> None:
+    store = cluster.store
+    for job in store.list("jobs.batch"):
+        labels = job["metadata"].get("labels") or {}
+        if QUEUE_LABEL not in labels or job["metadata"].get("deletionTimestamp"):
+            continue
+        ns = job["metadata"]["namespace"]
+        workload = store.get(WORKLOADS, ns, workload_name(job))
+        if workload is None:
+            workload = _create_workload(cluster, job, labels[QUEUE_LABEL])
+        before = copy.deepcopy(workload.get("status"))
+        _follow_job(cluster, workload, job)
+        if workload.get("status") != before:
+            store.put(WORKLOADS, workload)
+
+
+def _create_workload(cluster: Cluster, job: Obj, queue: str) -> Obj:
+    spec = job["spec"]
+    template = spec["template"]
+    parallelism = int(spec.get("parallelism", 1))
+    completions = spec.get("completions")
+    count = min(parallelism, int(completions)) if completions is not None else parallelism
+    priority, ref = 0, None
+    klass = (template.get("spec") or {}).get("priorityClassName")
+    if klass:
+        found = cluster.store.get("priorityclasses.scheduling.k8s.io", "", klass)
+        priority = int(found["value"]) if found else 0
+        ref = {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": klass}
+    meta = job["metadata"]
+    workload: Obj = {
+        "apiVersion": f"{GROUP}/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(job),
+            "namespace": meta["namespace"],
+            "labels": {JOB_UID_LABEL: meta["uid"]},
+            "ownerReferences": [owner_ref(job)],
+            "uid": cluster.new_uid(),
+            "creationTimestamp": cluster.timestamp(),
+            "generation": 1,
+        },
+        "spec": {
+            "podSets": [{"name": "main", "count": count, "template": copy.deepcopy(template)}],
+            "queueName": queue,
+            "priority": priority,
+            "active": True,
+            **({"priorityClassRef": ref} if ref else {}),
+        },
+        "status": {},
+    }
+    stored = cluster.store.put(WORKLOADS, workload)
+    cluster.record_event(
+        job,
+        "Normal",
+        "CreatedWorkload",
+        f"Created Workload: {meta['namespace']}/{workload_name(job)}",
+        "kueue-job-controller",
+    )
+    return stored
+
+
+def _follow_job(cluster: Cluster, workload: Obj, job: Obj) -> None:
+    """Finished when the Job is; requeued once an evicted Job's pods are gone."""
+    ts = cluster.timestamp()
+    if get_condition(workload, "Finished"):
+        return
+    for kind, reason in (("Complete", "Succeeded"), ("Failed", "Failed")):
+        done = get_condition(job, kind)
+        if done and done["status"] == "True":
+            set_condition(
+                workload, condition("Finished", "True", reason, done.get("message", ""), ts, None)
+            )
+            return
+    evicted = get_condition(workload, "Evicted")
+    reserved = get_condition(workload, "QuotaReserved")
+    if (
+        evicted
+        and evicted["status"] == "True"
+        and reserved
+        and reserved["status"] == "True"
+        and not int((job.get("status") or {}).get("active", 0))
+    ):
+        message = evicted["message"]
+        set_condition(workload, condition("Requeued", "True", "Preempted", message, ts, None))
+        set_condition(workload, condition("QuotaReserved", "False", "Pending", message, ts, None))
+        set_condition(
+            workload,
+            condition(
+                "Admitted", "False", "NoReservation", "The workload has no reservation", ts, None
+            ),
+        )
+        status = workload["status"]
+        status.pop("admission", None)
+        stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+        entry = next((e for e in stats if e["reason"] == "Preempted"), None)
+        if entry is None:
+            stats.append({"reason": "Preempted", "underlyingCause": "", "count": 1})
+        else:
+            entry["count"] += 1
+
+
+# -- 2. Admission ----------------------------------------------------------------------------
+@dataclass
+class _Queue:
+    obj: Obj
+    name: str
+    cohort: str
+    strategy: str
+    groups: list[tuple[list[str], list[tuple[str, dict[str, ResourceQuota]]]]]
+    blocked: bool = False
+
+
+@dataclass
+class _Pending:
+    workload: Obj
+    queue: _Queue
+    demand: dict[str, int]
+    priority: int
+    created: str
+
+
+@dataclass
+class _Snapshot:
+    queues: dict[str, _Queue]
+    cohorts: dict[str, Cohort]
+    flavors: dict[str, Obj]
+    admitted: list[tuple[Obj, _Queue, dict[str, int]]] = field(default_factory=list)
+
+
+def _quota_key(flavor: str, resource: str) -> str:
+    return f"{flavor}/{resource}"
+
+
+def _queues(cluster: Cluster) -> dict[str, _Queue]:
+    found = {}
+    for cq in cluster.store.list(CLUSTER_QUEUES):
+        spec = cq.get("spec") or {}
+        groups = []
+        for group in spec.get("resourceGroups") or []:
+            flavors = []
+            for flavor in group.get("flavors") or []:
+                quotas = {}
+                for res in flavor.get("resources") or []:
+                    name = res["name"]
+                    limits = [
+                        None if res.get(k) is None else normalise_quantity(name, res[k])
+                        for k in ("borrowingLimit", "lendingLimit")
+                    ]
+                    quotas[name] = ResourceQuota(
+                        normalise_quantity(name, res["nominalQuota"]), limits[0], limits[1]
+                    )
+                flavors.append((flavor["name"], quotas))
+            groups.append((list(group.get("coveredResources") or []), flavors))
+        name = cq["metadata"]["name"]
+        found[name] = _Queue(
+            cq,
+            name,
+            spec.get("cohortName") or f"/{name}",
+            spec.get("queueingStrategy", "BestEffortFIFO"),
+            groups,
+        )
+    return found
+
+
+def _admitted_usage(workload: Obj) -> dict[str, int]:
+    usage: dict[str, int] = {}
+    for assignment in ((workload.get("status") or {}).get("admission") or {}).get(
+        "podSetAssignments"
+    ) or []:
+        for resource, amount in (assignment.get("resourceUsage") or {}).items():
+            flavor = (assignment.get("flavors") or {}).get(resource)
+            if flavor:
+                key = _quota_key(flavor, resource)
+                usage[key] = usage.get(key, 0) + normalise_quantity(resource, amount)
+    return usage
+
+
+def _holds_quota(workload: Obj) -> bool:
+    reserved = get_condition(workload, "QuotaReserved")
+    finished = get_condition(workload, "Finished")
+    return bool(reserved and reserved["status"] == "True" and not finished)
+
+
+def _snapshot(cluster: Cluster) -> _Snapshot:
+    queues = _queues(cluster)
+    usage: dict[str, dict[str, int]] = {name: {} for name in queues}
+    admitted = []
+    for workload in cluster.store.list(WORKLOADS):
+        cq = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        if cq in queues and _holds_quota(workload):
+            held = _admitted_usage(workload)
+            for key, amount in held.items():
+                usage[cq][key] = usage[cq].get(key, 0) + amount
+            admitted.append((workload, queues[cq], held))
+    members: dict[str, dict[str, TeamShare]] = {}
+    for name, queue in queues.items():
+        quotas = {
+            _quota_key(flavor, res): quota
+            for _, flavors in queue.groups
+            for flavor, resources in flavors
+            for res, quota in resources.items()
+        }
+        weight = float(((queue.obj.get("spec") or {}).get("fairSharing") or {}).get("weight", 1))
+        members.setdefault(queue.cohort, {})[name] = TeamShare(quotas, usage[name], weight)
+    cohorts = {name: Cohort(teams) for name, teams in members.items()}
+    flavors = {f["metadata"]["name"]: f for f in cluster.store.list(FLAVORS)}
+    return _Snapshot(queues, cohorts, flavors, admitted)
+
+
+def _pending(cluster: Cluster, snapshot: _Snapshot) -> list[_Pending]:
+    """Workloads waiting for quota, in the order Kueue's queues hold them."""
+    pending = []
+    for workload in cluster.store.list(WORKLOADS):
+        spec, status = workload.get("spec") or {}, workload.get("status") or {}
+        if (
+            status.get("admission")
+            or get_condition(workload, "Finished")
+            or not spec.get("active", True)
+        ):
+            continue
+        queue = _queue_of(cluster, snapshot, workload)
+        if queue is None:
+            continue
+        demand: dict[str, int] = {}
+        for pod_set in spec.get("podSets") or []:
+            per_pod = pod_requests((pod_set.get("template") or {}).get("spec") or {})
+            for resource, amount in per_pod.items():
+                if amount and resource != "pods":
+                    demand[resource] = demand.get(resource, 0) + amount * int(
+                        pod_set.get("count", 1)
+                    )
+        pending.append(
+            _Pending(
+                workload,
+                queue,
+                demand,
+                int(spec.get("priority") or 0),
+                workload["metadata"].get("creationTimestamp", ""),
+            )
+        )
+    pending.sort(key=lambda p: (-p.priority, p.created, p.workload["metadata"]["uid"]))
+    return pending
+
+
+def _queue_of(cluster: Cluster, snapshot: _Snapshot, workload: Obj) -> _Queue | None:
+    """The workload's ClusterQueue, or None (its Pending condition then says why)."""
+    ns = workload["metadata"]["namespace"]
+    name = (workload.get("spec") or {}).get("queueName", "")
+    ts = cluster.timestamp()
+    local = cluster.store.get(LOCAL_QUEUES, ns, name)
+    if local is None:
+        _inadmissible(cluster, workload, f"LocalQueue {name} doesn't exist", ts)
+        return None
+    cq = (local.get("spec") or {}).get("clusterQueue", "")
+    queue = snapshot.queues.get(cq)
+    if queue is None:
+        _inadmissible(cluster, workload, f"ClusterQueue {cq} doesn't exist", ts)
+        return None
+    namespace = cluster.store.get("namespaces", "", ns) or {}
+    selector = (queue.obj.get("spec") or {}).get("namespaceSelector")
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    if selector is None or (selector and not match_label_selector_obj(selector, labels)):
+        _inadmissible(
+            cluster, workload, "workload namespace doesn't match ClusterQueue selector", ts
+        )
+        return None
+    return queue
+
+
+def _inadmissible(cluster: Cluster, workload: Obj, message: str, ts: str) -> None:
+    _set(cluster, workload, condition("QuotaReserved", "False", "Inadmissible", message, ts, None))
+
+
+def _set(cluster: Cluster, workload: Obj, cond: Obj) -> None:
+    """Upsert a condition and store the workload when that changed it."""
+    before = copy.deepcopy(workload.get("status"))
+    set_condition(workload, cond)
+    if workload.get("status") != before:
+        cluster.store.put(WORKLOADS, workload)
+
+
+@dataclass
+class _Assignment:
+    flavors: dict[str, str] = field(default_factory=dict)  # resource → flavor
+    keys: dict[str, int] = field(default_factory=dict)  # quota key → amount
+    reasons: list[str] = field(default_factory=list)
+    borrowing: bool = False
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+def _assign(snapshot: _Snapshot, item: _Pending) -> _Assignment:
+    """Flavors for each requested resource, in each resource group's flavor order: the
+    first flavor that fits (even by borrowing) is taken, as Kueue's defaults do."""
+    queue, cohort = item.queue, snapshot.cohorts[item.queue.cohort]
+    result = _Assignment()
+    covered = {r for resources, _ in queue.groups for r in resources}
+    for resource in sorted(set(item.demand) - covered):
+        result.reasons.append(f"resource {resource} unavailable in ClusterQueue")
+    for resources, flavors in queue.groups:
+        wanted = {r: item.demand[r] for r in resources if r in item.demand}
+        if not wanted:
+            continue
+        tried = []
+        for flavor, _ in flavors:
+            problem = _flavor_problem(snapshot.flavors.get(flavor), flavor, item.workload)
+            if problem:
+                tried.append(problem)
+                continue
+            keys = {_quota_key(flavor, r): amount for r, amount in wanted.items()}
+            fit = cohort.fit(queue.name, keys)
+            if fit.fits:
+                result.flavors.update(dict.fromkeys(wanted, flavor))
+                result.keys.update(keys)
+                result.borrowing |= fit.kind is FitKind.BORROWING
+                break
+            tried += _shortfalls(cohort, queue.name, flavor, wanted)
+        else:
+            result.reasons += tried
+    return result
+
+
+def _flavor_problem(flavor: Obj | None, name: str, workload: Obj) -> str:
+    if flavor is None:
+        return f"flavor {name} not found"
+    labels = (flavor.get("spec") or {}).get("nodeLabels") or {}
+    template = ((workload.get("spec") or {}).get("podSets") or [{}])[0].get("template") or {}
+    selector = (template.get("spec") or {}).get("nodeSelector") or {}
+    if any(key in labels and labels[key] != value for key, value in selector.items()):
+        return f"flavor {name} doesn't match node affinity"
+    return ""
+
+
+def _shortfalls(cohort: Cohort, queue: str, flavor: str, wanted: dict[str, int]) -> list[str]:
+    """Kueue's words for each resource of ``flavor`` that does not fit."""
+    words = []
+    for resource, amount in sorted(wanted.items()):
+        key = _quota_key(flavor, resource)
+        if cohort.quota(queue, key) is None:
+            words.append(f"resource {resource} unavailable in ClusterQueue")
+            continue
+        most = cohort.most(queue, key)
+        if amount > most:
+            words.append(
+                f"insufficient quota for {resource} in flavor {flavor}, previously considered "
+                f"podsets requests (0) + current podset request "
+                f"({format_quantity(amount, resource)}) > maximum capacity "
+                f"({format_quantity(most, resource)})"
+            )
+            continue
+        available = cohort.available(queue, key)
+        if amount > available:
+            words.append(
+                f"insufficient unused quota for {resource} in flavor {flavor}, "
+                f"{format_quantity(amount - available, resource)} more needed"
+            )
+    return words
+
+
+def _schedule(cluster: Cluster) -> None:
+    """Admission cycles, as Kueue's scheduler runs them: each ClusterQueue's head (its
+    first undecided workload), the heads that fit without borrowing first, then higher
+    priority, then older; the first is admitted, or preempts, or waits, and the heads are
+    looked at again on the changed snapshot, until none is left."""
+    snapshot = _snapshot(cluster)
+    if not snapshot.queues:
+        return
+    evicting = {w["metadata"]["uid"] for w, _, _ in snapshot.admitted if _evicting(w)}
+    waiting: dict[str, list[_Pending]] = {}
+    for item in _pending(cluster, snapshot):
+        waiting.setdefault(item.queue.name, []).append(item)
+    while True:
+        heads = [
+            (item, _assign(snapshot, item))
+            for queue, items in waiting.items()
+            if items and not snapshot.queues[queue].blocked
+            for item in items[:1]
+        ]
+        if not heads:
+            return
+        item, assignment = min(
+            heads,
+            key=lambda h: (
+                not h[1].fits,
+                h[1].borrowing,
+                -h[0].priority,
+                h[0].created,
+                h[0].workload["metadata"]["uid"],
+            ),
+        )
+        waiting[item.queue.name].pop(0)
+        if assignment.fits:
+            _admit(cluster, snapshot, item, assignment)
+        else:
+            _wait_or_preempt(cluster, snapshot, item, assignment, evicting)
+
+
+def _wait_or_preempt(
+    cluster: Cluster,
+    snapshot: _Snapshot,
+    item: _Pending,
+    assignment: _Assignment,
+    evicting: set[str],
+) -> None:
+    victims = _victims(snapshot, item, evicting)
+    message = "couldn't assign flavors to pod set main: " + ", ".join(sorted(assignment.reasons))
+    if victims:
+        for victim, reason in victims:
+            _evict(cluster, victim, item, reason)
+            evicting.add(victim["metadata"]["uid"])
+        message += f". Pending the preemption of {len(victims)} workload(s)"
+    ts = cluster.timestamp()
+    _set(cluster, item.workload, condition("QuotaReserved", "False", "Pending", message, ts, None))
+    if item.queue.strategy == "StrictFIFO":
+        item.queue.blocked = True
+
+
+def _evicting(workload: Obj) -> bool:
+    evicted = get_condition(workload, "Evicted")
+    return bool(evicted and evicted["status"] == "True")
+
+
+def _admit(cluster: Cluster, snapshot: _Snapshot, item: _Pending, assignment: _Assignment) -> None:
+    ts = cluster.timestamp()
+    workload, queue = item.workload, item.queue
+    count = int(((workload.get("spec") or {}).get("podSets") or [{}])[0].get("count", 1))
+    workload["status"]["admission"] = {
+        "clusterQueue": queue.name,
+        "podSetAssignments": [
+            {
+                "name": "main",
+                "flavors": dict(sorted(assignment.flavors.items())),
+                "resourceUsage": {
+                    r: format_quantity(item.demand[r], r) for r in sorted(assignment.flavors)
+                },
+                "count": count,
+            }
+        ],
+    }
+    for ctype in ("Evicted", "Preempted"):
+        previous = get_condition(workload, ctype)
+        if previous and previous["status"] == "True":
+            set_condition(
+                workload,
+                condition(
+                    ctype, "False", "QuotaReserved", f"Previously: {previous['message']}", ts, None
+                ),
+            )
+    reserved = f"Quota reserved in ClusterQueue {queue.name}"
+    set_condition(workload, condition("QuotaReserved", "True", "QuotaReserved", reserved, ts, None))
+    set_condition(
+        workload, condition("Admitted", "True", "Admitted", "The workload is admitted", ts, None)
+    )
+    cluster.store.put(WORKLOADS, workload)
+    snapshot.cohorts[queue.cohort].add(queue.name, assignment.keys)
+    snapshot.admitted.append((workload, queue, dict(assignment.keys)))
+    cluster.record_event(
+        workload, "Normal", "QuotaReserved", f"{reserved}, wait time since queued was 0s", COMPONENT
+    )
+    cluster.record_event(
+        workload,
+        "Normal",
+        "Admitted",
+        f"Admitted by ClusterQueue {queue.name}, wait time since reservation was 0s",
+        COMPONENT,
+    )
+    _start_job(cluster, workload, assignment, snapshot)
+
+
+def _job_of(cluster: Cluster, workload: Obj) -> Obj | None:
+    owner = next(
+        (r for r in workload["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"),
+        None,
+    )
+    if owner is None:
+        return None
+    return cluster.store.get("jobs.batch", workload["metadata"]["namespace"], owner["name"])
+
+
+def _start_job(
+    cluster: Cluster, workload: Obj, assignment: _Assignment, snapshot: _Snapshot
+) -> None:
+    """Unsuspend the Job with its flavors' node labels and tolerations (as Kueue's
+    ``RunWithPodSetsInfo`` does), keeping the template to restore on eviction."""
+    job = _job_of(cluster, workload)
+    if job is None:
+        return
+    spec = job["spec"]
+    pod = spec["template"].setdefault("spec", {})
+    for flavor_name in sorted(set(assignment.flavors.values())):
+        flavor = (snapshot.flavors.get(flavor_name) or {}).get("spec") or {}
+        pod.setdefault("nodeSelector", {}).update(flavor.get("nodeLabels") or {})
+        if flavor.get("tolerations"):
+            pod.setdefault("tolerations", []).extend(copy.deepcopy(flavor["tolerations"]))
+    spec["template"].setdefault("metadata", {}).setdefault("labels", {})[
+        "kueue.x-k8s.io/podset"
+    ] = "main"
+    spec["suspend"] = False
+    cluster.store.put("jobs.batch", job)
+    cluster.record_event(
+        job,
+        "Normal",
+        "Started",
+        f"Admitted by clusterQueue {assignment_queue(workload)}",
+        "kueue-job-controller",
+    )
+
+
+def assignment_queue(workload: Obj) -> str:
+    return str(((workload.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
+
+
+def _victims(snapshot: _Snapshot, item: _Pending, evicting: set[str]) -> list[tuple[Obj, str]]:
+    """Whom the workload may preempt to fit on its ClusterQueue's nominal quota, by the
+    queue's preemption policy, in Kueue's order (``scheduling.sharing``)."""
+    queue = item.queue
+    policy = (queue.obj.get("spec") or {}).get("preemption") or {}
+    reclaim = policy.get("reclaimWithinCohort", "Never")
+    within = policy.get("withinClusterQueue", "Never")
+    cohort = snapshot.cohorts[queue.cohort].copy()
+    for workload, other, held in snapshot.admitted:
+        if workload["metadata"]["uid"] in evicting and other.cohort == queue.cohort:
+            cohort.remove(other.name, held)  # stops soon: its quota is as good as free
+    flavors = _nominal_flavors(snapshot, item)
+    if flavors is None:
+        return []
+    by_id: dict[int, tuple[Obj, _Queue]] = {}
+    candidates = []
+    for index, (workload, other, held) in enumerate(snapshot.admitted):
+        priority = int((workload.get("spec") or {}).get("priority") or 0)
+        if workload["metadata"]["uid"] in evicting or other.cohort != queue.cohort:
+            continue
+        if other is queue:
+            allowed = within == "LowerPriority" and priority < item.priority
+        else:
+            allowed = reclaim == "Any" or (reclaim == "LowerPriority" and priority < item.priority)
+        if not allowed:
+            continue
+        by_id[index] = (workload, other)
+        admitted_at = _time(get_condition(workload, "QuotaReserved"))
+        candidates.append(Running(other.name, index, priority, admitted_at, held))
+    found = preemption_victims(cohort, team=queue.name, demand=flavors, candidates=candidates)
+    if not found:
+        return []
+    return [
+        (
+            by_id[v.job_id][0],
+            "InClusterQueue" if by_id[v.job_id][1] is queue else "InCohortReclamation",
+        )
+        for v in found
+    ]
+
+
+def _nominal_flavors(snapshot: _Snapshot, item: _Pending) -> dict[str, int] | None:
+    """The quota keys the workload would take in the first flavor of each group whose
+    nominal quota could hold it (where a preemption can make room), or None."""
+    keys: dict[str, int] = {}
+    for resources, flavors in item.queue.groups:
+        wanted = {r: item.demand[r] for r in resources if r in item.demand}
+        if not wanted:
+            continue
+        for flavor, quotas in flavors:
+            if _flavor_problem(snapshot.flavors.get(flavor), flavor, item.workload):
+                continue
+            if all(r in quotas and amount <= quotas[r].nominal for r, amount in wanted.items()):
+                keys.update({_quota_key(flavor, r): amount for r, amount in wanted.items()})
+                break
+        else:
+            return None
+    return keys or None
+
+
+def _time(cond: Obj | None) -> datetime:
+    stamp = (cond or {}).get("lastTransitionTime") or "1970-01-01T00:00:00Z"
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def _evict(cluster: Cluster, victim: Obj, preemptor: _Pending, reason: str) -> None:
+    """Kueue's preemption: ``Evicted`` and ``Preempted`` on the victim, its Job suspended
+    (its pods go; its quota stays counted until they have)."""
+    ts = cluster.timestamp()
+    job_uid = (preemptor.workload["metadata"].get("labels") or {}).get(JOB_UID_LABEL, "UNKNOWN")
+    victim_queue = assignment_queue(victim)
+    cohort = preemptor.queue.cohort
+
+    def path(queue: str) -> str:
+        return f"/{queue}" if cohort.startswith("/") else f"/{cohort}/{queue}"
+
+    message = (
+        f"Preempted to accommodate a workload (UID: {preemptor.workload['metadata']['uid']}, "
+        f"JobUID: {job_uid}) due to {REASONS[reason]}; preemptor path: "
+        f"{path(preemptor.queue.name)}; preemptee path: {path(victim_queue)}"
+    )
+    set_condition(victim, condition("Evicted", "True", "Preempted", message, ts, None))
+    set_condition(victim, condition("Preempted", "True", reason, message, ts, None))
+    cluster.store.put(WORKLOADS, victim)
+    cluster.record_event(victim, "Normal", "Preempted", message, COMPONENT)
+    cluster.record_event(victim, "Normal", "EvictedDueToPreempted", message, COMPONENT)
+    job = _job_of(cluster, victim)
+    if job is not None and not job["spec"].get("suspend"):
+        job["spec"]["suspend"] = True
+        cluster.store.put("jobs.batch", job)
+
+
+# -- 5. Queue statuses -----------------------------------------------------------------------
+def _write_queue_statuses(cluster: Cluster) -> None:
+    snapshot = _snapshot(cluster)
+    ts = cluster.timestamp()
+    workloads = cluster.store.list(WORKLOADS)
+    for queue in snapshot.queues.values():
+        cohort = snapshot.cohorts[queue.cohort]
+        held = [w for w, q, _ in snapshot.admitted if q is queue]
+        missing = sorted(
+            {f for _, flavors in queue.groups for f, _ in flavors} - set(snapshot.flavors)
+        )
+        status = {
+            **(queue.obj.get("status") or {}),
+            "flavorsReservation": _usage(cohort, queue, borrowed=True),
+            "flavorsUsage": _usage(cohort, queue, borrowed=True),
+            "pendingWorkloads": sum(
+                1 for w in workloads if _waits_in(w, queue.name, snapshot, cluster)
+            ),
+            "reservingWorkloads": len(held),
+            "admittedWorkloads": len(held),
+        }
+        obj = queue.obj
+        before = copy.deepcopy(obj.get("status"))
+        obj["status"] = status
+        if missing:
+            active = condition(
+                "Active",
+                "False",
+                "FlavorNotFound",
+                "Can't admit new workloads: references missing ResourceFlavor(s): "
+                f"{','.join(missing)}.",
+                ts,
+                None,
+            )
+        else:
+            active = condition("Active", "True", "Ready", "Can admit new workloads", ts, None)
+        set_condition(obj, active)
+        if obj.get("status") != before:
+            cluster.store.put(CLUSTER_QUEUES, obj)
+    _write_local_queue_statuses(cluster, snapshot, workloads)
+
+
+def _usage(cohort: Cohort, queue: _Queue, *, borrowed: bool) -> list[Obj]:
+    out = []
+    for _, flavors in queue.groups:
+        for flavor, quotas in flavors:
+            resources = []
+            for resource in quotas:
+                key = _quota_key(flavor, resource)
+                entry = {
+                    "name": resource,
+                    "total": format_quantity(cohort.usage(queue.name, key), resource),
+                }
+                if borrowed:
+                    entry["borrowed"] = format_quantity(cohort.borrowed(queue.name, key), resource)
+                resources.append(entry)
+            out.append({"name": flavor, "resources": resources})
+    return out
+
+
+def _waits_in(workload: Obj, queue: str, snapshot: _Snapshot, cluster: Cluster) -> bool:
+    if (workload.get("status") or {}).get("admission") or get_condition(workload, "Finished"):
+        return False
+    local = cluster.store.get(
+        LOCAL_QUEUES,
+        workload["metadata"]["namespace"],
+        (workload.get("spec") or {}).get("queueName", ""),
+    )
+    return bool(local and (local.get("spec") or {}).get("clusterQueue") == queue)
+
+
+def _write_local_queue_statuses(
+    cluster: Cluster, snapshot: _Snapshot, workloads: list[Obj]
+) -> None:
+    ts = cluster.timestamp()
+    for local in cluster.store.list(LOCAL_QUEUES):
+        ns, name = local["metadata"]["namespace"], local["metadata"]["name"]
+        mine = [
+            w
+            for w in workloads
+            if w["metadata"]["namespace"] == ns and (w.get("spec") or {}).get("queueName") == name
+        ]
+        admitted = [w for w in mine if _holds_quota(w)]
+        usage: dict[str, dict[str, int]] = {}
+        for workload in admitted:
+            for key, amount in _admitted_usage(workload).items():
+                flavor, _, resource = key.partition("/")
+                usage.setdefault(flavor, {})[resource] = (
+                    usage.get(flavor, {}).get(resource, 0) + amount
+                )
+        flavors = [
+            {
+                "name": flavor,
+                "resources": [
+                    {"name": r, "total": format_quantity(a, r)} for r, a in sorted(res.items())
+                ],
+            }
+            for flavor, res in sorted(usage.items())
+        ]
+        cq = (local.get("spec") or {}).get("clusterQueue", "")
+        before = copy.deepcopy(local.get("status"))
+        local["status"] = {
+            **(local.get("status") or {}),
+            "pendingWorkloads": sum(
+                1
+                for w in mine
+                if not (w.get("status") or {}).get("admission") and not get_condition(w, "Finished")
+            ),
+            "reservingWorkloads": len(admitted),
+            "admittedWorkloads": len(admitted),
+            "flavorsReservation": flavors,
+            "flavorsUsage": flavors,
+        }
+        if cq in snapshot.queues:
+            active = condition(
+                "Active", "True", "Ready", "Can submit new workloads to localQueue", ts, None
+            )
+        else:
+            active = condition(
+                "Active",
+                "False",
+                "ClusterQueueDoesNotExist",
+                "Can't submit new workloads to clusterQueue",
+                ts,
+                None,
+            )
+        set_condition(local, active)
+        if local.get("status") != before:
+            cluster.store.put(LOCAL_QUEUES, local)

@@ -1,0 +1,239 @@
+"""The sandbox's Kueue at work, driven with a real kubectl as a platform engineer would,
+without the portal: Jobs labelled for a LocalQueue are suspended, get Workloads, are
+admitted within their ClusterQueue's quota or by borrowing from its cohort, wait with
+Kueue's words when nothing fits, and are preempted the way Kueue picks victims when a
+lender reclaims its quota; then they run again by themselves."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.sandbox.conftest import rows
+
+QUEUES = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {{name: a100-{s}}}
+spec:
+  nodeLabels: {{nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}}
+  tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {{name: default-{s}}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: {team}-{s}}}
+spec:
+  cohortName: research-{s}
+  namespaceSelector: {{}}
+  preemption: {{reclaimWithinCohort: Any, withinClusterQueue: LowerPriority}}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: default-{s}
+      resources: [{{name: cpu, nominalQuota: 64}}, {{name: memory, nominalQuota: 256Gi}}]
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: a100-{s}
+      resources: [{{name: nvidia.com/gpu, nominalQuota: {gpus}}}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{name: {team}, namespace: {ns}}}
+spec: {{clusterQueue: {team}-{s}}}
+"""
+
+JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  labels: {{kueue.x-k8s.io/queue-name: {queue}}}
+spec:
+  parallelism: 1
+  completions: 1
+  template:
+    metadata:
+      annotations: {{sandbox.gpu-portal.dev/duration: "{duration}"}}
+    spec:
+      restartPolicy: Never
+      priorityClassName: {priority}
+      containers:
+      - name: main
+        image: busybox
+        resources:
+          limits: {{nvidia.com/gpu: {gpus}, cpu: "1", memory: 1Gi}}
+          requests: {{cpu: "1", memory: 1Gi}}
+"""
+
+PRIORITIES = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {{name: {name}}}
+value: {value}
+"""
+
+
+def until(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def teams(kubectl) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Two teams' namespaces, ClusterQueues (vision 8 GPUs, robotics 4) in one cohort."""
+    suffix = uuid.uuid4().hex[:6]
+    spaces = {team: f"{team}-{suffix}" for team in ("vision", "robotics")}
+    for team, gpus in (("vision", 8), ("robotics", 4)):
+        kubectl("create", "namespace", spaces[team])
+        kubectl(
+            "apply", "-f", "-", stdin=QUEUES.format(s=suffix, team=team, gpus=gpus, ns=spaces[team])
+        )
+    for name, value in (("kq-low", 100), ("kq-high", 1000)):
+        kubectl("apply", "-f", "-", stdin=PRIORITIES.format(name=name, value=value))
+    yield spaces
+    for team in spaces:
+        kubectl("delete", "namespace", spaces[team], "--wait=false")
+        kubectl("delete", "clusterqueue", f"{team}-{suffix}", "--ignore-not-found")
+
+
+def submit(
+    kubectl, ns: str, name: str, gpus: int, priority: str = "kq-low", duration: str = "600s"
+) -> None:  # type: ignore[no-untyped-def]
+    queue = ns.split("-")[0]
+    kubectl(
+        "apply", "-n", ns, "-f", "-",
+        stdin=JOB.format(name=name, queue=queue, gpus=gpus, priority=priority, duration=duration),
+    )  # fmt: skip
+
+
+def workload(kubectl, ns: str, job: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    items = json.loads(kubectl("get", "workloads", "-n", ns, "-o", "json"))["items"]
+    found = [w for w in items if w["metadata"]["ownerReferences"][0]["name"] == job]
+    return found[0] if found else {}
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(
+        (c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), {}
+    )
+
+
+def test_a_queued_job_is_admitted_on_its_flavor_and_runs(kubectl, teams) -> None:  # type: ignore[no-untyped-def]
+    ns = teams["vision"]
+    submit(kubectl, ns, "train", 4)
+    # Kueue's Workload for it, admitted with Kueue's words and the flavors it got
+    admitted = until(
+        lambda: condition(workload(kubectl, ns, "train"), "Admitted").get("status") == "True"
+    )
+    assert admitted
+    wl = workload(kubectl, ns, "train")
+    assert wl["metadata"]["name"].startswith("job-train-")
+    assert wl["spec"]["queueName"] == "vision" and wl["spec"]["priority"] == 100
+    assert condition(wl, "QuotaReserved")["message"].startswith(
+        "Quota reserved in ClusterQueue vision-"
+    )
+    assert condition(wl, "Admitted")["message"] == "The workload is admitted"
+    assignment = wl["status"]["admission"]["podSetAssignments"][0]
+    assert assignment["flavors"]["nvidia.com/gpu"].startswith("a100-")
+    assert assignment["resourceUsage"]["nvidia.com/gpu"] == "4"
+    # And the Job runs, unsuspended with the flavor's node labels
+    job = json.loads(kubectl("get", "job", "train", "-n", ns, "-o", "json"))
+    assert job["spec"]["suspend"] is False
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"
+    }
+    assert until(lambda: "Running" in kubectl("get", "pods", "-n", ns))
+    # And the tables say so
+    table = rows(kubectl("get", "workloads", "-n", ns))
+    assert table[0] == ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
+    assert table[1][1:4] == ["vision", wl["status"]["admission"]["clusterQueue"], "True"]
+    cq = json.loads(kubectl("get", "cq", wl["status"]["admission"]["clusterQueue"], "-o", "json"))
+    assert cq["status"]["admittedWorkloads"] == 1
+    gpu = next(f for f in cq["status"]["flavorsUsage"] if f["name"].startswith("a100-"))
+    assert gpu["resources"] == [{"name": "nvidia.com/gpu", "total": "4", "borrowed": "0"}]
+
+
+def test_a_team_borrows_then_the_lender_reclaims_from_its_lowest_priority_job(
+    kubectl, teams
+) -> None:  # type: ignore[no-untyped-def]
+    vision, robotics = teams["vision"], teams["robotics"]
+    # Given vision running a low and a high-priority job on its own 8 GPUs, then a low one
+    # on 4 borrowed from idle robotics
+    submit(kubectl, vision, "low", 4, "kq-low")
+    submit(kubectl, vision, "high", 4, "kq-high")
+    assert until(
+        lambda: condition(workload(kubectl, vision, "high"), "Admitted").get("status") == "True"
+    )
+    submit(kubectl, vision, "borrow", 4, "kq-high")
+    assert until(
+        lambda: condition(workload(kubectl, vision, "borrow"), "Admitted").get("status") == "True"
+    )
+    # When robotics submits 4 GPUs of its own nominal quota
+    submit(kubectl, robotics, "mine", 4, "kq-low")
+    # Then Kueue evicts vision's low-priority job (not the last admitted), once
+    evicted = until(
+        lambda: condition(workload(kubectl, vision, "low"), "Evicted").get("status") == "True"
+    )
+    assert evicted
+    low = workload(kubectl, vision, "low")
+    assert condition(low, "Preempted")["reason"] == "InCohortReclamation"
+    assert (
+        "due to reclamation within the cohort; preemptor path: /research-"
+        in condition(low, "Preempted")["message"]
+    )
+    assert until(
+        lambda: condition(workload(kubectl, robotics, "mine"), "Admitted").get("status") == "True"
+    )
+    for other in ("high", "borrow"):
+        assert condition(workload(kubectl, vision, other), "Evicted").get("status") != "True"
+    # And the victim is requeued and waits, saying why in Kueue's words
+    waiting = until(
+        lambda: condition(workload(kubectl, vision, "low"), "Requeued").get("status") == "True"
+    )
+    assert waiting
+    low = workload(kubectl, vision, "low")
+    assert "admission" not in low["status"]
+    assert (
+        json.loads(kubectl("get", "job", "low", "-n", vision, "-o", "json"))["spec"]["suspend"]
+        is True
+    )
+    pending = until(
+        lambda: (
+            condition(workload(kubectl, vision, "low"), "QuotaReserved")
+            .get("message", "")
+            .startswith("couldn't")
+        )
+    )
+    assert pending
+    assert condition(workload(kubectl, vision, "low"), "QuotaReserved")["message"].startswith(
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor a100-"
+    )
+
+
+def test_a_finished_job_frees_its_quota(kubectl, teams) -> None:  # type: ignore[no-untyped-def]
+    ns = teams["robotics"]
+    submit(kubectl, ns, "short", 4, duration="30s")
+    submit(kubectl, ns, "next", 4, duration="30s")
+    # The second waits for the first (robotics has 4; vision lends 8 only if idle: it is)
+    finished = until(
+        lambda: condition(workload(kubectl, ns, "short"), "Finished").get("status") == "True", 30
+    )
+    assert (
+        finished and condition(workload(kubectl, ns, "short"), "Finished")["reason"] == "Succeeded"
+    )
+    assert until(
+        lambda: condition(workload(kubectl, ns, "next"), "Admitted").get("status") == "True"
+    )
