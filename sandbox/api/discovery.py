@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.api.resources import GROUPS, RESOURCES
+from sandbox.api.resources import AGGREGATED, GROUPS, RESOURCES
 
 VERSION = {
     "major": "1",
@@ -37,7 +37,8 @@ def _group(group: str) -> dict[str, Any]:
 
 
 def api_group_list() -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g) for g in GROUPS]}
+    ordered = sorted(GROUPS, key=lambda group: group in AGGREGATED)  # stable: keeps the rest
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(g) for g in ordered]}
 
 
 def api_group(group: str) -> dict[str, Any] | None:
@@ -67,12 +68,18 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["categories"] = list(r.categories)
         items.append(entry)
         for sub in r.subresources:
-            verbs = {"log": ["get"], "eviction": ["create"]}.get(sub, ["get", "patch", "update"])
+            verbs = {"log": ["get"], "eviction": ["create"], "pendingworkloads": ["get"]}.get(
+                sub, ["get", "patch", "update"]
+            )
             entry = {
                 "name": f"{r.plural}/{sub}",
                 "singularName": "",
                 "namespaced": r.namespaced,
-                "kind": {"scale": "Scale", "eviction": "Eviction"}.get(sub, r.kind),
+                "kind": {
+                    "scale": "Scale",
+                    "eviction": "Eviction",
+                    "pendingworkloads": "PendingWorkloadsSummary",
+                }.get(sub, r.kind),
                 "verbs": verbs,
             }
             if sub == "scale":

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from sandbox import faults, logs
-from sandbox.api import discovery, objects, openapi, printing, protobuf
+from sandbox.api import discovery, objects, openapi, printing, protobuf, visibility
 from sandbox.api.patch import merge_patch
 from sandbox.api.resources import BY_PATH, ResourceType
 from sandbox.errors import ApiError, bad_request, method_not_allowed, not_found
@@ -269,6 +269,10 @@ def _subresource(cluster: Cluster, req: Request, t: Target) -> Response:
         return Response(200, pod_log(cluster, ns, name, req.query), "text/plain")
     if sub == "eviction":
         return _evict(cluster, req, t)
+    if sub == "pendingworkloads":
+        if req.method != "GET":
+            raise method_not_allowed()
+        return Response(200, visibility.pending_workloads(cluster, t.rt, ns, name, req.query))
     if sub == "status":
         if req.method == "GET":
             return Response(200, objects.get(cluster, rt, ns, name))

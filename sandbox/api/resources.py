@@ -147,6 +147,28 @@ RESOURCES: list[ResourceType] = [
         False,
         ("pc",),
     ),
+    # Kueue's visibility API (an aggregated API on a real cluster, served by Kueue): the
+    # pending workloads of a ClusterQueue or LocalQueue (sandbox/api/visibility.py).
+    ResourceType(
+        "clusterqueues",
+        "clusterqueue",
+        "ClusterQueue",
+        "visibility.kueue.x-k8s.io",
+        "v1beta2",
+        False,
+        verbs=("get",),
+        subresources=("pendingworkloads",),
+    ),
+    ResourceType(
+        "localqueues",
+        "localqueue",
+        "LocalQueue",
+        "visibility.kueue.x-k8s.io",
+        "v1beta2",
+        True,
+        verbs=("get",),
+        subresources=("pendingworkloads",),
+    ),
     ResourceType(
         "customresourcedefinitions",
         "customresourcedefinition",
@@ -159,6 +181,11 @@ RESOURCES: list[ResourceType] = [
         categories=("api-extensions",),
     ),
 ]
+
+# Groups an APIService serves (aggregated APIs). A real API server lists groups by
+# priority: built-in and CRD groups before an APIService's of lower groupPriorityMinimum
+# (Kueue's visibility API: 100), so ``kubectl get clusterqueue`` means Kueue's CRD.
+AGGREGATED = frozenset({"visibility.kueue.x-k8s.io"})
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {
     (r.group, r.version, r.plural): r for r in RESOURCES

@@ -342,6 +342,33 @@ def _pending(cluster: Cluster, snapshot: _Snapshot) -> list[_Pending]:
     return pending
 
 
+def pending_in(cluster: Cluster, queue: str) -> list[Obj]:
+    """The workloads waiting in ClusterQueue ``queue``, in its order (the visibility API)."""
+    local_queues = {
+        (lq["metadata"]["namespace"], lq["metadata"]["name"]): (lq.get("spec") or {}).get(
+            "clusterQueue"
+        )
+        for lq in cluster.store.list(LOCAL_QUEUES)
+    }
+    waiting = [
+        w
+        for w in cluster.store.list(WORKLOADS)
+        if not (w.get("status") or {}).get("admission")
+        and not get_condition(w, "Finished")
+        and (w.get("spec") or {}).get("active", True)
+        and local_queues.get((w["metadata"]["namespace"], (w.get("spec") or {}).get("queueName")))
+        == queue
+    ]
+    waiting.sort(
+        key=lambda w: (
+            -int(w["spec"].get("priority") or 0),
+            w["metadata"].get("creationTimestamp", ""),
+            w["metadata"]["uid"],
+        )
+    )
+    return waiting
+
+
 def _queue_of(cluster: Cluster, snapshot: _Snapshot, workload: Obj) -> _Queue | None:
     """The workload's ClusterQueue, or None (its Pending condition then says why)."""
     ns = workload["metadata"]["namespace"]

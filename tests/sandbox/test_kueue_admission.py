@@ -101,7 +101,7 @@ def teams(kubectl) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
         kubectl(
             "apply", "-f", "-", stdin=QUEUES.format(s=suffix, team=team, gpus=gpus, ns=spaces[team])
         )
-    for name, value in (("kq-low", 100), ("kq-high", 1000)):
+    for name, value in (("kq-low", 100), ("kq-high", 1000), ("kq-top", 10000)):
         kubectl("apply", "-f", "-", stdin=PRIORITIES.format(name=name, value=value))
     yield spaces
     for team in spaces:
@@ -219,7 +219,8 @@ def test_a_team_borrows_then_the_lender_reclaims_from_its_lowest_priority_job(
     )
     assert pending
     assert condition(workload(kubectl, vision, "low"), "QuotaReserved")["message"].startswith(
-        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor a100-"
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu "
+        "in flavor a100-"
     )
 
 
@@ -237,3 +238,52 @@ def test_a_finished_job_frees_its_quota(kubectl, teams) -> None:  # type: ignore
     assert until(
         lambda: condition(workload(kubectl, ns, "next"), "Admitted").get("status") == "True"
     )
+
+
+def test_the_visibility_api_gives_each_pending_workloads_position(kubectl, teams) -> None:  # type: ignore[no-untyped-def]
+    vision = teams["vision"]
+    # Given the cohort's 12 GPUs all held by vision's top-priority jobs, and three more of
+    # its jobs waiting (none may preempt them)
+    submit(kubectl, vision, "big", 8, "kq-top")
+    submit(kubectl, vision, "more", 4, "kq-top")
+    assert until(
+        lambda: condition(workload(kubectl, vision, "more"), "Admitted").get("status") == "True"
+    )
+    for name, priority in (
+        ("first-low", "kq-low"),
+        ("urgent", "kq-high"),
+        ("second-low", "kq-low"),
+    ):
+        submit(kubectl, vision, name, 4, priority)
+        # (timestamps have whole seconds; Workloads created within one are ordered by UID)
+        until(lambda n=name: workload(kubectl, vision, n), 5)
+        time.sleep(1.1)
+    cq = workload(kubectl, vision, "big")["status"]["admission"]["clusterQueue"]
+    # When a platform engineer asks Kueue's visibility API
+    path = f"/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{cq}/pendingworkloads"
+    summary = until(
+        lambda: (
+            (s := json.loads(kubectl("get", "--raw", path)))["items"] and len(s["items"]) == 3 and s
+        )
+    )
+    # Then the waiting workloads come in Kueue's order: priority, then age
+    assert summary["kind"] == "PendingWorkloadsSummary"
+    owners = [item["metadata"]["ownerReferences"][0]["name"] for item in summary["items"]]
+    assert owners == ["urgent", "first-low", "second-low"]
+    assert [i["positionInClusterQueue"] for i in summary["items"]] == [0, 1, 2]
+    assert [i["priority"] for i in summary["items"]] == [1000, 100, 100]
+    # And the LocalQueue's view, with limit and offset, says the same
+    local = (
+        f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{vision}/localqueues/vision/"
+        "pendingworkloads?offset=1&limit=1"
+    )
+    (item,) = json.loads(kubectl("get", "--raw", local))["items"]
+    assert item["metadata"]["ownerReferences"][0]["name"] == "first-low"
+    assert (item["positionInLocalQueue"], item["localQueueName"]) == (1, "vision")
+    missing = kubectl(
+        "get",
+        "--raw",
+        "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/nope/pendingworkloads",
+        check=False,
+    )
+    assert "NotFound" in missing or "not found" in missing
