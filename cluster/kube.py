@@ -75,11 +75,17 @@ class ObjectConflict(PermanentClusterError):
 
 @dataclass(frozen=True)
 class Kind:
-    """How to reach one kind of object through the typed client."""
+    """How to reach one kind of object through the typed client (a custom resource: through
+    ``CustomObjectsApi``, by its group, version and plural)."""
 
     api: Callable[[client.ApiClient], Any]
-    plural: str  # method-name stem, e.g. "job" → create_namespaced_job
+    plural: str  # method-name stem, e.g. "job" → create_namespaced_job; a CRD's plural
     namespaced: bool = True
+    group_version: tuple[str, str] | None = None  # a custom resource's (group, version)
+
+
+def _kueue(plural: str, *, namespaced: bool) -> Kind:
+    return Kind(client.CustomObjectsApi, plural, namespaced, ("kueue.x-k8s.io", "v1beta2"))
 
 
 KINDS: dict[str, Kind] = {
@@ -95,6 +101,12 @@ KINDS: dict[str, Kind] = {
     "PriorityClass": Kind(client.SchedulingV1Api, "priority_class", namespaced=False),
     "Lease": Kind(client.CoordinationV1Api, "lease"),
     "NetworkPolicy": Kind(client.NetworkingV1Api, "network_policy"),
+    # Kueue's API, where the cluster runs Kueue (QUEUEING-NOTES: v1beta2 is its storage version)
+    "ResourceFlavor": _kueue("resourceflavors", namespaced=False),
+    "ClusterQueue": _kueue("clusterqueues", namespaced=False),
+    "LocalQueue": _kueue("localqueues", namespaced=True),
+    "Workload": _kueue("workloads", namespaced=True),
+    "WorkloadPriorityClass": _kueue("workloadpriorityclasses", namespaced=False),
 }
 
 _local = threading.local()
@@ -203,10 +215,33 @@ def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def _method(kind: str, verb: str, *, all_namespaces: bool = False) -> Callable[..., Any]:
     spec = KINDS[kind]
     api = spec.api(api_client())
+    if spec.group_version is not None:
+        return _custom_method(api, spec, verb, all_namespaces=all_namespaces)
     if verb == "list" and all_namespaces and spec.namespaced:
         return getattr(api, f"list_{spec.plural}_for_all_namespaces")
     scope = "namespaced_" if spec.namespaced else ""
     return getattr(api, f"{verb}_{scope}{spec.plural}")
+
+
+def _custom_method(api: Any, spec: Kind, verb: str, *, all_namespaces: bool) -> Callable[..., Any]:
+    """A ``CustomObjectsApi`` method with the typed methods' argument order (name first,
+    then the namespace, then the body), so every function here calls both kinds alike."""
+    assert spec.group_version is not None
+    group, version = spec.group_version
+    scope = "namespaced" if spec.namespaced and not all_namespaces else "cluster"
+    method = getattr(api, f"{'get' if verb == 'read' else verb}_{scope}_custom_object")
+    path = (group, version)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if verb in ("read", "replace", "delete", "patch"):
+            name, rest = args[0], args[1:]
+            where = (rest[0],) if scope == "namespaced" else ()
+            body = rest[len(where) :]
+            return method(*path, *where, spec.plural, name, *body, **kwargs)
+        where = (args[0],) if scope == "namespaced" else ()
+        return method(*path, *where, spec.plural, *args[len(where) :], **kwargs)
+
+    return call
 
 
 def _ns_args(kind: str, namespace: str | None) -> tuple[Any, ...]:
