@@ -456,3 +456,20 @@ def kueue_job_defaults(job: dict[str, Any]) -> None:
     labels = job["metadata"].get("labels") or {}
     if "kueue.x-k8s.io/queue-name" in labels and "workloads.kueue.x-k8s.io" in crds.SERVED:
         job["spec"]["suspend"] = True
+
+
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+
+def kueue_pod_defaults(pod: dict[str, Any]) -> None:
+    """Kueue's pod webhook (the pod integration, as Deployments use it), when Kueue is
+    installed: a pod for a queue is gated until Kueue admits it."""
+    labels = pod["metadata"].setdefault("labels", {})
+    if "kueue.x-k8s.io/queue-name" not in labels or "workloads.kueue.x-k8s.io" not in crds.SERVED:
+        return
+    if pod["metadata"].get("namespace") == "kube-system":
+        return
+    labels["kueue.x-k8s.io/managed"] = "true"
+    gates = pod["spec"].setdefault("schedulingGates", [])
+    if not any(g.get("name") == KUEUE_GATE for g in gates):
+        gates.append({"name": KUEUE_GATE})

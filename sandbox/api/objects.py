@@ -171,6 +171,7 @@ def create(
     _stamp_new(cluster, rt, obj, requested, manager=manager, applied=applied)
     warnings += _prepare_kind(cluster, rt, obj)
     if rt.plural == "pods":
+        admission.kueue_pod_defaults(obj)
         admission.admit_pod(cluster, obj)
         obj["status"]["qosClass"] = _qos_class(obj)
     if rt.key == crds.CRD_KEY:
@@ -374,7 +375,10 @@ def _check_pod_update(name: str, obj: Obj, old: Obj) -> None:
     """A pod's spec is immutable but for a few fields (422 as the API server words it)."""
     if obj.get("spec") == old.get("spec"):
         return
-    allowed = ("activeDeadlineSeconds", "tolerations")
+    allowed: tuple[str, ...] = ("activeDeadlineSeconds", "tolerations")
+    if old["spec"].get("schedulingGates"):
+        # A gated pod's placement may still be narrowed, and its gates removed.
+        allowed += ("nodeSelector", "affinity", "schedulingGates")
     if {k: v for k, v in obj["spec"].items() if k not in allowed} != {
         k: v for k, v in old["spec"].items() if k not in allowed
     }:

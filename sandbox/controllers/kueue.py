@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sandbox.api import crds
+from sandbox.api import crds, objects
+from sandbox.api.admission import KUEUE_GATE
+from sandbox.api.resources import BY_KEY
 from sandbox.controllers.common import condition, get_condition, owner_ref, set_condition
 from sandbox.label_selectors import match_label_selector_obj
 from sandbox.state import Cluster
@@ -66,35 +68,40 @@ def installed() -> bool:
     return WORKLOADS in crds.SERVED
 
 
-def workload_name(job: Obj) -> str:
-    """Kueue's name for a Job's Workload: ``job-<name>-`` and 5 hex digits of a SHA-1."""
-    meta = job["metadata"]
+def workload_name(owner: Obj) -> str:
+    """Kueue's name for a Job's or a Pod's Workload: ``job-<name>-`` (``pod-<name>-``) and
+    5 hex digits of a SHA-1 of the owner's kind, group, name and UID."""
+    meta = owner["metadata"]
+    kind = owner.get("kind", "Job")
+    group = "batch" if kind == "Job" else ""
     digest = hashlib.sha1(  # noqa: S324 - a name, not a secret: Kueue's own scheme
-        f"Job\nbatch\n{meta['name']}\n{meta['uid']}".encode()
+        f"{kind}\n{group}\n{meta['name']}\n{meta['uid']}".encode()
     ).hexdigest()[:5]
-    return f"job-{meta['name']}"[:247] + f"-{digest}"
+    return f"{kind.lower()}-{meta['name']}"[:247] + f"-{digest}"
 
 
 def reconcile(cluster: Cluster) -> None:
     """One pass of Kueue's controllers, skipped while nothing they read has changed."""
     if not installed():
         return
-    store = cluster.store
-    signature = tuple(
-        store.version(key)
-        for key in ("jobs.batch", WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS)
-    )
-    if cluster.settled.get("kueue") == {"": signature}:
+    if cluster.settled.get("kueue") == {"": _inputs(cluster)}:
         return
     _sync_jobs(cluster)
+    _sync_pods(cluster)
+    _collect_orphans(cluster)
     _schedule(cluster)
     _write_queue_statuses(cluster)
-    cluster.settled["kueue"] = {
-        "": tuple(
-            store.version(key)
-            for key in ("jobs.batch", WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS)
-        )
-    }
+    cluster.settled["kueue"] = {"": _inputs(cluster)}
+
+
+def _inputs(cluster: Cluster) -> tuple[int, ...]:
+    """The versions of what the controllers read (pods only once a LocalQueue exists: the
+    kubelet updates them all the time, and without a queue no pod of Kueue's can run)."""
+    store = cluster.store
+    keys = ["jobs.batch", WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS]
+    if store.count(LOCAL_QUEUES):
+        keys.append("pods")
+    return tuple(store.version(key) for key in keys)
 
 
 # -- 1. Jobs and their Workloads -------------------------------------------------------------
@@ -116,10 +123,15 @@ def _sync_jobs(cluster: Cluster) -> None:
 
 def _create_workload(cluster: Cluster, job: Obj, queue: str) -> Obj:
     spec = job["spec"]
-    template = spec["template"]
     parallelism = int(spec.get("parallelism", 1))
     completions = spec.get("completions")
     count = min(parallelism, int(completions)) if completions is not None else parallelism
+    return _new_workload(cluster, job, queue, spec["template"], count)
+
+
+def _new_workload(cluster: Cluster, owner: Obj, queue: str, template: Obj, count: int) -> Obj:
+    """One pod set ``main`` of ``count`` pods, its priority from the PriorityClass."""
+    job = owner
     priority, ref = 0, None
     klass = (template.get("spec") or {}).get("priorityClassName")
     if klass:
@@ -197,6 +209,52 @@ def _follow_job(cluster: Cluster, workload: Obj, job: Obj) -> None:
             stats.append({"reason": "Preempted", "underlyingCause": "", "count": 1})
         else:
             entry["count"] += 1
+
+
+def _sync_pods(cluster: Cluster) -> None:
+    """The pod integration: each gated pod of a queue gets its Workload; one that ended is
+    finished."""
+    store = cluster.store
+    if not store.count(LOCAL_QUEUES):
+        return
+    for pod in store.list("pods"):
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("kueue.x-k8s.io/managed") != "true" or QUEUE_LABEL not in labels:
+            continue
+        ns = pod["metadata"]["namespace"]
+        workload = store.get(WORKLOADS, ns, workload_name(pod))
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if workload is None:
+            if phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+                continue
+            template = {"metadata": {"labels": dict(labels)}, "spec": _gateless(pod["spec"])}
+            workload = _new_workload(cluster, pod, labels[QUEUE_LABEL], template, 1)
+        if phase in ("Succeeded", "Failed") and not get_condition(workload, "Finished"):
+            reason = "Succeeded" if phase == "Succeeded" else "Failed"
+            message = (pod.get("status") or {}).get("message", "")
+            ts = cluster.timestamp()
+            _set(cluster, workload, condition("Finished", "True", reason, message, ts, None))
+
+
+def _gateless(spec: Obj) -> Obj:
+    spec = copy.deepcopy(spec)
+    spec.pop("schedulingGates", None)
+    spec.pop("nodeName", None)
+    return spec
+
+
+def _collect_orphans(cluster: Cluster) -> None:
+    """A Workload whose Job or Pod is gone goes too (Kueue's finalizer does this)."""
+    store = cluster.store
+    for workload in store.list(WORKLOADS):
+        owner = next(iter(workload["metadata"].get("ownerReferences") or []), None)
+        if owner is None:
+            continue
+        key = "jobs.batch" if owner["kind"] == "Job" else "pods"
+        found = store.get(key, workload["metadata"]["namespace"], owner["name"])
+        if found is None or found["metadata"].get("uid") != owner.get("uid"):
+            meta = workload["metadata"]
+            store.delete(WORKLOADS, meta["namespace"], meta["name"])
 
 
 # -- 2. Admission ----------------------------------------------------------------------------
@@ -596,21 +654,30 @@ def _admit(cluster: Cluster, snapshot: _Snapshot, item: _Pending, assignment: _A
     _start_job(cluster, workload, assignment, snapshot)
 
 
-def _job_of(cluster: Cluster, workload: Obj) -> Obj | None:
-    owner = next(
-        (r for r in workload["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"),
-        None,
-    )
-    if owner is None:
+def _owner_of(cluster: Cluster, workload: Obj) -> tuple[str, Obj] | None:
+    """The Workload's Job or Pod: (store key, object)."""
+    owner = next(iter(workload["metadata"].get("ownerReferences") or []), None)
+    if owner is None or owner.get("kind") not in ("Job", "Pod"):
         return None
-    return cluster.store.get("jobs.batch", workload["metadata"]["namespace"], owner["name"])
+    key = "jobs.batch" if owner["kind"] == "Job" else "pods"
+    found = cluster.store.get(key, workload["metadata"]["namespace"], owner["name"])
+    return (key, found) if found is not None else None
+
+
+def _job_of(cluster: Cluster, workload: Obj) -> Obj | None:
+    owned = _owner_of(cluster, workload)
+    return owned[1] if owned is not None and owned[0] == "jobs.batch" else None
 
 
 def _start_job(
     cluster: Cluster, workload: Obj, assignment: _Assignment, snapshot: _Snapshot
 ) -> None:
     """Unsuspend the Job with its flavors' node labels and tolerations (as Kueue's
-    ``RunWithPodSetsInfo`` does), keeping the template to restore on eviction."""
+    ``RunWithPodSetsInfo`` does); a pod: its admission gate removed (``_ungate``)."""
+    owned = _owner_of(cluster, workload)
+    if owned is not None and owned[0] == "pods":
+        _ungate(cluster, owned[1], assignment, snapshot)
+        return
     job = _job_of(cluster, workload)
     if job is None:
         return
@@ -633,6 +700,23 @@ def _start_job(
         f"Admitted by clusterQueue {assignment_queue(workload)}",
         "kueue-job-controller",
     )
+
+
+def _ungate(cluster: Cluster, pod: Obj, assignment: _Assignment, snapshot: _Snapshot) -> None:
+    """The pod integration's start: the flavors' node labels and tolerations, then the
+    admission gate removed (the scheduler places it)."""
+    spec = pod["spec"]
+    for flavor_name in sorted(set(assignment.flavors.values())):
+        flavor = (snapshot.flavors.get(flavor_name) or {}).get("spec") or {}
+        spec.setdefault("nodeSelector", {}).update(flavor.get("nodeLabels") or {})
+        if flavor.get("tolerations"):
+            spec.setdefault("tolerations", []).extend(copy.deepcopy(flavor["tolerations"]))
+    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != KUEUE_GATE]
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
+    cluster.store.put("pods", pod)
 
 
 def assignment_queue(workload: Obj) -> str:
@@ -725,6 +809,12 @@ def _evict(cluster: Cluster, victim: Obj, preemptor: _Pending, reason: str) -> N
     cluster.store.put(WORKLOADS, victim)
     cluster.record_event(victim, "Normal", "Preempted", message, COMPONENT)
     cluster.record_event(victim, "Normal", "EvictedDueToPreempted", message, COMPONENT)
+    owned = _owner_of(cluster, victim)
+    if owned is not None and owned[0] == "pods":
+        # A pod is stopped by deleting it; its ReplicaSet makes a new, gated one.
+        meta = owned[1]["metadata"]
+        objects.delete(cluster, BY_KEY["pods"], meta["namespace"], meta["name"], {})
+        return
     job = _job_of(cluster, victim)
     if job is not None and not job["spec"].get("suspend"):
         job["spec"]["suspend"] = True

@@ -49,6 +49,10 @@ class Scheduler:
             and p.get("status", {}).get("phase", "Pending") == "Pending"
             and p["spec"].get("schedulerName", COMPONENT) == COMPONENT
         ]
+        gated = [p for p in pending if p["spec"].get("schedulingGates")]
+        for pod in gated:
+            self._gated(pod)
+        pending = [p for p in pending if not p["spec"].get("schedulingGates")]
         if not pending:
             self._attempts.clear()
             return
@@ -116,6 +120,28 @@ class Scheduler:
             COMPONENT,
             action="Binding",
         )
+
+    def _gated(self, pod: Obj) -> None:
+        """A pod with scheduling gates waits, unscheduled, until they are all removed."""
+        status = pod.setdefault("status", {})
+        if any(
+            c["type"] == "PodScheduled" and c.get("reason") == "SchedulingGated"
+            for c in status.get("conditions") or []
+        ):
+            return
+        conds = [c for c in status.get("conditions") or [] if c["type"] != "PodScheduled"]
+        conds.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": self.cluster.timestamp(),
+                "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+            }
+        )
+        status["conditions"] = conds
+        self.cluster.store.put("pods", pod)
 
     def _unschedulable(self, pod: Obj, message: str, nominated: str | None) -> None:
         status = pod.setdefault("status", {})

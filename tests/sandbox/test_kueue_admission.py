@@ -287,3 +287,75 @@ def test_the_visibility_api_gives_each_pending_workloads_position(kubectl, teams
         check=False,
     )
     assert "NotFound" in missing or "not found" in missing
+
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata:
+      labels: {{app: {name}, kueue.x-k8s.io/queue-name: {queue}}}
+    spec:
+      priorityClassName: kq-low
+      containers:
+      - name: main
+        image: busybox
+        resources:
+          limits: {{nvidia.com/gpu: {gpus}, cpu: "1", memory: 1Gi}}
+          requests: {{cpu: "1", memory: 1Gi}}
+"""
+
+
+def test_a_deployments_pods_wait_gated_until_kueue_admits_each(kubectl, teams) -> None:  # type: ignore[no-untyped-def]
+    ns = teams["robotics"]  # 4 GPUs of its own; vision's 8 idle in the cohort
+    # When a Deployment of 5 pods of 3 GPUs for robotics' queue is created
+    kubectl(
+        "apply",
+        "-n",
+        ns,
+        "-f",
+        "-",
+        stdin=DEPLOYMENT.format(name="serve", replicas=5, queue="robotics", gpus=3),
+    )
+
+    def pods() -> list[dict[str, Any]]:
+        return list(json.loads(kubectl("get", "pods", "-n", ns, "-o", "json"))["items"])
+
+    # Then each pod gets a Workload; the cohort's 12 GPUs admit four, the fifth stays gated
+    def settled() -> list[dict[str, Any]] | None:
+        found = pods()
+        gated = [p for p in found if p["spec"].get("schedulingGates")]
+        return found if len(found) == 5 and len(gated) == 1 else None
+
+    found = until(settled, 30)
+    assert found, [p["spec"].get("schedulingGates") for p in pods()]
+    gated = next(p for p in found if p["spec"].get("schedulingGates"))
+    assert gated["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+    scheduled = next(c for c in gated["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "SchedulingGated")
+    running = [p for p in found if not p["spec"].get("schedulingGates")]
+    assert all(
+        p["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+        for p in running
+    )
+    workloads = json.loads(kubectl("get", "workloads", "-n", ns, "-o", "json"))["items"]
+    assert len(workloads) == 5 and all(
+        w["metadata"]["name"].startswith("pod-serve-") for w in workloads
+    )
+    waiting = [w for w in workloads if "admission" not in w.get("status", {})]
+    assert len(waiting) == 1 and condition(waiting[0], "QuotaReserved")["message"].startswith(
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu"
+    )
+    # And scaling down frees a pod's quota for the gated one, whose Workload of the gone
+    # pod goes too
+    kubectl("scale", "-n", ns, "deployment/serve", "--replicas=4")
+    assert until(
+        lambda: not [p for p in pods() if p["spec"].get("schedulingGates")] and len(pods()) == 4, 30
+    )
+    assert until(
+        lambda: len(json.loads(kubectl("get", "workloads", "-n", ns, "-o", "json"))["items"]) == 4
+    )
