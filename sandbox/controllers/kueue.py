@@ -84,6 +84,11 @@ def reconcile(cluster: Cluster) -> None:
     """One pass of Kueue's controllers, skipped while nothing they read has changed."""
     if not installed():
         return
+    store = cluster.store
+    if not store.count(LOCAL_QUEUES) and not store.count(WORKLOADS):
+        # No queue yet: nothing can be admitted, and a pass would read every Job for
+        # nothing (a labelled Job waits, suspended, for its queue to exist).
+        return
     if cluster.settled.get("kueue") == {"": _inputs(cluster)}:
         return
     _sync_jobs(cluster)
