@@ -1,0 +1,215 @@
+"""Kueue's configuration written from the portal's teams, cohorts and quotas (Kueue mode,
+managed): pure builders, and the sync that keeps the cluster's copy in line.
+
+The mapping, quota row by quota row:
+
+- ``cpu`` (cores), ``memory`` (GiB), each MIG resource and ``nvidia.com/gpu.shared``: one
+  resource group with the flavor ``gpu-portal-default`` (no node labels: the resource
+  itself finds its nodes). A team without a ``cpu`` or ``memory`` row is not limited on it
+  (``UNLIMITED``); without a row for a MIG profile or shared GPUs it may not use them (0),
+  as the portal's own admission decides.
+- ``nvidia.com/gpu``: one resource group whose flavors are the GPU products of the catalog
+  (``gpu-<product>``: the GFD product label, the GPU taint's toleration), each with the
+  team's quota for that product, else its any-GPU quota. Kueue counts quota per flavor, so
+  an any-GPU quota of 16 lets a team hold 16 GPUs of each product: set product quotas to
+  cap a team per product (``docs/sharing.md``).
+- Borrowing and lending limits as the rows set them (none without a cohort: Kueue refuses
+  them there); the cohort's slug as ``cohortName``; the team's weight for fair sharing.
+- Preemption as the portal's own: ``reclaimWithinCohort: Any`` (a lender takes its quota
+  back from any job of a team over its nominal quota, lowest priority first),
+  ``withinClusterQueue: LowerPriority``; ``StrictFIFO``, as the portal's queue (the first
+  job that does not fit holds the ones behind it, so large jobs are not starved).
+- One LocalQueue, ``gpu-portal``, in each team's namespace.
+
+Every object carries the portal's ``managed-by`` label; the sync removes those of its
+objects nothing calls for any more, and never touches the others.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
+
+from cluster import kube
+from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
+from cluster.selectors import Catalog
+from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
+from teams.models import GpuQuota, Team
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+DEFAULT_FLAVOR = "gpu-portal-default"
+LOCAL_QUEUE = "gpu-portal"
+UNLIMITED = 1_000_000  # cores or GiB: a resource a team has no quota row for
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+Obj = dict[str, Any]
+
+
+def _labels(team: Team | None = None) -> dict[str, str]:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE}
+    if team is not None:
+        labels[TEAM_LABEL] = team.slug
+    return labels
+
+
+def flavor_name(product: str) -> str:
+    """``NVIDIA-A100-SXM4-80GB`` → ``gpu-nvidia-a100-sxm4-80gb`` (a DNS subdomain)."""
+    return "gpu-" + re.sub(r"[^a-z0-9]+", "-", product.lower()).strip("-")
+
+
+def resource_flavors(catalog: Catalog) -> list[Obj]:
+    """The default flavor, and one per GPU product of the catalog."""
+    flavors: list[Obj] = [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": DEFAULT_FLAVOR, "labels": _labels()},
+            "spec": {},
+        }
+    ]
+    for product in sorted(catalog.products):
+        flavors.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor_name(product), "labels": _labels()},
+                "spec": {
+                    "nodeLabels": {GPU_PRODUCT_LABEL: product},
+                    "tolerations": [dict(GPU_TOLERATION)],
+                },
+            }
+        )
+    return flavors
+
+
+def _quantity(resource: str, amount: int) -> str:
+    return f"{amount}Gi" if resource == MEMORY else str(amount)
+
+
+def _resource(resource: str, row: GpuQuota | None, default: int, cohort: bool) -> Obj:
+    entry: Obj = {
+        "name": resource,
+        "nominalQuota": _quantity(resource, row.limit if row else default),
+    }
+    if row is not None and cohort:
+        if row.borrowing_limit is not None:
+            entry["borrowingLimit"] = _quantity(resource, row.borrowing_limit)
+        if row.lending_limit is not None:
+            entry["lendingLimit"] = _quantity(resource, row.lending_limit)
+    return entry
+
+
+def cluster_queue(team: Team, quotas: Iterable[GpuQuota], catalog: Catalog) -> Obj:
+    """The team's ClusterQueue (named after its slug)."""
+    rows = {q.resource: q for q in quotas}
+    cohort = team.cohort.slug if team.cohort is not None else None
+    in_cohort = cohort is not None
+    other = [CPU, MEMORY, *(f"{MIG_PREFIX}{p}" for p in sorted(catalog.mig_profiles))]
+    if catalog.shared_gpu_resource == SHARED_GPU:
+        other.append(SHARED_GPU)
+    groups: list[Obj] = [
+        {
+            "coveredResources": other,
+            "flavors": [
+                {
+                    "name": DEFAULT_FLAVOR,
+                    "resources": [
+                        _resource(r, rows.get(r), UNLIMITED if r in (CPU, MEMORY) else 0, in_cohort)
+                        for r in other
+                    ],
+                }
+            ],
+        }
+    ]
+    if catalog.products:
+        groups.append(
+            {
+                "coveredResources": [ANY_GPU],
+                "flavors": [
+                    {
+                        "name": flavor_name(product),
+                        "resources": [
+                            _resource(ANY_GPU, rows.get(product) or rows.get(ANY_GPU), 0, in_cohort)
+                        ],
+                    }
+                    for product in sorted(catalog.products)
+                ],
+            }
+        )
+    spec: Obj = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
+        "queueingStrategy": "StrictFIFO",
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        "resourceGroups": groups,
+    }
+    if cohort is not None:
+        spec["cohortName"] = cohort
+        spec["fairSharing"] = {"weight": str(Decimal(team.weight).normalize())}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": team.slug, "labels": _labels(team)},
+        "spec": spec,
+    }
+
+
+def local_queue(team: Team) -> Obj:
+    """The team's LocalQueue, in its namespace, for its ClusterQueue."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": LOCAL_QUEUE, "namespace": team.namespace, "labels": _labels(team)},
+        "spec": {"clusterQueue": team.slug},
+    }
+
+
+def _contains(have: Any, want: Any) -> bool:
+    """Whether ``have`` holds everything ``want`` says (defaults added by Kueue are fine)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(
+            key in have and _contains(have[key], value) for key, value in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(_contains(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return bool(have == want)
+
+
+def _same_spec(existing: Obj, wanted: Obj) -> bool:
+    return _contains(existing.get("spec") or {}, wanted.get("spec") or {}) and _contains(
+        existing["metadata"].get("labels") or {}, wanted["metadata"]["labels"]
+    )
+
+
+def kueue_config_sync(*, teams: Iterable[Team], catalog: Catalog) -> dict[str, str]:
+    """Write the flavors, every team's ClusterQueue and LocalQueue, and remove the portal's
+    Kueue objects no team calls for any more. Returns ``{"<Kind>/<name>": outcome}``.
+
+    1. Ensure the wanted objects (create, or replace when their spec differs).
+    2. List the portal's LocalQueues, ClusterQueues and flavors (by the managed-by label)
+       and delete those not wanted, queues before the flavors they use.
+    Raises ``kube.ClusterError``.
+    """
+    wanted: list[Obj] = resource_flavors(catalog)
+    for team in teams:
+        wanted += [cluster_queue(team, team.quotas.all(), catalog), local_queue(team)]
+    results: dict[str, str] = {}
+    for manifest in wanted:
+        meta = manifest["metadata"]
+        where = f"{meta['namespace']}/" if "namespace" in meta else ""
+        results[f"{manifest['kind']}/{where}{meta['name']}"] = kube.ensure(
+            manifest, compare=_same_spec
+        )
+    keep = {(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]) for m in wanted}
+    for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
+        for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
+            meta = obj["metadata"]
+            if (kind, meta.get("namespace"), meta["name"]) not in keep:
+                kube.delete(kind, meta["name"], meta.get("namespace"))
+                where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+                results[f"{kind}/{where}{meta['name']}"] = "deleted"
+    return results
