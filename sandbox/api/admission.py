@@ -473,3 +473,21 @@ def kueue_pod_defaults(pod: dict[str, Any]) -> None:
     gates = pod["spec"].setdefault("schedulingGates", [])
     if not any(g.get("name") == KUEUE_GATE for g in gates):
         gates.append({"name": KUEUE_GATE})
+
+
+def jobset_defaults(jobset: dict[str, Any]) -> None:
+    """JobSet's mutating webhook (on create): the success and startup policies, Indexed
+    child Jobs whose pods restart ``OnFailure``, DNS hostnames through a headless Service
+    that publishes pods before they are ready."""
+    spec = jobset.setdefault("spec", {})
+    spec.setdefault("successPolicy", {"operator": "All"})
+    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
+    network = spec.setdefault("network", {})
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    for rjob in spec.get("replicatedJobs") or []:
+        job = rjob.setdefault("template", {}).setdefault("spec", {})
+        job.setdefault("completionMode", "Indexed")
+        pod = job.setdefault("template", {}).setdefault("spec", {})
+        if not pod.get("restartPolicy"):
+            pod["restartPolicy"] = "OnFailure"

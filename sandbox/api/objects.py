@@ -106,6 +106,8 @@ def _prepare_kind(cluster: Cluster, rt: ResourceType, obj: Obj) -> list[str]:
         warnings += admission.workload_warnings(
             cluster, meta["namespace"], spec["template"]["spec"]
         )
+    elif rt.key == "jobsets.jobset.x-k8s.io":
+        admission.jobset_defaults(obj)
     elif rt.plural in ("deployments", "replicasets") and isinstance(spec, dict):
         obj["status"] = {}
         if rt.plural == "deployments":

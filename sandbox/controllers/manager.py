@@ -17,6 +17,7 @@ from sandbox.controllers import (
     faultplan,
     gc,
     job,
+    jobset,
     kubelet,
     kueue,
     lease,
@@ -51,6 +52,7 @@ class ControllerManager:
         # waits for one object's sync, not for a step (tens of ms at 10,000 pods).
         steps = (
             lambda: kueue.reconcile(self.cluster),
+            lambda: jobset.reconcile(self.cluster),
             lambda: job.reconcile(self.cluster),
             lambda: deployment.reconcile(self.cluster),
             self.scheduler.reconcile,
