@@ -76,6 +76,7 @@ class JobOutput(serializers.ModelSerializer):
             "exit_code",
             "borrowing",
             "evictions",
+            "queueing",
             "idle_warned_at",
             "idle_action_due",
             "idle_exempt_reason",
@@ -124,6 +125,8 @@ class JobOutput(serializers.ModelSerializer):
             "exit_code": job.exit_code,
             "borrowing": job.borrowing,
             "evictions": job.evictions,
+            # The engine that admits it: the portal's own, or Kueue (docs/queueing.md).
+            "queueing": str(job.queueing),
             "idle_warned_at": _datetime(job.idle_warned_at),
             "idle_action_due": _datetime(job.idle_action_due),
             "idle_exempt_reason": job.idle_exempt_reason,

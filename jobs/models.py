@@ -28,6 +28,10 @@ class Job(models.Model):
         TRAINING = "training", "Training"
         INFERENCE = "inference", "Inference"
 
+    class Queueing(models.TextChoices):
+        PORTAL = "portal", "The portal's admission"
+        KUEUE = "kueue", "Kueue"
+
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_jobs"
@@ -35,6 +39,9 @@ class Job(models.Model):
     name = models.CharField(max_length=40)
     kind = models.CharField(max_length=10, choices=Kind.choices)
     priority = models.CharField(max_length=10, default="normal")
+    # The engine that admits it (settings.QUEUEING when it was submitted): a job keeps its
+    # engine while a cluster moves from one to the other (docs/queueing.md).
+    queueing = models.CharField(max_length=6, choices=Queueing.choices, default=Queueing.PORTAL)
     priority_value = models.IntegerField(default=PRIORITY_CLASS_VALUES["normal"])
     state = models.CharField(
         max_length=10, choices=JobState.choices, default=JobState.QUEUED, db_index=True

@@ -137,6 +137,12 @@ def _admission_publish(team_id: int) -> None:
         raise
 
 
+def apply_enqueue(*, job_id: int) -> None:
+    """Queue a job's apply once the current transaction commits (Kueue mode: Kueue, not the
+    portal, admits it, so it goes to the cluster at once and waits there)."""
+    transaction.on_commit(lambda: job_apply_task.delay(job_id))
+
+
 def cleanup_enqueue(*, job_id: int) -> None:
     transaction.on_commit(lambda: job_cleanup_task.delay(job_id))
 

@@ -185,6 +185,14 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis redelivers an unacked task after this many seconds; it must exceed the hard limit.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 600)}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# Who admits jobs against the teams' quotas: the portal's own engine ("portal"), or Kueue
+# where the cluster runs it ("kueue"; docs/queueing.md). With Kueue, the portal writes
+# Kueue's configuration from its teams unless KUEUE_MANAGED is false (the platform team
+# owns it; each team is mapped to a LocalQueue in the admin).
+QUEUEING = (env_str("QUEUEING", "portal") or "portal").lower()
+if QUEUEING not in ("portal", "kueue"):
+    raise ConfigurationError(f"QUEUEING must be 'portal' or 'kueue', not {QUEUEING!r}.")
+KUEUE_MANAGED = env_bool("KUEUE_MANAGED", True)
 # The periodic reconcile: the safety net behind the watch tracker (manage.py track_cluster),
 # catching what a watch missed and re-queuing lost work. Without a tracker, set it to ~10.
 RECONCILE_INTERVAL_SECONDS = env_float("RECONCILE_INTERVAL_SECONDS", 120.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -25,6 +26,11 @@ class MeOutput(serializers.Serializer):
         help_text="Platform admins see every team and act as its lead."
     )
     teams = MeTeamOutput(many=True)
+    queueing = serializers.ChoiceField(
+        choices=["portal", "kueue"],
+        help_text="Who admits new jobs against the teams' quotas: the portal's own engine, "
+        "or Kueue (docs/queueing.md).",
+    )
 
 
 class MeApi(APIView):
@@ -49,6 +55,7 @@ class MeApi(APIView):
                     "username": user.get_username(),
                     "is_platform_admin": user.is_superuser,
                     "teams": teams,
+                    "queueing": settings.QUEUEING,
                 }
             ).data
         )

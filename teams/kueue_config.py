@@ -32,9 +32,11 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
+
 from cluster import kube
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
-from cluster.selectors import Catalog
+from cluster.selectors import Catalog, catalog_get
 from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.models import GpuQuota, Team
 
@@ -51,6 +53,12 @@ def _labels(team: Team | None = None) -> dict[str, str]:
     if team is not None:
         labels[TEAM_LABEL] = team.slug
     return labels
+
+
+def team_local_queue(team: Team) -> str:
+    """The LocalQueue a team's jobs go to in Kueue mode: the portal's own when it manages
+    Kueue's configuration, else the one an admin mapped the team to ("" when none yet)."""
+    return LOCAL_QUEUE if settings.KUEUE_MANAGED else team.kueue_local_queue
 
 
 def flavor_name(product: str) -> str:
@@ -213,3 +221,12 @@ def kueue_config_sync(*, teams: Iterable[Team], catalog: Catalog) -> dict[str, s
                 where = f"{meta['namespace']}/" if meta.get("namespace") else ""
                 results[f"{kind}/{where}{meta['name']}"] = "deleted"
     return results
+
+
+def kueue_managed_sync() -> dict[str, str]:
+    """Kueue's configuration from every team when the portal manages it (``QUEUEING=kueue``
+    and ``KUEUE_MANAGED``); nothing otherwise (docs/queueing.md)."""
+    if settings.QUEUEING != "kueue" or not settings.KUEUE_MANAGED:
+        return {}
+    teams = Team.objects.prefetch_related("quotas").order_by("slug")
+    return kueue_config_sync(teams=teams, catalog=catalog_get())

@@ -65,6 +65,14 @@ class Team(models.Model):
         "GPUs may then evict them). Training jobs always may.",
     )
 
+    kueue_local_queue = models.CharField(
+        max_length=63,
+        blank=True,
+        validators=[DNS_LABEL],
+        help_text="With Kueue run by the platform team (QUEUEING=kueue, KUEUE_MANAGED=false): "
+        "the LocalQueue in the team's namespace its jobs go to.",
+    )
+
     class IdlePolicy(models.TextChoices):
         OFF = "off", "Off"
         REPORT = "report", "Report only"

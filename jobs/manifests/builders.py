@@ -41,6 +41,8 @@ POD_UID = 1000
 POD_GID = 1000
 
 HOSTNAME_TOPOLOGY_KEY = "kubernetes.io/hostname"
+# The label that puts a Job, or a pod, in one of Kueue's LocalQueues.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 # Model loading can take minutes (weights pulled from a PVC or a hub, then
@@ -70,12 +72,30 @@ DISTRIBUTED_ENV_NAMES = frozenset(
 def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
     """The objects to apply for one job, in the order to apply them."""
     if spec.kind == "inference":
-        return [_deployment(spec, ctx), _inference_service(spec, ctx)]
-    if spec.workers > 1:
+        manifests = [_deployment(spec, ctx), _inference_service(spec, ctx)]
+    elif spec.workers > 1:
         # The Service goes first so worker 0's DNS name exists by the time
         # the other workers try to reach it.
-        return [_headless_service(spec, ctx), _indexed_job(spec, ctx)]
-    return [_single_job(spec, ctx)]
+        manifests = [_headless_service(spec, ctx), _indexed_job(spec, ctx)]
+    else:
+        manifests = [_single_job(spec, ctx)]
+    if ctx.kueue_queue:
+        for manifest in manifests:
+            _for_kueue(manifest, ctx.kueue_queue)
+    return manifests
+
+
+def _for_kueue(manifest: Manifest, queue: str) -> None:
+    """Hand the job to Kueue (QUEUEING-NOTES, "Running on Kueue"): a Job names its
+    LocalQueue and is created suspended, for Kueue to unsuspend once admitted; a
+    Deployment's pods name it too (Kueue's pod integration gates each until admitted).
+    Services are not Kueue's business."""
+    if manifest["kind"] == "Job":
+        manifest["metadata"]["labels"][KUEUE_QUEUE_LABEL] = queue
+        manifest["spec"]["suspend"] = True
+    elif manifest["kind"] == "Deployment":
+        manifest["metadata"]["labels"][KUEUE_QUEUE_LABEL] = queue
+        manifest["spec"]["template"]["metadata"]["labels"][KUEUE_QUEUE_LABEL] = queue
 
 
 def _metadata(spec: JobSpec, ctx: ManifestContext) -> dict[str, Any]:

@@ -29,3 +29,5 @@ class ManifestContext:
     # How long a training pod stays on a node that stopped responding before the taint
     # manager evicts it (None: the API server's default, 300 s).
     node_failure_toleration_seconds: int | None = None
+    # With QUEUEING=kueue: the LocalQueue the job goes to (empty: the portal admits it).
+    kueue_queue: str = ""

@@ -92,7 +92,10 @@ _QUEUE_FIELDS = ("pk", "team_id", "kind", "priority_value", "created_at", "deman
 
 def _queued(team_ids: list[int]) -> Any:
     return Job.objects.filter(
-        team__in=team_ids, state=JobState.QUEUED, admitted_at__isnull=True
+        team__in=team_ids,
+        state=JobState.QUEUED,
+        admitted_at__isnull=True,
+        queueing=Job.Queueing.PORTAL,  # Kueue admits the others, in the cluster
     ).order_by(*_QUEUE_ORDER)
 
 
@@ -169,7 +172,11 @@ def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dic
     holders: list[dict[str, Any]] = [
         {**row, "evicting": row["evicted_at"] is not None}
         for row in Job.objects.filter(
-            team__in=[t.pk for t in teams], state__in=ACTIVE_STATES, admitted_at__isnull=False
+            team__in=[t.pk for t in teams],
+            state__in=ACTIVE_STATES,
+            admitted_at__isnull=False,
+            # Kueue's jobs are Kueue's to evict: the engines never fight over a job.
+            queueing=Job.Queueing.PORTAL,
         )
         .order_by("admitted_at", "pk")
         .values(

@@ -47,9 +47,11 @@ def _apply_objects(job: Job) -> None:
 def job_apply(*, job_id: int) -> ApplyOutcome:
     """Create the job's objects in the cluster and mark it ``pending``.
 
-    1. Re-read the job: return if it is not admitted, already applied or final.
+    1. Re-read the job: return if it is not admitted (by the portal; with Kueue, Kueue
+       admits it later, in the cluster), already applied or final.
     2. Create each manifest in order (idempotent).
-    3. Move ``queued`` → ``pending`` only if the row is still queued and unapplied.
+    3. Move ``queued`` → ``pending`` only if the row is still queued and unapplied (with
+       Kueue: stay ``queued``, applied, until its Workload is admitted).
        If it was cancelled meanwhile, delete what was just created.
 
     ``kube.TemporaryClusterError`` propagates: the task retries it with backoff,
@@ -59,12 +61,10 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
     is lost.
     """
     job = Job.objects.select_related("team").filter(pk=job_id).first()
-    if (
-        job is None
-        or job.state != JobState.QUEUED
-        or job.admitted_at is None
-        or job.applied_at is not None
-    ):
+    if job is None or job.state != JobState.QUEUED or job.applied_at is not None:
+        return ApplyOutcome.NOT_DUE
+    kueue = job.queueing == Job.Queueing.KUEUE
+    if job.admitted_at is None and not kueue:
         return ApplyOutcome.NOT_DUE
     violations = check_manifests(
         job.manifests,
@@ -85,15 +85,20 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
     except kube.PermanentClusterError as exc:
         _fail(job, reason="ApplyFailed", message=f"The API server refused the job: {exc.message}")
         return ApplyOutcome.FAILED
+    changes = (
+        # Suspended in Kueue's queue: queued until Kueue admits it (the tracker follows).
+        {"reason": "Applied", "message": "Created in the cluster; waiting for Kueue to admit it."}
+        if kueue
+        else {
+            "state": JobState.PENDING,
+            "reason": "Applied",
+            "message": "Created in the cluster; waiting for pods.",
+        }
+    )
     moved = job_transition(
         job=job,
         where={"state": JobState.QUEUED, "applied_at__isnull": True},
-        changes={
-            "state": JobState.PENDING,
-            "applied_at": timezone.now(),
-            "reason": "Applied",
-            "message": "Created in the cluster; waiting for pods.",
-        },
+        changes={**changes, "applied_at": timezone.now()},
         event_reason="Applied",
         event_message=f"Created in namespace {job.namespace}.",
     )

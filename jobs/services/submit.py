@@ -30,9 +30,10 @@ from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
-from jobs.tasks import admission_enqueue
+from jobs.tasks import admission_enqueue, apply_enqueue
 from scheduling import cpu_millis, memory_bytes
 from scheduling.quantity import human_number, human_quantity
+from teams.kueue_config import team_local_queue
 from teams.models import Cohort, Membership, Team
 from teams.selectors import cohort_pool, membership_role, team_quotas_for_user
 from teams.services import audit_record
@@ -54,6 +55,8 @@ class CheckedSpec:
     team: Team
     catalog: Catalog
     demand: dict[str, int]
+    # The engine that admits it: settings.QUEUEING at submission, the job's own after.
+    queueing: str = Job.Queueing.PORTAL
 
 
 def _field_error(field: str, message: str) -> ApplicationError:
@@ -149,6 +152,7 @@ def _context(
     job_id: int,
     attempt: int = 0,
     excluded_nodes: tuple[str, ...] = (),
+    queueing: str = Job.Queueing.PORTAL,
 ) -> ManifestContext:
     return ManifestContext(
         job_id=job_id,
@@ -162,6 +166,7 @@ def _context(
             if settings.NODE_FAILURE_TOLERATION_SECONDS >= 0
             else None
         ),
+        kueue_queue=team_local_queue(team) if queueing == Job.Queueing.KUEUE else "",
     )
 
 
@@ -198,7 +203,9 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     if problem is not None:
         field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
         raise _field_error(field, problem.message)
-    return CheckedSpec(spec=spec, team=team, catalog=catalog, demand=demand)
+    return CheckedSpec(
+        spec=spec, team=team, catalog=catalog, demand=demand, queueing=settings.QUEUEING
+    )
 
 
 def _manifests_for(
@@ -211,7 +218,14 @@ def _manifests_for(
         job_id=job_id,
         attempt=attempt,
         excluded_nodes=excluded_nodes,
+        queueing=checked.queueing,
     )
+    if checked.queueing == Job.Queueing.KUEUE and not ctx.kueue_queue:
+        raise _field_error(
+            "team",
+            f"Team {checked.team.slug} has no Kueue LocalQueue yet; ask an admin to set the "
+            "team's LocalQueue in the admin (Kueue is run by the platform team here).",
+        )
     manifests = build_manifests(checked.spec, ctx)
     violations = check_manifests(
         manifests,
@@ -282,7 +296,8 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     2. Insert the job: its id names the Kubernetes objects.
     3. Build and validate the manifests with that id and store them; a manifest refused
        here rolls the whole submission back.
-    4. Queue admission on commit, so a worker never sees a job that does not exist yet.
+    4. Queue admission on commit, so a worker never sees a job that does not exist yet;
+       with Kueue, queue its apply instead: it waits in Kueue's queue, in the cluster.
     """
     checked = job_spec_check(user=user, data=data)
     spec, team = checked.spec, checked.team
@@ -294,6 +309,7 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
         priority=spec.priority,
         priority_value=PRIORITY_CLASS_VALUES[spec.priority],
         state=JobState.QUEUED,
+        queueing=checked.queueing,
         reason="Submitted",
         message="Waiting for admission against the team's quota.",
         spec=spec.to_dict(),
@@ -310,7 +326,10 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     audit_record(
         actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": job.name}
     )
-    admission_enqueue(team_id=team.pk)
+    if job.queueing == Job.Queueing.KUEUE:
+        apply_enqueue(job_id=job.pk)  # Kueue admits it, in the cluster
+    else:
+        admission_enqueue(team_id=team.pk)
     return job
 
 
@@ -350,5 +369,7 @@ def job_manifests_rebuild(
     """A job's manifests for another run: the same spec, with ``RESTART_ATTEMPT`` and the
     nodes it must avoid (security-checked as at submission)."""
     spec = JobSpec.from_dict(job.spec)
-    checked = CheckedSpec(spec=spec, team=job.team, catalog=catalog_get(), demand=job.demand)
+    checked = CheckedSpec(
+        spec=spec, team=job.team, catalog=catalog_get(), demand=job.demand, queueing=job.queueing
+    )
     return _manifests_for(checked, job.pk, attempt=attempt, excluded_nodes=excluded_nodes)

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -29,7 +30,9 @@ from cluster.priority_classes import PRIORITY_CLASSES
 from core.redis_client import redis_client
 from jobs import tasks
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
+from jobs.services.eviction import runs_ended
 from jobs.services.transitions import job_transition
+from jobs.tracking.kueue import held_by_kueue, newest, observe_queued, workload_owner
 from jobs.tracking.observe import Observation, observe_inference, observe_training
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
@@ -78,6 +81,22 @@ def by_job(objects: Iterable[Obj]) -> dict[int, list[Obj]]:
     return grouped
 
 
+def kueue_by_job(workloads: Iterable[Obj], owners: Iterable[Obj]) -> dict[int, list[Obj]]:
+    """Kueue's Workloads of each portal job, through the Job or Pod each was made for
+    (Kueue copies none of the portal's labels onto them)."""
+    job_of = {
+        (str(o["metadata"].get("namespace")), str(o["metadata"]["name"])): job_id_of(o)
+        for o in owners
+    }
+    found: dict[int, list[Obj]] = defaultdict(list)
+    for workload in workloads:
+        owner = workload_owner(workload)
+        job_id = job_of.get(owner[1:]) if owner is not None else None
+        if job_id is not None:
+            found[job_id].append(workload)
+    return found
+
+
 def _event_key(event: Obj) -> str:
     involved = event.get("involvedObject") or {}
     raw = f"{involved.get('uid', '')}:{event.get('reason', '')}:{event.get('message', '')}"
@@ -121,9 +140,12 @@ class EventIndex:
 
 
 def tracked_jobs() -> Any:
-    """Applied jobs that have not finished: the ones a pass follows."""
+    """Applied jobs that have not finished: the ones a pass follows (with Kueue, also the
+    queued ones: they wait in the cluster, in Kueue's queue)."""
     return Job.objects.filter(
-        state__in=[JobState.PENDING, JobState.RUNNING], applied_at__isnull=False
+        Q(state__in=[JobState.PENDING, JobState.RUNNING])
+        | Q(state=JobState.QUEUED, queueing=Job.Queueing.KUEUE),
+        applied_at__isnull=False,
     )
 
 
@@ -209,6 +231,8 @@ def _apply_observation(job: Job, seen: Observation, advice: str, report: Reconci
         changes["started_at"] = now
     if seen.state in FINAL_STATES and job.finished_at is None:
         changes["finished_at"] = seen.finished_at or now
+    if job.queueing == Job.Queueing.KUEUE:
+        changes.update(_kueue_changes(job, seen, now))
     if not changes:
         return
     # Conditional: a concurrent cancel (or another run) wins; we never undo it.
@@ -227,6 +251,23 @@ def _apply_observation(job: Job, seen: Observation, advice: str, report: Reconci
         if seen.state in FINAL_STATES and job.team_id not in report.requeued_admission:
             # Its quota is free: the team's (and its cohort's) queue may move now.
             report.requeued_admission.append(job.team_id)
+
+
+def _kueue_changes(job: Job, seen: Observation, now: datetime) -> dict[str, Any]:
+    """Kueue admits and evicts in the cluster; the row follows as with the portal's own
+    engine: ``admitted_at`` once Kueue lets the job start, and an eviction (its Job
+    suspended again) counted, its run kept for the GPU-hour accounting."""
+    if seen.state != JobState.QUEUED:
+        return {"admitted_at": now} if job.admitted_at is None else {}
+    if job.state in (JobState.PENDING, JobState.RUNNING) and seen.reason == "Preempted":
+        return {
+            "admitted_at": None,
+            "started_at": None,
+            "borrowing": False,
+            "evictions": job.evictions + 1,
+            "earlier_runs": runs_ended(job, now),
+        }
+    return {}
 
 
 def _mark_lost(job: Job, report: ReconcileReport) -> None:
@@ -255,6 +296,10 @@ TRACKED_FIELDS = (
     "namespace",
     "object_name",
     "applied_at",
+    "queueing",
+    "admitted_at",
+    "evictions",
+    "earlier_runs",
     *_OBSERVED,
     "advice",
     "started_at",
@@ -287,6 +332,12 @@ def _track(report: ReconcileReport) -> None:
         for event in kube.list_all("Event", namespace=namespace)
     )
     known_events = known_event_keys()
+    kueue: dict[int, list[Obj]] = {}
+    if any(job.queueing == Job.Queueing.KUEUE for job in active):
+        kueue = kueue_by_job(
+            kube.list_all("Workload"),
+            [o for objs in owners.values() for o in objs] + [p for ps in pods.values() for p in ps],
+        )
     advisor = Advisor()
     now = timezone.now()
     for job in active:
@@ -296,11 +347,12 @@ def _track(report: ReconcileReport) -> None:
             job,
             workload=workload,
             pods=job_pods,
-            events=events.for_job(job, workload, job_pods),
+            events=events.for_job(job, workload + kueue.get(job.pk, []), job_pods),
             known_events=known_events[job.pk],
             advisor=advisor,
             report=report,
             now=now,
+            kueue_workloads=kueue.get(job.pk, []),
         )
 
 
@@ -314,6 +366,7 @@ def job_observe(
     advisor: Advisor,
     report: ReconcileReport,
     now: datetime,
+    kueue_workloads: Iterable[Obj] = (),
 ) -> None:
     """Bring one tracked job's row in line with its objects, pods and events as seen now:
     the one path for the periodic pass and the watch tracker (``jobs.tracking.tracker``).
@@ -322,6 +375,7 @@ def job_observe(
        a fresh object yet).
     2. New Kubernetes events go on the timeline, before the state change they explain.
     3. The objects give the state, reason and message; an unschedulable pod gets advice.
+       A job Kueue holds back is ``queued``, for the reason its Workload gives.
     """
     if not workload:
         grace = timedelta(seconds=settings.LOST_GRACE_SECONDS)
@@ -334,7 +388,9 @@ def job_observe(
         JobEvent.objects.bulk_create(new_events, ignore_conflicts=True)
         report.events_added += len(new_events)
     main = workload[0]
-    if job.kind == Job.Kind.TRAINING:
+    if job.queueing == Job.Queueing.KUEUE and held_by_kueue(main, pods):
+        seen = observe_queued(newest(list(kueue_workloads)))
+    elif job.kind == Job.Kind.TRAINING:
         seen = observe_training(main, pods, events)
     else:
         seen = observe_inference(main, pods, events)
@@ -368,13 +424,18 @@ def _recover_queue(report: ReconcileReport) -> None:
     """Find work whose task never ran (broker restart, worker killed): the task queues it."""
     cutoff = timezone.now() - timedelta(seconds=settings.STALE_QUEUE_SECONDS)
     stale_apply = Job.objects.filter(
-        state=JobState.QUEUED, admitted_at__lt=cutoff, applied_at__isnull=True
+        Q(admitted_at__lt=cutoff) | Q(queueing=Job.Queueing.KUEUE, updated_at__lt=cutoff),
+        state=JobState.QUEUED,
+        applied_at__isnull=True,
     ).values_list("pk", flat=True)
     for job_id in stale_apply:
         report.requeued_apply.append(job_id)
     teams = set(
         Job.objects.filter(
-            state=JobState.QUEUED, admitted_at__isnull=True, updated_at__lt=cutoff
+            state=JobState.QUEUED,
+            admitted_at__isnull=True,
+            updated_at__lt=cutoff,
+            queueing=Job.Queueing.PORTAL,
         ).values_list("team_id", flat=True)
     )
     for team_id in sorted(teams - set(report.requeued_admission)):

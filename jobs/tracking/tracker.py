@@ -35,6 +35,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
 from jobs.models import Job
+from jobs.tracking.kueue import workload_owner
 from jobs.tracking.observe import parse_time
 from jobs.tracking.reconcile import (
     TRACKED_FIELDS,
@@ -53,6 +54,13 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 
 WATCHED = ("Job", "Deployment", "Pod")  # the portal's objects, by its label
+KUEUE = ("Workload",)  # with QUEUEING=kueue: Kueue's Workloads, all of them
+
+
+def _kueue_kinds() -> tuple[str, ...]:
+    return KUEUE if settings.QUEUEING == "kueue" else ()
+
+
 WATCH_SECONDS = 300  # a watch is reopened this often, from the last version seen
 BATCH_PAUSE = 0.2  # seconds to gather changes into one batch of observations
 
@@ -62,7 +70,7 @@ class _Informer:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.objects: dict[str, dict[Key, Obj]] = {k: {} for k in (*WATCHED, "Event")}
+        self.objects: dict[str, dict[Key, Obj]] = {k: {} for k in (*WATCHED, *KUEUE, "Event")}
         self.dirty: set[int] = set()
         self.changed = threading.Event()
 
@@ -88,6 +96,13 @@ class _Informer:
             self._mark(self._job_of(kind, obj))
 
     def _job_of(self, kind: str, obj: Obj) -> int | None:
+        if kind == "Workload":
+            # Kueue copies none of the portal's labels: the job is its Job's (or Pod's).
+            owner = workload_owner(obj)
+            if owner is None or owner[0] not in WATCHED:
+                return None
+            found = self.objects[owner[0]].get(owner[1:])
+            return job_id_of(found) if found is not None else None
         if kind != "Event":
             return job_id_of(obj)
         # Events carry no labels: the job is the one owning the object they are about
@@ -122,6 +137,16 @@ class _Informer:
                 if job_id in job_ids:
                     pods[job_id].append(obj)
         return owners, pods
+
+    def kueue_view(self, job_ids: set[int]) -> dict[int, list[Obj]]:
+        """Kueue's Workloads of each job."""
+        found: dict[int, list[Obj]] = defaultdict(list)
+        with self.lock:
+            for obj in self.objects["Workload"].values():
+                job_id = self._job_of("Workload", obj)
+                if job_id in job_ids:
+                    found[job_id].append(obj)
+        return found
 
     def events_in(self, namespaces: set[str]) -> list[Obj]:
         with self.lock:
@@ -229,7 +254,7 @@ class ClusterTracker:
             informer = _Informer()
             threads = [
                 threading.Thread(target=self._watch_loop, args=(kind, informer, term), daemon=True)
-                for kind in (*WATCHED, "Event")
+                for kind in (*WATCHED, *_kueue_kinds(), "Event")
             ]
             for thread in threads:
                 thread.start()
@@ -260,7 +285,7 @@ class ClusterTracker:
     def _watch_loop(self, kind: str, informer: _Informer, term: threading.Event) -> None:
         """List, then watch from the list's version; resume after a drop, relist after a
         410; back off (up to 30 s) while the API server cannot be reached."""
-        selector = None if kind == "Event" else MANAGED_BY_SELECTOR
+        selector = None if kind in ("Event", *KUEUE) else MANAGED_BY_SELECTOR
         version: str | None = None
         backoff = 1.0
         while not term.is_set() and not self._stop.is_set():
@@ -298,6 +323,7 @@ class ClusterTracker:
             jobs = list(tracked_jobs().filter(pk__in=dirty).only(*TRACKED_FIELDS))
             if jobs:
                 owners, pods = informer.view({j.pk for j in jobs})
+                kueue = informer.kueue_view({j.pk for j in jobs})
                 events = EventIndex(informer.events_in({j.namespace for j in jobs}))
                 known = known_event_keys(Job.objects.filter(pk__in=[j.pk for j in jobs]))
                 advisor, now = Advisor(), timezone.now()
@@ -306,11 +332,14 @@ class ClusterTracker:
                         job,
                         workload=owners.get(job.pk, []),
                         pods=pods.get(job.pk, []),
-                        events=events.for_job(job, owners.get(job.pk, []), pods.get(job.pk, [])),
+                        events=events.for_job(
+                            job, owners.get(job.pk, []) + kueue[job.pk], pods.get(job.pk, [])
+                        ),
                         known_events=known[job.pk],
                         advisor=advisor,
                         report=report,
                         now=now,
+                        kueue_workloads=kueue[job.pk],
                     )
                 self.observed += len(jobs)
         except Exception:

@@ -41,7 +41,15 @@ def test_a_token_answers_with_its_user_and_only_their_teams(alice_api: APIClient
         "teams": [
             {"slug": "vision", "name": "Vision", "namespace": "team-vision", "role": "member"}
         ],
+        "queueing": "portal",
     }
+
+
+def test_me_says_which_engine_admits_jobs(alice_api: APIClient, settings: Any) -> None:
+    # Given a portal running on the cluster's Kueue
+    settings.QUEUEING = "kueue"
+    # When a client asks who it is, Then it learns Kueue admits its jobs
+    assert alice_api.get("/api/v1/me/").json()["queueing"] == "kueue"
 
 
 def test_teams_come_in_slug_order_with_the_role_in_each(bob: User) -> None:

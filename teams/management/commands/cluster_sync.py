@@ -5,8 +5,9 @@
 
 What beat does every few minutes (``teams_sync_task``, ``catalog_refresh_task``), at once:
 the catalog first (the ResourceQuotas name its products), then each team's namespace,
-ResourceQuota, LimitRange, NetworkPolicy and the PriorityClasses. Safe to run again: only
-what differs changes. Exits 1 when the cluster refused or could not be reached, naming it.
+ResourceQuota, LimitRange, NetworkPolicy and the PriorityClasses; with Kueue managed by the
+portal (QUEUEING=kueue), Kueue's flavors, ClusterQueues and LocalQueues last. Safe to run
+again: only what differs changes. Exits 1 when the cluster refused or could not be reached.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from cluster import kube
 from cluster.services import catalog_refresh
 from teams.cluster_sync import team_cluster_sync
+from teams.kueue_config import kueue_managed_sync
 from teams.models import Team
 
 
@@ -53,5 +55,14 @@ class Command(BaseCommand):
             changed = {k: v for k, v in outcome.items() if v not in ("unchanged", "absent")}
             what = ", ".join(f"{k} {v}" for k, v in sorted(changed.items())) or "unchanged"
             self.stdout.write(f"team {team.slug} ({team.namespace}): {what}")
+        try:
+            kueue = {k: v for k, v in kueue_managed_sync().items() if v != "unchanged"}
+            if kueue:
+                self.stdout.write(
+                    "Kueue: " + ", ".join(f"{k} {v}" for k, v in sorted(kueue.items()))
+                )
+        except kube.ClusterError as exc:
+            failed.append("Kueue's configuration")
+            self.stderr.write(f"Kueue's configuration: {exc.message}")
         if failed:
             raise CommandError(f"Not mirrored: {', '.join(failed)} (see above).")

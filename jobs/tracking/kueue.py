@@ -1,0 +1,151 @@
+"""What Kueue says about a job it holds, in the portal's words (pure functions).
+
+With ``QUEUEING=kueue`` a job waits in the cluster: its Job is suspended (a Deployment's
+pods gated) until Kueue admits its Workload. The Workload's conditions (QUEUEING-NOTES,
+"Running on Kueue") give the queued job's reason and message; Kueue's own message is kept
+after the portal's sentence, so nothing it said is lost.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from jobs.models import JobState
+from jobs.tracking.observe import Observation, parse_time
+
+Obj = dict[str, Any]
+
+# Kueue's pod integration: a pod for a queue waits behind this scheduling gate.
+KUEUE_GATE = "kueue.x-k8s.io/admission"
+
+_UNUSED = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+), "
+    r"(?P<more>\S+) more needed"
+)
+_MAXIMUM = re.compile(
+    r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+),.*"
+    r"> maximum capacity \((?P<most>[^)]+)\)"
+)
+_PREEMPTION = re.compile(
+    r"due to (?P<why>[^;]+); preemptor path: (?P<preemptor>\S+); preemptee path: (?P<preemptee>\S+)"
+)
+
+
+def _true(workload: Obj, kind: str) -> Obj | None:
+    for condition in (workload.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def _condition(workload: Obj, kind: str) -> Obj | None:
+    for condition in (workload.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition
+    return None
+
+
+def _queue_of(path: str) -> str:
+    """``/research/robotics`` (a preemptor path: cohort, then ClusterQueue) → ``robotics``."""
+    return path.rstrip("/").rpartition("/")[2]
+
+
+def preemption_words(message: str) -> str:
+    """Kueue's ``Evicted``/``Preempted`` message → who took the GPUs back, and why."""
+    found = _PREEMPTION.search(message)
+    if found is None:
+        return f"Preempted by Kueue. Kueue: {message}"
+    preemptor, preemptee = _queue_of(found["preemptor"]), _queue_of(found["preemptee"])
+    if "reclamation" in found["why"]:
+        cause = f"team {preemptor} reclaimed the quota it had lent to {preemptee}"
+    elif "fair sharing" in found["why"]:
+        cause = f"team {preemptor} took back its fair share of the cohort"
+    else:
+        cause = f"a job of higher priority in team {preemptor} needed its quota"
+    return f"Preempted: {cause}; back in Kueue's queue. Kueue: {message}"
+
+
+def pending_words(message: str, queue: str) -> str:
+    """Kueue's pending message (QuotaReserved False) → what the job waits for; ``queue``
+    is its LocalQueue."""
+    found = _UNUSED.search(message)
+    if found is not None:
+        return (
+            f"Waiting for quota: {found['more']} more {found['resource']} than LocalQueue "
+            f"{queue} may use now (flavor {found['flavor']}). Kueue: {message}"
+        )
+    found = _MAXIMUM.search(message)
+    if found is not None:
+        return (
+            f"Asks for more {found['resource']} than LocalQueue {queue} may ever use "
+            f"({found['most']} in flavor {found['flavor']}, borrowing included). "
+            f"Kueue: {message}"
+        )
+    return f"Waiting in Kueue's queue. Kueue: {message}" if message else "Waiting in Kueue's queue."
+
+
+def newest(workloads: list[Obj]) -> Obj | None:
+    """The Workload Kueue follows for the job now (a recreated one replaces the old)."""
+    if not workloads:
+        return None
+    return max(workloads, key=lambda w: str(w["metadata"].get("creationTimestamp") or ""))
+
+
+def observe_queued(workload: Obj | None) -> Observation:
+    """A job Kueue holds back (suspended Job, gated pods) → ``queued`` and why."""
+    if workload is None:
+        return Observation(
+            JobState.QUEUED, "Applied", "Created in the cluster; waiting for Kueue to see it."
+        )
+    evicted = _true(workload, "Evicted")
+    if evicted is not None:
+        return Observation(
+            JobState.QUEUED, "Preempted", preemption_words(str(evicted.get("message") or ""))
+        )
+    if _true(workload, "Admitted") is not None:
+        return Observation(JobState.QUEUED, "Admitted", "Admitted by Kueue; starting.")
+    reserved = _condition(workload, "QuotaReserved")
+    if reserved is not None and reserved.get("status") == "True":
+        return Observation(
+            JobState.QUEUED, "QuotaReserved", "Quota reserved; waiting for admission checks."
+        )
+    queue = str((workload.get("spec") or {}).get("queueName") or "?")
+    message = str((reserved or {}).get("message") or "")
+    if reserved is not None and reserved.get("reason") == "Inadmissible":
+        return Observation(JobState.QUEUED, "Inadmissible", f"Kueue cannot admit it: {message}")
+    return Observation(JobState.QUEUED, "QuotaExceeded", pending_words(message, queue))
+
+
+def held_by_kueue(owner: Obj, pods: list[Obj]) -> bool:
+    """Kueue holds the job back: its Job is suspended (and unfinished), or every one of its
+    Deployment's live pods waits behind Kueue's admission gate."""
+    if "template" in (owner.get("spec") or {}) and "replicas" not in owner["spec"]:
+        conditions = {
+            c.get("type")
+            for c in (owner.get("status") or {}).get("conditions") or []
+            if c.get("status") == "True"
+        }
+        return bool(owner["spec"].get("suspend")) and not conditions & {"Complete", "Failed"}
+    live = [p for p in pods if (p.get("status") or {}).get("phase") in (None, "Pending")]
+    return bool(live) and len(live) == len(pods) and all(_gated(p) for p in live)
+
+
+def _gated(pod: Obj) -> bool:
+    return any(
+        g.get("name") == KUEUE_GATE for g in (pod.get("spec") or {}).get("schedulingGates") or []
+    )
+
+
+def admitted_at(workload: Obj | None) -> Any:
+    """When Kueue admitted the Workload (its ``Admitted`` condition), or None."""
+    admitted = _true(workload or {}, "Admitted")
+    return parse_time(admitted.get("lastTransitionTime")) if admitted else None
+
+
+def workload_owner(workload: Obj) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) of the Job or Pod a Workload was made for."""
+    owner = next(iter(workload["metadata"].get("ownerReferences") or []), None)
+    if owner is None:
+        return None
+    return str(owner.get("kind")), str(workload["metadata"].get("namespace")), str(owner["name"])
