@@ -8,11 +8,14 @@ The mapping, quota row by quota row:
   itself finds its nodes). A team without a ``cpu`` or ``memory`` row is not limited on it
   (``UNLIMITED``); without a row for a MIG profile or shared GPUs it may not use them (0),
   as the portal's own admission decides.
-- ``nvidia.com/gpu``: one resource group whose flavors are the GPU products of the catalog
-  (``gpu-<product>``: the GFD product label, the GPU taint's toleration), each with the
-  team's quota for that product, else its any-GPU quota. Kueue counts quota per flavor, so
-  an any-GPU quota of 16 lets a team hold 16 GPUs of each product: set product quotas to
-  cap a team per product (``docs/sharing.md``).
+- ``nvidia.com/gpu``: one resource group. Its flavors: first one per GPU product the team
+  has a quota row for (``gpu-<product>``: the GFD product label, the GPU taint's
+  toleration), then ``gpu-portal-any-gpu`` (no node label) with the team's any-GPU quota.
+  Kueue counts quota per flavor, so the any-GPU quota sits in one flavor: a total across
+  products, as the portal counts it (one flavor per product with the whole quota each would
+  let a team hold it once per product). The job's own GPU-product affinity picks the
+  nodes. A job for a product with its own row uses that row first and may go on in the
+  any-GPU flavor, where the portal's engine would stop at the product's row.
 - Borrowing and lending limits as the rows set them (none without a cohort: Kueue refuses
   them there); the cohort's slug as ``cohortName``; the team's weight for fair sharing.
 - Preemption as the portal's own: ``reclaimWithinCohort: Any`` (a lender takes its quota
@@ -42,6 +45,7 @@ from teams.models import GpuQuota, Team
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 DEFAULT_FLAVOR = "gpu-portal-default"
+ANY_GPU_FLAVOR = "gpu-portal-any-gpu"
 LOCAL_QUEUE = "gpu-portal"
 UNLIMITED = 1_000_000  # cores or GiB: a resource a team has no quota row for
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -67,14 +71,20 @@ def flavor_name(product: str) -> str:
 
 
 def resource_flavors(catalog: Catalog) -> list[Obj]:
-    """The default flavor, and one per GPU product of the catalog."""
+    """The default flavor, the any-GPU flavor, and one per GPU product of the catalog."""
     flavors: list[Obj] = [
         {
             "apiVersion": API_VERSION,
             "kind": "ResourceFlavor",
             "metadata": {"name": DEFAULT_FLAVOR, "labels": _labels()},
             "spec": {},
-        }
+        },
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": ANY_GPU_FLAVOR, "labels": _labels()},
+            "spec": {"tolerations": [dict(GPU_TOLERATION)]},
+        },
     ]
     for product in sorted(catalog.products):
         flavors.append(
@@ -130,21 +140,27 @@ def cluster_queue(team: Team, quotas: Iterable[GpuQuota], catalog: Catalog) -> O
             ],
         }
     ]
-    if catalog.products:
-        groups.append(
-            {
-                "coveredResources": [ANY_GPU],
-                "flavors": [
+    # A product's own quota first (its flavor's node label keeps it on that product), then
+    # the any-GPU quota in one flavor without node labels: counted once, whatever the product.
+    products = [p for p in sorted(catalog.products) if p in rows]
+    groups.append(
+        {
+            "coveredResources": [ANY_GPU],
+            "flavors": [
+                *(
                     {
-                        "name": flavor_name(product),
-                        "resources": [
-                            _resource(ANY_GPU, rows.get(product) or rows.get(ANY_GPU), 0, in_cohort)
-                        ],
+                        "name": flavor_name(p),
+                        "resources": [_resource(ANY_GPU, rows[p], 0, in_cohort)],
                     }
-                    for product in sorted(catalog.products)
-                ],
-            }
-        )
+                    for p in products
+                ),
+                {
+                    "name": ANY_GPU_FLAVOR,
+                    "resources": [_resource(ANY_GPU, rows.get(ANY_GPU), 0, in_cohort)],
+                },
+            ],
+        }
+    )
     spec: Obj = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
         "queueingStrategy": "StrictFIFO",

@@ -1,0 +1,146 @@
+"""The portal on the cluster's Kueue (QUEUEING=kueue, managed): cluster_sync writes Kueue's
+configuration, jobs go to the cluster suspended and Kueue admits them, borrowing idle
+quota; a lender reclaims through Kueue's preemption, and the portal shows what Kueue did in
+its own words: the waiting reason, the eviction (counted), the run again.
+
+Real processes: PostgreSQL, Redis, a Celery worker with beat's reconcile, the sandbox and
+its Kueue controller (profile ``small``: two 8-GPU A100 nodes, 30× real time).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from jobs.models import Job, JobState
+from tests.conftest import api_client_for
+from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
+from tests.sandbox_process import SandboxProcess
+from tests.worker_process import WorkerProcess, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@pytest.fixture
+def kueue_worker(
+    worker_env: dict[str, str], tmp_path: Path, settings: Any
+) -> Iterator[WorkerProcess]:
+    """A worker, and this process, on the cluster's Kueue; Kueue's objects removed after."""
+    settings.QUEUEING = "kueue"
+    proc = WorkerProcess(tmp_path / "worker", {**worker_env, "QUEUEING": "kueue"}).start()
+    yield proc
+    proc.stop()
+    for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
+        for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
+            meta = obj["metadata"]
+            kube.delete(kind, meta["name"], meta.get("namespace"))
+
+
+def jobs_per_portal_job() -> collections.Counter[int]:
+    """How many Job objects of each portal job the cluster has now."""
+    seen: collections.Counter[int] = collections.Counter()
+    for obj in kube.list_all("Job", label_selector=MANAGED_BY_SELECTOR):
+        seen[int(obj["metadata"]["labels"][JOB_ID_LABEL])] += 1
+    return seen
+
+
+def cluster_job(job: Job) -> dict[str, Any]:
+    (found,) = kube.list_all("Job", label_selector=f"{JOB_ID_LABEL}={job.pk}")
+    return found
+
+
+def test_cluster_sync_writes_kueue_configuration_from_the_teams(
+    kueue_worker: WorkerProcess, cluster: SandboxProcess
+) -> None:
+    # Given vision (6 GPUs) and robotics (4) in cohort research, Kueue managed by the portal
+    seed(vision=6, robotics=4)
+    # When an admin runs cluster_sync
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    # Then each team has a ClusterQueue in the cohort with its nominal GPUs, and a LocalQueue
+    queues = {q["metadata"]["name"]: q for q in kube.list_all("ClusterQueue")}
+    assert {"vision", "robotics"} <= set(queues)
+    vision = queues["vision"]["spec"]
+    assert vision["cohortName"] == "research"
+    gpu = [
+        r
+        for group in vision["resourceGroups"]
+        for flavor in group["flavors"]
+        for r in flavor["resources"]
+        if r["name"] == GPU
+    ]
+    assert gpu and gpu[0]["nominalQuota"] in (6, "6")
+    local = kube.get("LocalQueue", "gpu-portal", "team-vision")
+    assert local["spec"]["clusterQueue"] == "vision"
+
+
+def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
+    kueue_worker: WorkerProcess, cluster: SandboxProcess
+) -> None:
+    # Given vision (6 GPUs) borrowing 4 of idle robotics' 4 through Kueue
+    users = seed(vision=6, robotics=4)
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    alice, dave = users["alice"], users["dave"]
+    own = submit(alice, "vision", 6, "own", env=LONG)
+    keep = submit(alice, "vision", 2, "keep", env=LONG)
+    victim = submit(alice, "vision", 2, "victim", env=LONG, priority="low")
+    for job in (own, keep, victim):
+        wait_for(lambda job=job: fresh(job).state == JobState.RUNNING, timeout=60)
+    # ...each a Job in vision's LocalQueue, admitted by Kueue, never by the portal's engine
+    for job in (own, keep, victim):
+        labels = cluster_job(job)["metadata"]["labels"]
+        assert labels[QUEUE_LABEL] == "gpu-portal"
+        row = fresh(job)
+        assert row.queueing == "kueue" and row.admitted_at is not None
+    first_uid = cluster_job(victim)["metadata"]["uid"]
+    api = api_client_for(alice).get(f"/api/v1/jobs/{own.pk}/").json()
+    assert api["queueing"] == "kueue" and api["state"] == "running"
+
+    # When alice submits 2 more GPUs the cohort no longer has
+    extra = submit(alice, "vision", 2, "extra", env=LONG, priority="low")
+    # Then it waits in Kueue's queue, saying for what in plain words, Kueue's words beside
+    waiting = wait_for(
+        lambda: (j := fresh(extra)).reason == "QuotaExceeded" and j, timeout=30
+    )
+    assert waiting.state == JobState.QUEUED
+    assert waiting.message.startswith("Waiting for quota: 2 more nvidia.com/gpu")
+    assert "Kueue: couldn't assign flavors" in waiting.message
+
+    # When dave submits 2 GPUs of robotics' own quota
+    mine = submit(dave, "robotics", 2, "mine", env={"SANDBOX_DURATION": "90s"})
+    samples = []
+
+    def reclaimed() -> bool:
+        samples.append(jobs_per_portal_job())
+        return fresh(mine).state in (JobState.RUNNING, JobState.SUCCEEDED)
+
+    wait_for(reclaimed, timeout=60)
+
+    # Then Kueue evicted the low-priority borrowing job only, and the portal shows it
+    evicted = wait_for(lambda: (j := fresh(victim)).evictions == 1 and j, timeout=30)
+    assert evicted.state == JobState.QUEUED and evicted.reason == "Preempted"
+    assert "team robotics reclaimed the quota it had lent to vision" in evicted.message
+    assert cluster_job(victim)["spec"]["suspend"] is True
+    assert fresh(own).state == fresh(keep).state == JobState.RUNNING
+    assert fresh(own).evictions == fresh(keep).evictions == 0
+    # (one eviction on the timeline in the portal's words, whatever Kueue's own events say)
+    assert evicted.events.filter(reason="Preempted", source="portal").count() == 1
+    # ...and no portal job ever had more than one Job object
+    assert all(count == 1 for sample in samples for count in sample.values()), samples
+
+    # When robotics' job is done, Kueue admits the evicted job again and it runs by itself,
+    # the same Job object unsuspended (Kueue suspends, it does not delete)
+    wait_for(lambda: fresh(mine).state == JobState.SUCCEEDED, timeout=60)
+    back = wait_for(lambda: (j := fresh(victim)).state == JobState.RUNNING and j, timeout=60)
+    assert back.evictions == 1
+    assert len(back.earlier_runs) == 1  # the GPU-hours of the run Kueue ended stay counted
+    assert cluster_job(victim)["metadata"]["uid"] == first_uid
+    assert fresh(extra).state == JobState.QUEUED  # created after it: still waiting
