@@ -107,9 +107,7 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     # When alice submits 2 more GPUs the cohort no longer has
     extra = submit(alice, "vision", 2, "extra", env=LONG, priority="low")
     # Then it waits in Kueue's queue, saying for what in plain words, Kueue's words beside
-    waiting = wait_for(
-        lambda: (j := fresh(extra)).reason == "QuotaExceeded" and j, timeout=30
-    )
+    waiting = wait_for(lambda: (j := fresh(extra)).reason == "QuotaExceeded" and j, timeout=30)
     assert waiting.state == JobState.QUEUED
     assert waiting.message.startswith("Waiting for quota: 2 more nvidia.com/gpu")
     assert "Kueue: couldn't assign flavors" in waiting.message
