@@ -28,6 +28,14 @@ NEEDED = {
     ("networking.k8s.io", "networkpolicies", "create"),
     ("networking.k8s.io", "networkpolicies", "update"),
     ("networking.k8s.io", "networkpolicies", "delete"),
+    *(
+        ("kueue.x-k8s.io", kind, verb)
+        for kind in ("resourceflavors", "clusterqueues", "localqueues")
+        for verb in ("get", "list", "create", "update", "delete")
+    ),
+    ("kueue.x-k8s.io", "workloads", "list"), ("kueue.x-k8s.io", "workloads", "watch"),
+    ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", "get"),
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", "get"),
 }  # fmt: skip
 
 

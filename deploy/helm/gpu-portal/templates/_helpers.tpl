@@ -52,6 +52,8 @@ PROMETHEUS_RECORDING_RULES: {{ .Values.prometheus.recordingRules | quote }}
 TEAM_NETWORK_POLICY: {{ .Values.teamNetworkPolicy.enabled | quote }}
 TEAM_NETWORK_POLICY_INGRESS_NAMESPACES: {{ join "," .Values.teamNetworkPolicy.ingressNamespaces | quote }}
 TEAM_NETWORK_POLICY_EGRESS_CIDRS: {{ join "," .Values.teamNetworkPolicy.egressCidrs | quote }}
+QUEUEING: {{ .Values.queueing.engine | quote }}
+KUEUE_MANAGED: {{ .Values.queueing.kueueManaged | quote }}
 STATIC_ROOT: "/app/staticfiles"
 LOCAL_LOGIN_ENABLED: {{ .Values.oidc.localLogin | quote }}
 {{- if .Values.oidc.issuer }}
