@@ -152,8 +152,11 @@ def _lock_teams(team_id: int, *, lock: bool = True) -> list[Team]:
             return teams
 
 
-def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dict[str, Any]]]:
-    """The cohort's quotas (locked unless only previewing) and what admitted jobs hold."""
+def _snapshot(
+    teams: list[Team], *, lock: bool = True, queueing: str = Job.Queueing.PORTAL
+) -> tuple[Cohort, list[dict[str, Any]]]:
+    """The cohort's quotas (locked unless only previewing) and what the admitted jobs of one
+    engine hold."""
     in_cohort = teams[0].cohort_id is not None
     quotas: dict[int, dict[str, ResourceQuota]] = defaultdict(dict)
     rows = GpuQuota.objects.filter(team__in=[t.pk for t in teams]).order_by("team_id", "resource")
@@ -176,7 +179,7 @@ def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dic
             state__in=ACTIVE_STATES,
             admitted_at__isnull=False,
             # Kueue's jobs are Kueue's to evict: the engines never fight over a job.
-            queueing=Job.Queueing.PORTAL,
+            queueing=queueing,
         )
         .order_by("admitted_at", "pk")
         .values(
@@ -258,6 +261,7 @@ def admission_run(*, team_id: int) -> AdmissionResult:
        else choose the fewest victims (``preemption_victims``) and evict them.
     4. Write: admitted jobs (and which of the cohort's jobs now run on borrowed quota),
        victims, and why each blocked queue waits.
+    5. The same borrowing flags for the cohort's jobs Kueue admitted (Kueue mode).
     """
     result = AdmissionResult()
     with transaction.atomic():
@@ -272,7 +276,28 @@ def admission_run(*, team_id: int) -> AdmissionResult:
         _write_borrowing(state)
         _write_evictions(state, evictions, now, result)
         _write_waiting(state, reasons, result)
+    kueue_borrowing_write(team_id=team_id)
     return result
+
+
+def kueue_borrowing_write(*, team_id: int) -> None:
+    """Which of the cohort's jobs that Kueue admitted run on borrowed quota: the portal
+    engine's rule (in admission order, each job taking its team above nominal), on the
+    quota rows Kueue's ClusterQueues are written from (managed mode)."""
+    teams = _lock_teams(team_id, lock=False)
+    if not teams or teams[0].cohort is None:
+        return
+    cohort, holders = _snapshot(teams, lock=False, queueing=Job.Queueing.KUEUE)
+    if holders:
+        _write_borrowing(
+            _Pass(
+                teams={t.pk: t for t in teams},
+                cohort=cohort,
+                cohort_name=teams[0].cohort.slug,
+                holders=holders,
+                queues={},
+            )
+        )
 
 
 def _admit(state: _Pass, result: AdmissionResult) -> list[tuple[_Queued, Fit]]:

@@ -9,6 +9,7 @@ after the portal's sentence, so nothing it said is lost.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from jobs.models import JobState
@@ -137,7 +138,7 @@ def _gated(pod: Obj) -> bool:
     )
 
 
-def admitted_at(workload: Obj | None) -> Any:
+def admitted_at(workload: Obj | None) -> datetime | None:
     """When Kueue admitted the Workload (its ``Admitted`` condition), or None."""
     admitted = _true(workload or {}, "Admitted")
     return parse_time(admitted.get("lastTransitionTime")) if admitted else None

@@ -43,6 +43,7 @@ class Observation:
     placement: dict[str, Any] = field(default_factory=dict)
     unschedulable_pod: Obj | None = None  # a pod the scheduler could not place
     node_evictions: tuple[EvictedPod, ...] = ()  # why it failed: its node stopped responding
+    admitted_at: datetime | None = None  # Kueue mode: when Kueue admitted its Workload
 
 
 def node_evictions(pods: list[Obj]) -> tuple[EvictedPod, ...]:

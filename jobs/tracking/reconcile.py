@@ -32,6 +32,7 @@ from jobs import tasks
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.services.eviction import runs_ended
 from jobs.services.transitions import job_transition
+from jobs.tracking.kueue import admitted_at as kueue_admitted_at
 from jobs.tracking.kueue import held_by_kueue, newest, observe_queued, workload_owner
 from jobs.tracking.observe import Observation, observe_inference, observe_training
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
@@ -248,8 +249,12 @@ def _apply_observation(job: Job, seen: Observation, advice: str, report: Reconci
         report.updated.append(job.pk)
         if seen.state == JobState.FAILED and seen.node_evictions:
             report.node_failures[job.pk] = [e.as_json() for e in seen.node_evictions]
-        if seen.state in FINAL_STATES and job.team_id not in report.requeued_admission:
-            # Its quota is free: the team's (and its cohort's) queue may move now.
+        kueue_moved = job.queueing == Job.Queueing.KUEUE and "admitted_at" in changes
+        if (seen.state in FINAL_STATES or kueue_moved) and (
+            job.team_id not in report.requeued_admission
+        ):
+            # Its quota is free (or Kueue took or freed some): the team's (and its
+            # cohort's) queue may move now, and which jobs borrow may change.
             report.requeued_admission.append(job.team_id)
 
 
@@ -258,7 +263,7 @@ def _kueue_changes(job: Job, seen: Observation, now: datetime) -> dict[str, Any]
     engine: ``admitted_at`` once Kueue lets the job start, and an eviction (its Job
     suspended again) counted, its run kept for the GPU-hour accounting."""
     if seen.state != JobState.QUEUED:
-        return {"admitted_at": now} if job.admitted_at is None else {}
+        return {"admitted_at": seen.admitted_at or now} if job.admitted_at is None else {}
     if job.state in (JobState.PENDING, JobState.RUNNING) and seen.reason == "Preempted":
         return {
             "admitted_at": None,
@@ -388,12 +393,14 @@ def job_observe(
         JobEvent.objects.bulk_create(new_events, ignore_conflicts=True)
         report.events_added += len(new_events)
     main = workload[0]
+    kueue_workload = newest(list(kueue_workloads))
     if job.queueing == Job.Queueing.KUEUE and held_by_kueue(main, pods):
-        seen = observe_queued(newest(list(kueue_workloads)))
+        seen = observe_queued(kueue_workload)
     elif job.kind == Job.Kind.TRAINING:
         seen = observe_training(main, pods, events)
     else:
         seen = observe_inference(main, pods, events)
+    seen.admitted_at = kueue_admitted_at(kueue_workload)
     if seen.unschedulable_pod is None:
         advice = ""
     elif job.advice and job.message == seen.message:

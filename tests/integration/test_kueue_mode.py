@@ -100,6 +100,14 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
         assert labels[QUEUE_LABEL] == "gpu-portal"
         row = fresh(job)
         assert row.queueing == "kueue" and row.admitted_at is not None
+
+    # ...the portal's borrowing badge on the jobs past vision's nominal 6 (in the order Kueue
+    # admitted them, which the order the worker applied them decides)
+    def borrowers() -> set[int]:
+        return {j.pk for j in (own, keep, victim) if fresh(j).borrowing}
+
+    flagged = wait_for(borrowers, timeout=30)
+    assert sum(fresh(j).gpu_count for j in (own, keep, victim) if j.pk not in flagged) <= 6
     first_uid = cluster_job(victim)["metadata"]["uid"]
     api = api_client_for(alice).get(f"/api/v1/jobs/{own.pk}/").json()
     assert api["queueing"] == "kueue" and api["state"] == "running"
@@ -139,6 +147,7 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     wait_for(lambda: fresh(mine).state == JobState.SUCCEEDED, timeout=60)
     back = wait_for(lambda: (j := fresh(victim)).state == JobState.RUNNING and j, timeout=60)
     assert back.evictions == 1
+    wait_for(lambda: fresh(victim).borrowing, timeout=30)  # admitted last, on lent quota
     assert len(back.earlier_runs) == 1  # the GPU-hours of the run Kueue ended stay counted
     assert cluster_job(victim)["metadata"]["uid"] == first_uid
     assert fresh(extra).state == JobState.QUEUED  # created after it: still waiting
