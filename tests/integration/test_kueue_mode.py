@@ -151,3 +151,32 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     assert len(back.earlier_runs) == 1  # the GPU-hours of the run Kueue ended stay counted
     assert cluster_job(victim)["metadata"]["uid"] == first_uid
     assert fresh(extra).state == JobState.QUEUED  # created after it: still waiting
+
+
+def test_on_kueue_a_reclaim_evicts_the_lowest_priority_job_not_the_one_flagged_borrowing(
+    kueue_worker: WorkerProcess, cluster: SandboxProcess
+) -> None:
+    # Given vision (8 GPUs) running a low- and a normal-priority job of 4 GPUs, then a
+    # high-priority one admitted last, on quota idle robotics (8) lends: the one flagged
+    # borrowing
+    users = seed(vision=8, robotics=8)
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    alice, dave = users["alice"], users["dave"]
+    low = submit(alice, "vision", 4, "low", env=LONG, priority="low")
+    normal = submit(alice, "vision", 4, "normal", env=LONG)
+    for job in (low, normal):
+        wait_for(lambda job=job: fresh(job).state == JobState.RUNNING, timeout=60)
+    high = submit(alice, "vision", 4, "high", env=LONG, priority="high")
+    wait_for(lambda: fresh(high).state == JobState.RUNNING, timeout=60)
+    wait_for(lambda: fresh(high).borrowing, timeout=30)
+
+    # When robotics needs all of its 8 GPUs back (two workers of 4)
+    mine = submit(dave, "robotics", 4, "mine", env=LONG, workers=2)
+    wait_for(lambda: fresh(mine).state == JobState.RUNNING, timeout=60)
+
+    # Then Kueue evicted the low-priority job, once, and nothing else: the high-priority
+    # job keeps running and evicts no one of its own team
+    wait_for(lambda: fresh(low).evictions == 1, timeout=30)
+    assert fresh(low).state == JobState.QUEUED
+    assert [fresh(j).evictions for j in (normal, high)] == [0, 0]
+    assert fresh(normal).state == fresh(high).state == JobState.RUNNING
