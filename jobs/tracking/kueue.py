@@ -150,3 +150,16 @@ def workload_owner(workload: Obj) -> tuple[str, str, str] | None:
     if owner is None:
         return None
     return str(owner.get("kind")), str(workload["metadata"].get("namespace")), str(owner["name"])
+
+
+def kueue_names(workload: Obj) -> dict[str, str]:
+    """The Kueue objects a job is in, for its page: its Workload, LocalQueue and (once
+    admitted) ClusterQueue."""
+    names = {
+        "workload": str(workload["metadata"]["name"]),
+        "local_queue": str((workload.get("spec") or {}).get("queueName") or ""),
+    }
+    admission = (workload.get("status") or {}).get("admission") or {}
+    if admission.get("clusterQueue"):
+        names["cluster_queue"] = str(admission["clusterQueue"])
+    return names

@@ -33,7 +33,13 @@ from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.services.eviction import runs_ended
 from jobs.services.transitions import job_transition
 from jobs.tracking.kueue import admitted_at as kueue_admitted_at
-from jobs.tracking.kueue import held_by_kueue, newest, observe_queued, workload_owner
+from jobs.tracking.kueue import (
+    held_by_kueue,
+    kueue_names,
+    newest,
+    observe_queued,
+    workload_owner,
+)
 from jobs.tracking.observe import Observation, observe_inference, observe_training
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
@@ -400,7 +406,9 @@ def job_observe(
         seen = observe_training(main, pods, events)
     else:
         seen = observe_inference(main, pods, events)
-    seen.admitted_at = kueue_admitted_at(kueue_workload)
+    if kueue_workload is not None:
+        seen.admitted_at = kueue_admitted_at(kueue_workload)
+        seen.placement = {**seen.placement, "kueue": kueue_names(kueue_workload)}
     if seen.unschedulable_pod is None:
         advice = ""
     elif job.advice and job.message == seen.message:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
@@ -111,6 +112,14 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     first_uid = cluster_job(victim)["metadata"]["uid"]
     api = api_client_for(alice).get(f"/api/v1/jobs/{own.pk}/").json()
     assert api["queueing"] == "kueue" and api["state"] == "running"
+    # ...and its page names the Kueue objects it is in
+    kueue = api["placement"]["kueue"]
+    assert kueue["local_queue"] == "gpu-portal" and kueue["cluster_queue"] == "vision"
+    assert kueue["workload"].startswith(f"job-{own.object_name}-")
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/jobs/{own.pk}/").content.decode()
+    assert f"team-vision/{kueue['workload']}" in page and "ClusterQueue <code>vision" in page
 
     # When alice submits 2 more GPUs the cohort no longer has
     extra = submit(alice, "vision", 2, "extra", env=LONG, priority="low")
