@@ -472,6 +472,29 @@ def pod_log(name: str, namespace: str, *, tail_lines: int = 200, timestamps: boo
     return text if isinstance(text, str) else json.dumps(text)
 
 
+VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+
+
+def pending_workloads(namespace: str, local_queue: str, *, limit: int = 1000) -> list[Obj]:
+    """Kueue's visibility API: a LocalQueue's pending Workloads in the order Kueue will
+    consider them, each with ``positionInClusterQueue`` and ``positionInLocalQueue``
+    (0-based). An aggregated API, not a resource: the client has no typed method for it."""
+
+    def get(**kwargs: Any) -> Any:
+        return api_client().call_api(
+            VISIBILITY + "/namespaces/{namespace}/localqueues/{name}/pendingworkloads",
+            "GET",
+            path_params={"namespace": namespace, "name": local_queue},
+            query_params=[("limit", limit)],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            **kwargs,
+        )
+
+    return list(_call(get).get("items") or [])
+
+
 def version(*, timeout: float | None = None) -> Obj:
     """The API server's version (``/version``): the cheapest call that proves it answers."""
     return _call(

@@ -1,11 +1,13 @@
 """Where a queued job stands: its place in the team's queue and when it may start.
 
 The rules of the estimate (which jobs are ahead, what frees when running jobs reach their
-deadlines) are read from job rows only; nothing here asks the cluster.
+deadlines) are read from job rows only; in Kueue mode the team's place is asked of Kueue's
+visibility API (one request per look at a queued job, whatever the number of jobs).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from cluster import kube
 from jobs.models import ACTIVE_STATES, Job, JobState
 from jobs.quota import quota_capacity
 from teams.models import GpuQuota
@@ -32,6 +35,8 @@ class QueuePosition:
 
 
 NO_DEADLINE = "unknown: running jobs have no deadline"
+
+logger = logging.getLogger(__name__)
 
 
 def _queued_not_admitted() -> QuerySet[Job]:
@@ -124,17 +129,37 @@ def _start_estimate(job: Job, ahead: list[Job]) -> tuple[str | None, datetime | 
     )
 
 
+def _kueue_place(job: Job) -> int | None:
+    """Kueue mode: the job's 1-based place in its ClusterQueue, as Kueue's visibility API
+    gives it; None when Kueue does not list it (not pending there yet) or cannot be asked
+    (the portal's own count stands in, and the page says nothing false)."""
+    names = (job.placement or {}).get("kueue") or {}
+    if not names.get("local_queue"):
+        return None
+    try:
+        pending = kube.pending_workloads(job.namespace, names["local_queue"])
+    except kube.ClusterError as exc:
+        logger.warning("job %s: Kueue's queue position not read: %s", job.pk, exc)
+        return None
+    for item in pending:
+        if item["metadata"]["name"] == names.get("workload"):
+            return int(item.get("positionInClusterQueue", 0)) + 1
+    return None
+
+
 def job_queue_position(*, job: Job) -> QueuePosition | None:
     """Position of a queued, not yet admitted job in its team's queue and cluster-wide,
-    with a rough start estimate; None for any other job."""
+    with a rough start estimate; None for any other job. In Kueue mode the team's place
+    is Kueue's (its visibility API), the rest the portal's estimate on its own rows."""
     if job.state != JobState.QUEUED or job.admitted_at is not None:
         return None
     queued = _queued_not_admitted()
     ahead_in_team = list(queued.filter(_ahead_of(job), team_id=job.team_id).only("pk", "demand"))
     cluster = queued.filter(_ahead_of(job)).count() + 1
     blocking, estimated_start, estimate = _start_estimate(job, ahead_in_team)
+    place = _kueue_place(job) if job.queueing == Job.Queueing.KUEUE else None
     return QueuePosition(
-        team=len(ahead_in_team) + 1,
+        team=place or len(ahead_in_team) + 1,
         cluster=cluster,
         blocking_resource=blocking,
         estimated_start=estimated_start,

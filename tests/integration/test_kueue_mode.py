@@ -10,6 +10,7 @@ its Kueue controller (profile ``small``: two 8-GPU A100 nodes, 30× real time).
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,9 @@ from django.test import Client
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
 from jobs.models import Job, JobState
+from jobs.selectors.queue_position import job_queue_position
+from jobs.services.apply import ApplyOutcome, job_apply
+from jobs.tracking.reconcile import cluster_reconcile
 from tests.conftest import api_client_for
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
@@ -128,6 +132,14 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     assert waiting.state == JobState.QUEUED
     assert waiting.message.startswith("Waiting for quota: 2 more nvidia.com/gpu")
     assert "Kueue: couldn't assign flavors" in waiting.message
+    # ...and its place in the team's queue is the one Kueue's visibility API gives
+    pending = kube.pending_workloads("team-vision", "gpu-portal")
+    assert [p["metadata"]["ownerReferences"][0]["name"] for p in pending] == [extra.object_name]
+    shown = wait_for(
+        lambda: api_client_for(alice).get(f"/api/v1/jobs/{extra.pk}/").json()["queue_position"],
+        timeout=10,
+    )
+    assert shown["team"] == pending[0]["positionInClusterQueue"] + 1 == 1
 
     # When dave submits 2 GPUs of robotics' own quota
     mine = submit(dave, "robotics", 2, "mine", env={"SANDBOX_DURATION": "90s"})
@@ -189,3 +201,35 @@ def test_on_kueue_a_reclaim_evicts_the_lowest_priority_job_not_the_one_flagged_b
     assert fresh(low).state == JobState.QUEUED
     assert [fresh(j).evictions for j in (normal, high)] == [0, 0]
     assert fresh(normal).state == fresh(high).state == JobState.RUNNING
+
+
+def test_a_queued_jobs_place_is_kueues_not_the_portals(
+    cluster: SandboxProcess, settings: Any
+) -> None:
+    # Given Kueue, vision's quota and all it may borrow taken by one job
+    settings.QUEUEING = "kueue"
+    users = seed(vision=6, robotics=4)
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    alice = users["alice"]
+    full = submit(alice, "vision", 5, "full", env=LONG, workers=2)
+    # ...and two jobs submitted first and second, that reached Kueue the other way round
+    first = submit(alice, "vision", 2, "first", env=LONG)
+    second = submit(alice, "vision", 2, "second", env=LONG)
+    for job in (full, second, first):
+        assert job_apply(job_id=job.pk) is ApplyOutcome.APPLIED
+        time.sleep(1.1)  # Kueue orders by creation time, to the second
+
+    def placed() -> bool:
+        cluster_reconcile()
+        rows = [fresh(j) for j in (first, second)]
+        return all((r.placement or {}).get("kueue") for r in rows) and all(
+            r.reason == "QuotaExceeded" for r in rows
+        )
+
+    wait_for(placed, timeout=60)
+    # Then each one's place in the team's queue is where Kueue has it
+    assert job_queue_position(job=fresh(second)).team == 1  # type: ignore[union-attr]
+    assert job_queue_position(job=fresh(first)).team == 2  # type: ignore[union-attr]
+    for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
+        for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
+            kube.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
