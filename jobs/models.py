@@ -7,6 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
+from core.queueing import Queueing
 from teams.models import Team
 
 
@@ -28,9 +29,7 @@ class Job(models.Model):
         TRAINING = "training", "Training"
         INFERENCE = "inference", "Inference"
 
-    class Queueing(models.TextChoices):
-        PORTAL = "portal", "The portal's admission"
-        KUEUE = "kueue", "Kueue"
+    Queueing = Queueing
 
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     owner = models.ForeignKey(

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
+from core.queueing import Queueing
 from teams.selectors import team_roles_for_user
 
 
@@ -27,7 +28,7 @@ class MeOutput(serializers.Serializer):
     )
     teams = MeTeamOutput(many=True)
     queueing = serializers.ChoiceField(
-        choices=["portal", "kueue"],
+        choices=Queueing.choices,
         help_text="Who admits new jobs against the teams' quotas: the portal's own engine, "
         "or Kueue (docs/queueing.md).",
     )

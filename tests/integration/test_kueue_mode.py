@@ -87,6 +87,15 @@ def test_cluster_sync_writes_kueue_configuration_from_the_teams(
     assert local["spec"]["clusterQueue"] == "vision"
 
 
+def assert_page_names_its_kueue_objects(user: Any, job: Job, kueue: dict[str, str]) -> None:
+    assert kueue["local_queue"] == "gpu-portal" and kueue["cluster_queue"] == "vision"
+    assert kueue["workload"].startswith(f"job-{job.object_name}-")
+    client = Client()
+    client.force_login(user)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f"team-vision/{kueue['workload']}" in page and "ClusterQueue <code>vision" in page
+
+
 def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     kueue_worker: WorkerProcess, cluster: SandboxProcess
 ) -> None:
@@ -117,13 +126,7 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     api = api_client_for(alice).get(f"/api/v1/jobs/{own.pk}/").json()
     assert api["queueing"] == "kueue" and api["state"] == "running"
     # ...and its page names the Kueue objects it is in
-    kueue = api["placement"]["kueue"]
-    assert kueue["local_queue"] == "gpu-portal" and kueue["cluster_queue"] == "vision"
-    assert kueue["workload"].startswith(f"job-{own.object_name}-")
-    client = Client()
-    client.force_login(alice)
-    page = client.get(f"/jobs/{own.pk}/").content.decode()
-    assert f"team-vision/{kueue['workload']}" in page and "ClusterQueue <code>vision" in page
+    assert_page_names_its_kueue_objects(alice, own, api["placement"]["kueue"])
 
     # When alice submits 2 more GPUs the cohort no longer has
     extra = submit(alice, "vision", 2, "extra", env=LONG, priority="low")
