@@ -96,6 +96,18 @@ def assert_page_names_its_kueue_objects(user: Any, job: Job, kueue: dict[str, st
     assert f"team-vision/{kueue['workload']}" in page and "ClusterQueue <code>vision" in page
 
 
+def running_again(job: Job) -> Job:
+    """The job once it runs again (up to 90 s on a loaded machine); on a failure, what Kueue
+    says of the team's Workloads, the first thing to read."""
+    try:
+        found: Job = wait_for(lambda: (j := fresh(job)).state == JobState.RUNNING and j, timeout=90)
+    except AssertionError:
+        print(f"--- job: {fresh(job).__dict__}")
+        print(f"--- workloads: {list(kube.list_all('Workload', namespace=job.namespace))}")
+        raise
+    return found
+
+
 def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     kueue_worker: WorkerProcess, cluster: SandboxProcess
 ) -> None:
@@ -169,13 +181,7 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     # When robotics' job is done, Kueue admits the evicted job again and it runs by itself,
     # the same Job object unsuspended (Kueue suspends, it does not delete)
     wait_for(lambda: fresh(mine).state == JobState.SUCCEEDED, timeout=60)
-    try:
-        back = wait_for(lambda: (j := fresh(victim)).state == JobState.RUNNING and j, timeout=90)
-    except AssertionError:
-        # What Kueue says of the victim's Workload is the first thing to read on a failure.
-        print(f"--- victim: {fresh(victim).__dict__}")
-        print(f"--- workloads: {list(kube.list_all('Workload', namespace='team-vision'))}")
-        raise
+    back = running_again(victim)
     assert back.evictions == 1
     wait_for(lambda: fresh(victim).borrowing, timeout=30)  # admitted last, on lent quota
     assert len(back.earlier_runs) == 1  # the GPU-hours of the run Kueue ended stay counted
