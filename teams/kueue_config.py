@@ -30,6 +30,7 @@ objects nothing calls for any more, and never touches the others.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from decimal import Decimal
@@ -42,6 +43,8 @@ from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VAL
 from cluster.selectors import Catalog, catalog_get
 from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.models import GpuQuota, Team
+
+logger = logging.getLogger(__name__)
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 DEFAULT_FLAVOR = "gpu-portal-default"
@@ -245,4 +248,9 @@ def kueue_managed_sync() -> dict[str, str]:
     if settings.QUEUEING != "kueue" or not settings.KUEUE_MANAGED:
         return {}
     teams = Team.objects.prefetch_related("quotas").order_by("slug")
-    return kueue_config_sync(teams=teams, catalog=catalog_get())
+    outcome = kueue_config_sync(teams=teams, catalog=catalog_get())
+    changed = {k: v for k, v in outcome.items() if v != "unchanged"}
+    if changed:
+        # Logged as the team mirror's changes are: what the portal did to Kueue's objects.
+        logger.info("Kueue configuration: %s", changed)
+    return outcome
