@@ -28,7 +28,7 @@ with the length of the queue.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -152,11 +152,9 @@ def _lock_teams(team_id: int, *, lock: bool = True) -> list[Team]:
             return teams
 
 
-def _snapshot(
-    teams: list[Team], *, lock: bool = True, queueing: str = Job.Queueing.PORTAL
-) -> tuple[Cohort, list[dict[str, Any]]]:
-    """The cohort's quotas (locked unless only previewing) and what the admitted jobs of one
-    engine hold."""
+def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dict[str, Any]]]:
+    """The cohort's quotas (locked unless only previewing) and what the jobs the portal
+    admitted hold."""
     in_cohort = teams[0].cohort_id is not None
     quotas: dict[int, dict[str, ResourceQuota]] = defaultdict(dict)
     rows = GpuQuota.objects.filter(team__in=[t.pk for t in teams]).order_by("team_id", "resource")
@@ -172,20 +170,7 @@ def _snapshot(
             if in_cohort and q.lending_limit is not None
             else None,
         )
-    holders: list[dict[str, Any]] = [
-        {**row, "evicting": row["evicted_at"] is not None}
-        for row in Job.objects.filter(
-            team__in=[t.pk for t in teams],
-            state__in=ACTIVE_STATES,
-            admitted_at__isnull=False,
-            # Kueue's jobs are Kueue's to evict: the engines never fight over a job.
-            queueing=queueing,
-        )
-        .order_by("admitted_at", "pk")
-        .values(
-            "pk", "team_id", "demand", "priority_value", "admitted_at", "borrowing", "evicted_at"
-        )
-    ]
+    holders = _holders([t.pk for t in teams], Job.Queueing.PORTAL)
     usage: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in teams}
     for job in holders:
         for resource, amount in job["demand"].items():
@@ -197,6 +182,24 @@ def _snapshot(
         }
     )
     return cohort, holders
+
+
+def _holders(team_ids: list[int], queueing: str) -> list[dict[str, Any]]:
+    """The admitted, unfinished jobs of one engine, in admission order."""
+    return [
+        {**row, "evicting": row["evicted_at"] is not None}
+        for row in Job.objects.filter(
+            team__in=team_ids,
+            state__in=ACTIVE_STATES,
+            admitted_at__isnull=False,
+            # Kueue's jobs are Kueue's to evict: the engines never fight over a job.
+            queueing=queueing,
+        )
+        .order_by("admitted_at", "pk")
+        .values(
+            "pk", "team_id", "demand", "priority_value", "admitted_at", "borrowing", "evicted_at"
+        )
+    ]
 
 
 def _read(team_id: int, *, lock: bool = True, page: int | None = QUEUE_PAGE) -> _Pass | None:
@@ -261,7 +264,7 @@ def admission_run(*, team_id: int) -> AdmissionResult:
        else choose the fewest victims (``preemption_victims``) and evict them.
     4. Write: admitted jobs (and which of the cohort's jobs now run on borrowed quota),
        victims, and why each blocked queue waits.
-    5. The same borrowing flags for the cohort's jobs Kueue admitted (Kueue mode).
+       The same borrowing flags for the cohort's jobs Kueue admitted (Kueue mode).
     """
     result = AdmissionResult()
     with transaction.atomic():
@@ -276,28 +279,19 @@ def admission_run(*, team_id: int) -> AdmissionResult:
         _write_borrowing(state)
         _write_evictions(state, evictions, now, result)
         _write_waiting(state, reasons, result)
-    kueue_borrowing_write(team_id=team_id)
+        _write_kueue_borrowing(state)
     return result
 
 
-def kueue_borrowing_write(*, team_id: int) -> None:
+def _write_kueue_borrowing(state: _Pass) -> None:
     """Which of the cohort's jobs that Kueue admitted run on borrowed quota: the portal
     engine's rule (in admission order, each job taking its team above nominal), on the
-    quota rows Kueue's ClusterQueues are written from (managed mode)."""
-    teams = _lock_teams(team_id, lock=False)
-    if not teams or teams[0].cohort is None:
+    quota rows the pass read, which Kueue's ClusterQueues are written from (managed mode)."""
+    if state.cohort_name is None:
         return
-    cohort, holders = _snapshot(teams, lock=False, queueing=Job.Queueing.KUEUE)
+    holders = _holders(list(state.teams), Job.Queueing.KUEUE)
     if holders:
-        _write_borrowing(
-            _Pass(
-                teams={t.pk: t for t in teams},
-                cohort=cohort,
-                cohort_name=teams[0].cohort.slug,
-                holders=holders,
-                queues={},
-            )
-        )
+        _write_borrowing(replace(state, holders=holders))
 
 
 def _admit(state: _Pass, result: AdmissionResult) -> list[tuple[_Queued, Fit]]:

@@ -12,8 +12,8 @@ import re
 from datetime import datetime
 from typing import Any
 
-from jobs.models import JobState
-from jobs.tracking.observe import Observation, parse_time
+from jobs.models import Job, JobState
+from jobs.tracking.observe import Observation, parse_time, true_conditions
 
 Obj = dict[str, Any]
 
@@ -31,13 +31,6 @@ _MAXIMUM = re.compile(
 _PREEMPTION = re.compile(
     r"due to (?P<why>[^;]+); preemptor path: (?P<preemptor>\S+); preemptee path: (?P<preemptee>\S+)"
 )
-
-
-def _true(workload: Obj, kind: str) -> Obj | None:
-    for condition in (workload.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == kind and condition.get("status") == "True":
-            return condition
-    return None
 
 
 def _condition(workload: Obj, kind: str) -> Obj | None:
@@ -99,12 +92,12 @@ def observe_queued(workload: Obj | None) -> Observation:
         return Observation(
             JobState.QUEUED, "Applied", "Created in the cluster; waiting for Kueue to see it."
         )
-    evicted = _true(workload, "Evicted")
+    evicted = true_conditions(workload).get("Evicted")
     if evicted is not None:
         return Observation(
             JobState.QUEUED, "Preempted", preemption_words(str(evicted.get("message") or ""))
         )
-    if _true(workload, "Admitted") is not None:
+    if true_conditions(workload).get("Admitted") is not None:
         return Observation(JobState.QUEUED, "Admitted", "Admitted by Kueue; starting.")
     reserved = _condition(workload, "QuotaReserved")
     if reserved is not None and reserved.get("status") == "True":
@@ -118,16 +111,12 @@ def observe_queued(workload: Obj | None) -> Observation:
     return Observation(JobState.QUEUED, "QuotaExceeded", pending_words(message, queue))
 
 
-def held_by_kueue(owner: Obj, pods: list[Obj]) -> bool:
-    """Kueue holds the job back: its Job is suspended (and unfinished), or every one of its
-    Deployment's live pods waits behind Kueue's admission gate."""
-    if "template" in (owner.get("spec") or {}) and "replicas" not in owner["spec"]:
-        conditions = {
-            c.get("type")
-            for c in (owner.get("status") or {}).get("conditions") or []
-            if c.get("status") == "True"
-        }
-        return bool(owner["spec"].get("suspend")) and not conditions & {"Complete", "Failed"}
+def held_by_kueue(kind: str, owner: Obj, pods: list[Obj]) -> bool:
+    """Kueue holds the job back: its training Job is suspended (and unfinished), or every
+    one of its Deployment's live pods waits behind Kueue's admission gate."""
+    if kind == Job.Kind.TRAINING:
+        done = true_conditions(owner).keys() & {"Complete", "Failed"}
+        return bool((owner.get("spec") or {}).get("suspend")) and not done
     live = [p for p in pods if (p.get("status") or {}).get("phase") in (None, "Pending")]
     return bool(live) and len(live) == len(pods) and all(_gated(p) for p in live)
 
@@ -140,7 +129,7 @@ def _gated(pod: Obj) -> bool:
 
 def admitted_at(workload: Obj | None) -> datetime | None:
     """When Kueue admitted the Workload (its ``Admitted`` condition), or None."""
-    admitted = _true(workload or {}, "Admitted")
+    admitted = true_conditions(workload or {}).get("Admitted")
     return parse_time(admitted.get("lastTransitionTime")) if admitted else None
 
 

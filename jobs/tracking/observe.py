@@ -76,7 +76,8 @@ def parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def _conditions(obj: Obj) -> dict[str, Obj]:
+def true_conditions(obj: Obj) -> dict[str, Obj]:
+    """An object's conditions that hold now, by type."""
     return {
         c["type"]: c
         for c in (obj.get("status") or {}).get("conditions") or []
@@ -170,7 +171,7 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
     """batch/v1 Job → state. Complete/SuccessCriteriaMet = succeeded; Failed/FailureTarget
     = failed (with the exit code); otherwise running once every worker runs."""
     status = job.get("status") or {}
-    conditions = _conditions(job)
+    conditions = true_conditions(job)
     placement = placement_of(pods)
     started = parse_time(status.get("startTime"))
     for kind in ("Complete", "SuccessCriteriaMet"):
@@ -267,7 +268,7 @@ def observe_inference(deployment: Obj, pods: list[Obj], events: list[Obj]) -> Ob
     wanted = 1 if replicas is None else int(replicas)
     available = int(status.get("availableReplicas") or 0)
     placement = placement_of(pods)
-    conditions = _conditions(deployment)
+    conditions = true_conditions(deployment)
     if wanted == 0:
         # Scaled to zero (by the idle-GPU policy, or by hand): up, but serving nothing.
         return Observation(

@@ -400,7 +400,7 @@ def job_observe(
         report.events_added += len(new_events)
     main = workload[0]
     kueue_workload = newest(list(kueue_workloads))
-    if job.queueing == Job.Queueing.KUEUE and held_by_kueue(main, pods):
+    if job.queueing == Job.Queueing.KUEUE and held_by_kueue(job.kind, main, pods):
         seen = observe_queued(kueue_workload)
     elif job.kind == Job.Kind.TRAINING:
         seen = observe_training(main, pods, events)
