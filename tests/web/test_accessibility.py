@@ -144,7 +144,16 @@ def watch_for_errors(page: Page) -> list[str]:
     errors: list[str] = []
     page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
-    page.on("requestfailed", lambda r: errors.append(f"failed: {r.url} {r.failure}"))
+    # A load the browser itself abandoned (net::ERR_ABORTED: the page moved on before the
+    # favicon came) is no failure of the portal's; an error answer is caught below.
+    page.on(
+        "requestfailed",
+        lambda r: (
+            None
+            if r.failure == "net::ERR_ABORTED"
+            else errors.append(f"failed: {r.url} {r.failure}")
+        ),
+    )
     page.on(
         "response",
         lambda r: errors.append(f"{r.status}: {r.url}") if r.status >= 400 else None,
