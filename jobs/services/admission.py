@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
@@ -73,7 +74,7 @@ class AdmissionResult:
 
 
 @dataclass(frozen=True)
-class _Queued:
+class QueuedJob:
     job_id: int
     team_id: int
     kind: str
@@ -90,16 +91,18 @@ _QUEUE_ORDER = ("-priority_value", "created_at", "pk")
 _QUEUE_FIELDS = ("pk", "team_id", "kind", "priority_value", "created_at", "demand")
 
 
-def _queued(team_ids: list[int]) -> Any:
+def _queued(team_ids: list[int], queueing: str = Job.Queueing.PORTAL) -> Any:
+    """The teams' jobs waiting for one engine to admit them, in queue order (a pass admits
+    only its own: Kueue admits the others, in the cluster)."""
     return Job.objects.filter(
         team__in=team_ids,
         state=JobState.QUEUED,
         admitted_at__isnull=True,
-        queueing=Job.Queueing.PORTAL,  # Kueue admits the others, in the cluster
+        queueing=queueing,
     ).order_by(*_QUEUE_ORDER)
 
 
-def _after(job: _Queued) -> Q:
+def _after(job: QueuedJob) -> Q:
     """Queued jobs behind ``job`` in queue order."""
     same = Q(priority_value=job.priority)
     return (
@@ -110,29 +113,30 @@ def _after(job: _Queued) -> Q:
 
 
 @dataclass
-class _Pass:
+class AdmissionPass:
     """What one pass reads under its locks."""
 
     teams: dict[int, Team]
     cohort: Cohort
     cohort_name: str | None
     holders: list[dict[str, Any]]  # admitted, unfinished jobs
-    queues: dict[int, deque[_Queued]]  # the first jobs of each team's queue
+    queues: dict[int, deque[QueuedJob]]  # the first jobs of each team's queue
     # Teams whose queue holds more than was read, and the last job read of each.
-    more: dict[int, _Queued] = field(default_factory=dict)
+    more: dict[int, QueuedJob] = field(default_factory=dict)
+    queueing: str = Job.Queueing.PORTAL  # whose admitted and queued jobs these are
 
-    def head(self, team_id: int) -> _Queued | None:
+    def head(self, team_id: int) -> QueuedJob | None:
         """The team's first queued job not yet admitted in this pass (reading the next
         page of its queue when the one read is used up)."""
         queue = self.queues[team_id]
         if not queue and team_id in self.more:
             last = self.more.pop(team_id)
             rows = list(
-                _queued([team_id])
+                _queued([team_id], self.queueing)
                 .filter(_after(last))
                 .values_list(*_QUEUE_FIELDS)[: QUEUE_PAGE + 1]
             )
-            queue.extend(_Queued(*row) for row in rows[:QUEUE_PAGE])
+            queue.extend(QueuedJob(*row) for row in rows[:QUEUE_PAGE])
             if len(rows) > QUEUE_PAGE:
                 self.more[team_id] = queue[-1]
         return queue[0] if queue else None
@@ -152,8 +156,10 @@ def _lock_teams(team_id: int, *, lock: bool = True) -> list[Team]:
             return teams
 
 
-def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dict[str, Any]]]:
-    """The cohort's quotas (locked unless only previewing) and what the jobs the portal
+def _snapshot(
+    teams: list[Team], *, lock: bool = True, queueing: str = Job.Queueing.PORTAL
+) -> tuple[Cohort, list[dict[str, Any]]]:
+    """The cohort's quotas (locked unless only previewing) and what the jobs one engine
     admitted hold."""
     in_cohort = teams[0].cohort_id is not None
     quotas: dict[int, dict[str, ResourceQuota]] = defaultdict(dict)
@@ -170,7 +176,7 @@ def _snapshot(teams: list[Team], *, lock: bool = True) -> tuple[Cohort, list[dic
             if in_cohort and q.lending_limit is not None
             else None,
         )
-    holders = _holders([t.pk for t in teams], Job.Queueing.PORTAL)
+    holders = _holders([t.pk for t in teams], queueing)
     usage: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in teams}
     for job in holders:
         for resource, amount in job["demand"].items():
@@ -202,16 +208,23 @@ def _holders(team_ids: list[int], queueing: str) -> list[dict[str, Any]]:
     ]
 
 
-def _read(team_id: int, *, lock: bool = True, page: int | None = QUEUE_PAGE) -> _Pass | None:
+def admission_read(
+    team_id: int,
+    *,
+    lock: bool = True,
+    page: int | None = QUEUE_PAGE,
+    queueing: str = Job.Queueing.PORTAL,
+) -> AdmissionPass | None:
     """The pass's snapshot: the cohort's teams (locked), quotas, holders, and the first
     ``page`` jobs of each team's queue (one statement: a window over the queue order), or
-    every queued job with ``page=None``."""
+    every queued job with ``page=None``; of the portal's engine unless ``queueing`` says
+    Kueue's (read-only: to explain what Kueue does in the same words)."""
     teams = _lock_teams(team_id, lock=lock)
     if not teams:
         return None
-    cohort, holders = _snapshot(teams, lock=lock)
-    queues: dict[int, deque[_Queued]] = {t.pk: deque() for t in teams}
-    rows = _queued([t.pk for t in teams])
+    cohort, holders = _snapshot(teams, lock=lock, queueing=queueing)
+    queues: dict[int, deque[QueuedJob]] = {t.pk: deque() for t in teams}
+    rows = _queued([t.pk for t in teams], queueing)
     if page is not None:
         rows = rows.annotate(
             place=Window(
@@ -221,7 +234,7 @@ def _read(team_id: int, *, lock: bool = True, page: int | None = QUEUE_PAGE) -> 
             )
         ).filter(place__lte=page + 1)
     for row in rows.values_list(*_QUEUE_FIELDS).iterator(chunk_size=5000):
-        queues[row[1]].append(_Queued(*row))
+        queues[row[1]].append(QueuedJob(*row))
     more = {}
     if page is not None:
         for tid, queue in queues.items():
@@ -229,13 +242,14 @@ def _read(team_id: int, *, lock: bool = True, page: int | None = QUEUE_PAGE) -> 
                 queue.pop()
                 more[tid] = queue[-1]
     cohort_obj = teams[0].cohort
-    return _Pass(
+    return AdmissionPass(
         teams={t.pk: t for t in teams},
         cohort=cohort,
         cohort_name=cohort_obj.slug if cohort_obj is not None else None,
         holders=holders,
         queues=queues,
         more=more,
+        queueing=queueing,
     )
 
 
@@ -243,11 +257,11 @@ def _amount(resource: str, value: int) -> str:
     return format_amount(resource, value)
 
 
-def _may_borrow(team: Team, job: _Queued) -> bool:
+def _may_borrow(team: Team, job: QueuedJob) -> bool:
     return job.kind != Job.Kind.INFERENCE or team.inference_may_borrow
 
 
-def _head(team: Team, job: _Queued) -> Head:
+def _head(team: Team, job: QueuedJob) -> Head:
     return Head(team.slug, job.job_id, job.priority, job.created_at, job.demand)
 
 
@@ -268,7 +282,7 @@ def admission_run(*, team_id: int) -> AdmissionResult:
     """
     result = AdmissionResult()
     with transaction.atomic():
-        state = _read(team_id)
+        state = admission_read(team_id)
         if state is None:
             return result
         now = timezone.now()
@@ -283,7 +297,7 @@ def admission_run(*, team_id: int) -> AdmissionResult:
     return result
 
 
-def _write_kueue_borrowing(state: _Pass) -> None:
+def _write_kueue_borrowing(state: AdmissionPass) -> None:
     """Which of the cohort's jobs that Kueue admitted run on borrowed quota: the portal
     engine's rule (in admission order, each job taking its team above nominal), on the
     quota rows the pass read, which Kueue's ClusterQueues are written from (managed mode)."""
@@ -294,8 +308,8 @@ def _write_kueue_borrowing(state: _Pass) -> None:
         _write_borrowing(replace(state, holders=holders))
 
 
-def _admit(state: _Pass, result: AdmissionResult) -> list[tuple[_Queued, Fit]]:
-    admitted: list[tuple[_Queued, Fit]] = []
+def _admit(state: AdmissionPass, result: AdmissionResult) -> list[tuple[QueuedJob, Fit]]:
+    admitted: list[tuple[QueuedJob, Fit]] = []
     blocked: set[int] = set()
     while True:
         heads: dict[int, Head] = {}
@@ -323,8 +337,8 @@ def _admit(state: _Pass, result: AdmissionResult) -> list[tuple[_Queued, Fit]]:
 
 
 def _preempt(
-    state: _Pass, blocked: dict[int, _Queued], now: datetime
-) -> tuple[list[tuple[dict[str, Any], _Queued]], dict[int, str]]:
+    state: AdmissionPass, blocked: dict[int, QueuedJob], now: datetime
+) -> tuple[list[tuple[dict[str, Any], QueuedJob]], dict[int, str]]:
     """Victims (holder row, preemptor) and, per blocked team, why its queue waits."""
     # What the cohort will hold once the evictions under way have finished.
     settled = state.cohort.copy()
@@ -333,7 +347,7 @@ def _preempt(
     for holder in evicting:
         settled.remove(slugs[holder["team_id"]], holder["demand"])
     chosen: set[int] = {h["pk"] for h in evicting}
-    victims: list[tuple[dict[str, Any], _Queued]] = []
+    victims: list[tuple[dict[str, Any], QueuedJob]] = []
     reasons: dict[int, str] = {}
     for tid, job in sorted(
         blocked.items(), key=lambda item: (-item[1].priority, item[1].created_at)
@@ -365,7 +379,7 @@ def _preempt(
                 "soon as their GPUs are free."
             )
             continue
-        reasons[tid] = _wait_words(state, team, job)
+        reasons[tid] = wait_words(state, team, job)
     return victims, reasons
 
 
@@ -394,7 +408,7 @@ def _candidates(
     ]
 
 
-def _wait_words(state: _Pass, team: Team, job: _Queued) -> str:
+def wait_words(state: AdmissionPass, team: Team, job: QueuedJob) -> str:
     fit = state.cohort.fit(team.slug, job.demand)
     if fit.kind is FitKind.BORROWING:
         # It fits only by borrowing, which its kind may not do.
@@ -417,7 +431,7 @@ def _wait_words(state: _Pass, team: Team, job: _Queued) -> str:
     return words or "waiting for admission to run"
 
 
-def _borrowing_ids(state: _Pass) -> set[int]:
+def _borrowing_ids(state: AdmissionPass) -> set[int]:
     """The admitted jobs that run on borrowed quota now: per team, in admission order, each
     job that takes the team's use of some resource above its nominal quota."""
     borrowing: set[int] = set()
@@ -438,7 +452,9 @@ def _borrowing_ids(state: _Pass) -> set[int]:
     return borrowing
 
 
-def _write_admitted(state: _Pass, admitted: list[tuple[_Queued, Fit]], now: datetime) -> None:
+def _write_admitted(
+    state: AdmissionPass, admitted: list[tuple[QueuedJob, Fit]], now: datetime
+) -> None:
     for borrowing in (False, True):
         ids = [job.job_id for job, fit in admitted if (fit.kind is FitKind.BORROWING) == borrowing]
         if not ids:
@@ -467,7 +483,7 @@ def _write_admitted(state: _Pass, admitted: list[tuple[_Queued, Fit]], now: date
         )
 
 
-def _write_borrowing(state: _Pass) -> None:
+def _write_borrowing(state: AdmissionPass) -> None:
     """Keep ``Job.borrowing`` true exactly while a job runs on borrowed quota."""
     borrowing = _borrowing_ids(state)
     holders = {h["pk"]: h for h in state.holders}
@@ -479,8 +495,8 @@ def _write_borrowing(state: _Pass) -> None:
 
 
 def _write_evictions(
-    state: _Pass,
-    victims: list[tuple[dict[str, Any], _Queued]],
+    state: AdmissionPass,
+    victims: list[tuple[dict[str, Any], QueuedJob]],
     now: datetime,
     result: AdmissionResult,
 ) -> None:
@@ -515,8 +531,14 @@ def _write_evictions(
             + _queued([job.team_id]).filter(ahead).count()
             + sum(1 for other in evicted_keys[job.team_id] if other < key)
         )
-        amounts = taken[(preemptor.job_id, holder["team_id"])]
-        message = _eviction_words(state, amounts, holder, preemptor, slugs, now, position)
+        message = eviction_words(
+            state,
+            victim_team=slugs[holder["team_id"]],
+            preemptor=preemptor,
+            taken=taken[(preemptor.job_id, holder["team_id"])],
+            at=now,
+            position=position,
+        )
         moved = job_transition(
             job=job,
             where={
@@ -539,20 +561,20 @@ def _write_evictions(
             result.evicted.append(job.pk)  # the task queues the deletion of its objects
 
 
-def _eviction_words(
-    state: _Pass,
+def eviction_words(
+    state: AdmissionPass,
+    *,
+    victim_team: str,
+    preemptor: QueuedJob,
     taken: dict[str, int],
-    holder: dict[str, Any],
-    preemptor: _Queued,
-    slugs: dict[int, str],
-    now: datetime,
+    at: datetime,
     position: int,
 ) -> str:
     """``evicted at 14:02: team robotics reclaimed 8 nvidia.com/gpu it had lent to vision;
     re-queued, position 3``: the resource is the first the preemptor needs (GPUs before
-    cpu and memory), the amount what this preemption takes back from the victim's team."""
-    at = timezone.localtime(now).strftime("%H:%M")
-    victim_team, preemptor_team = slugs[holder["team_id"]], slugs[preemptor.team_id]
+    cpu and memory), ``taken`` what this preemption takes back from the victim's team."""
+    when = timezone.localtime(at).strftime("%H:%M")
+    preemptor_team = state.teams[preemptor.team_id].slug
     contested = [
         r
         for r, a in preemptor.demand.items()
@@ -572,7 +594,7 @@ def _eviction_words(
         )
     else:
         cause = f"team {preemptor_team} reclaimed {what} it had lent to {victim_team}"
-    return f"evicted at {at}: {cause}; re-queued, position {position}"
+    return f"evicted at {when}: {cause}; re-queued, position {position}"
 
 
 def _priority_name(value: int) -> str:
@@ -593,7 +615,7 @@ WHERE jobs_job.id = ranked.id AND jobs_job.reason <> 'Preempted'
 """
 
 
-def _write_waiting(state: _Pass, reasons: dict[int, str], result: AdmissionResult) -> None:
+def _write_waiting(state: AdmissionPass, reasons: dict[int, str], result: AdmissionResult) -> None:
     """Each blocked queue's reason on all its jobs, with how many jobs are ahead of each:
     one statement per team, rewriting only the rows whose words changed (an evicted job
     keeps its ``Preempted`` words until it is admitted again)."""
@@ -621,10 +643,10 @@ def admission_preview(
     """Would a job of this kind, priority and demand be admitted now, by borrowing, by
     evicting, or wait? Read-only: takes no lock and changes nothing. It queues behind the
     team's queued jobs of the same or higher priority, which go first."""
-    state = _read(team_id, lock=False, page=None)
+    state = admission_read(team_id, lock=False, page=None, queueing=settings.QUEUEING)
     assert state is not None, "the team exists: the spec check found it"
     team, cohort = state.teams[team_id], state.cohort
-    job = _Queued(0, team_id, kind, priority, timezone.now(), demand)
+    job = QueuedJob(0, team_id, kind, priority, timezone.now(), demand)
     ahead = [q for q in state.queues[team_id] if q.priority >= priority]
     for position, queued in enumerate(ahead):
         fit = cohort.fit(team.slug, queued.demand)
@@ -636,7 +658,7 @@ def admission_preview(
                 "waits",
                 f"Waits for quota: {waiting} job{'s' if waiting != 1 else ''} of team "
                 f"{team.slug} queued ahead of it wait{'s' if waiting == 1 else ''} first "
-                f"({_wait_words(state, team, queued)}).",
+                f"({wait_words(state, team, queued)}).",
             )
         cohort.add(team.slug, queued.demand)
     fit = cohort.fit(team.slug, demand)
@@ -686,4 +708,4 @@ def admission_preview(
     for holder in state.holders:
         if holder["pk"] in evicting:
             cohort.add(slugs[holder["team_id"]], holder["demand"])
-    return QuotaVerdict("waits", f"Waits for quota: {_wait_words(state, team, job)}.")
+    return QuotaVerdict("waits", f"Waits for quota: {wait_words(state, team, job)}.")

@@ -9,6 +9,8 @@ after the portal's sentence, so nothing it said is lost.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -111,6 +113,11 @@ def observe_queued(workload: Obj | None) -> Observation:
     return Observation(JobState.QUEUED, "QuotaExceeded", pending_words(message, queue))
 
 
+def pending_message(workload: Obj) -> str:
+    """Kueue's own words for why the Workload waits (its QuotaReserved condition)."""
+    return str((_condition(workload, "QuotaReserved") or {}).get("message") or "")
+
+
 def held_by_kueue(kind: str, owner: Obj, pods: list[Obj]) -> bool:
     """Kueue holds the job back: its training Job is suspended (and unfinished), or every
     one of its Deployment's live pods waits behind Kueue's admission gate."""
@@ -152,3 +159,36 @@ def kueue_names(workload: Obj) -> dict[str, str]:
     if admission.get("clusterQueue"):
         names["cluster_queue"] = str(admission["clusterQueue"])
     return names
+
+
+_PREEMPTOR = re.compile(r"Preempted to accommodate a workload \(UID: (?P<uid>[^,)]+)")
+
+
+@dataclass
+class KueueIndex:
+    """What one Workload needs to know of the others to be explained: whose job a
+    Workload is, and which jobs each preempting Workload has evicted (Kueue names the
+    preemptor only by UID, in the victim's ``Evicted`` message)."""
+
+    job_of_workload: dict[str, int] = field(default_factory=dict)  # Workload UID → job id
+    victims_of: dict[str, list[int]] = field(default_factory=dict)  # preemptor UID → job ids
+
+    def preemptor_of(self, message: str) -> tuple[str, int | None]:
+        """(the preemptor Workload's UID, its portal job id) from an eviction message."""
+        found = _PREEMPTOR.search(message)
+        uid = found["uid"].strip() if found else ""
+        return uid, self.job_of_workload.get(uid)
+
+
+def kueue_index(by_job: Mapping[int, Iterable[Obj]]) -> KueueIndex:
+    """The index of the Workloads of each portal job (``reconcile.kueue_by_job``)."""
+    index = KueueIndex()
+    for job_id, workloads in by_job.items():
+        for workload in workloads:
+            index.job_of_workload[str(workload["metadata"].get("uid"))] = job_id
+        evicted = true_conditions(newest(list(workloads)) or {}).get("Evicted")
+        if evicted is not None and evicted.get("reason") == "Preempted":
+            uid, _ = index.preemptor_of(str(evicted.get("message") or ""))
+            if uid:
+                index.victims_of.setdefault(uid, []).append(job_id)
+    return index

@@ -30,17 +30,25 @@ from cluster.priority_classes import PRIORITY_CLASSES
 from core.redis_client import redis_client
 from jobs import tasks
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
+from jobs.selectors.kueue_words import KueueWords
 from jobs.services.eviction import runs_ended
 from jobs.services.transitions import job_transition
 from jobs.tracking.kueue import admitted_at as kueue_admitted_at
 from jobs.tracking.kueue import (
     held_by_kueue,
+    kueue_index,
     kueue_names,
     newest,
     observe_queued,
+    pending_message,
     workload_owner,
 )
-from jobs.tracking.observe import Observation, observe_inference, observe_training
+from jobs.tracking.observe import (
+    Observation,
+    observe_inference,
+    observe_training,
+    true_conditions,
+)
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 
 logger = logging.getLogger(__name__)
@@ -281,6 +289,29 @@ def _kueue_changes(job: Job, seen: Observation, now: datetime) -> dict[str, Any]
     return {}
 
 
+def kueue_words_for(by_job: dict[int, list[Obj]]) -> KueueWords | None:
+    """The explainer of a pass over these jobs' Workloads: only when the portal manages
+    Kueue's configuration (else the quotas Kueue applies are not the portal's)."""
+    if not by_job or not settings.KUEUE_MANAGED:
+        return None
+    return KueueWords(kueue_index(by_job))
+
+
+def _kueue_message(job: Job, seen: Observation, workload: Obj, words: KueueWords) -> str:
+    """The queued job's message in the portal engine's words, Kueue's beside them; the
+    translated message when those do not apply."""
+    better = None
+    if seen.reason == "QuotaExceeded":
+        better = words.waiting(job, workload, pending_message(workload))
+    elif seen.reason == "Preempted":
+        conditions = true_conditions(workload)
+        preempted = conditions.get("Preempted") or {}
+        better = words.evicted(
+            job, conditions.get("Evicted") or {}, str(preempted.get("reason") or "")
+        )
+    return better or seen.message
+
+
 def _mark_lost(job: Job, report: ReconcileReport) -> None:
     message = "Its objects disappeared from the cluster (deleted outside the portal?)."
     lost = job_transition(
@@ -350,6 +381,7 @@ def _track(report: ReconcileReport) -> None:
             [o for objs in owners.values() for o in objs] + [p for ps in pods.values() for p in ps],
         )
     advisor = Advisor()
+    words = kueue_words_for(kueue)
     now = timezone.now()
     for job in active:
         workload = owners.get(job.pk, [])
@@ -364,6 +396,7 @@ def _track(report: ReconcileReport) -> None:
             report=report,
             now=now,
             kueue_workloads=kueue.get(job.pk, []),
+            kueue_words=words,
         )
 
 
@@ -378,6 +411,7 @@ def job_observe(
     report: ReconcileReport,
     now: datetime,
     kueue_workloads: Iterable[Obj] = (),
+    kueue_words: KueueWords | None = None,
 ) -> None:
     """Bring one tracked job's row in line with its objects, pods and events as seen now:
     the one path for the periodic pass and the watch tracker (``jobs.tracking.tracker``).
@@ -386,7 +420,8 @@ def job_observe(
        a fresh object yet).
     2. New Kubernetes events go on the timeline, before the state change they explain.
     3. The objects give the state, reason and message; an unschedulable pod gets advice.
-       A job Kueue holds back is ``queued``, for the reason its Workload gives.
+       A job Kueue holds back is ``queued``, for the reason its Workload gives (in the
+       portal engine's words when ``kueue_words`` can give them).
     """
     if not workload:
         grace = timedelta(seconds=settings.LOST_GRACE_SECONDS)
@@ -402,6 +437,8 @@ def job_observe(
     kueue_workload = newest(list(kueue_workloads))
     if job.queueing == Job.Queueing.KUEUE and held_by_kueue(job.kind, main, pods):
         seen = observe_queued(kueue_workload)
+        if kueue_words is not None and kueue_workload is not None:
+            seen.message = _kueue_message(job, seen, kueue_workload, kueue_words)
     elif job.kind == Job.Kind.TRAINING:
         seen = observe_training(main, pods, events)
     else:

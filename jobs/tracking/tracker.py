@@ -45,6 +45,7 @@ from jobs.tracking.reconcile import (
     job_id_of,
     job_observe,
     known_event_keys,
+    kueue_words_for,
     tracked_jobs,
 )
 
@@ -138,13 +139,14 @@ class _Informer:
                     pods[job_id].append(obj)
         return owners, pods
 
-    def kueue_view(self, job_ids: set[int]) -> dict[int, list[Obj]]:
-        """Kueue's Workloads of each job."""
+    def kueue_view(self, job_ids: set[int] | None = None) -> dict[int, list[Obj]]:
+        """Kueue's Workloads of each job (of every job the portal has in the cluster with
+        ``job_ids`` None)."""
         found: dict[int, list[Obj]] = defaultdict(list)
         with self.lock:
             for obj in self.objects["Workload"].values():
                 job_id = self._job_of("Workload", obj)
-                if job_id in job_ids:
+                if job_id is not None and (job_ids is None or job_id in job_ids):
                     found[job_id].append(obj)
         return found
 
@@ -327,6 +329,8 @@ class ClusterTracker:
                 events = EventIndex(informer.events_in({j.namespace for j in jobs}))
                 known = known_event_keys(Job.objects.filter(pk__in=[j.pk for j in jobs]))
                 advisor, now = Advisor(), timezone.now()
+                # Who preempted whom is told by the victims' Workloads: all of them.
+                words = kueue_words_for(informer.kueue_view()) if kueue else None
                 for job in jobs:
                     job_observe(
                         job,
@@ -340,6 +344,7 @@ class ClusterTracker:
                         report=report,
                         now=now,
                         kueue_workloads=kueue[job.pk],
+                        kueue_words=words,
                     )
                 self.observed += len(jobs)
         except Exception:

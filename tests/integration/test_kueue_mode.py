@@ -10,6 +10,7 @@ its Kueue controller (profile ``small``: two 8-GPU A100 nodes, 30× real time).
 from __future__ import annotations
 
 import collections
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,8 +115,12 @@ def waits_in_kueue_then_cancelled(alice: Any, extra: Job) -> None:
     Kueue's place; then it is cancelled."""
     waiting = wait_for(lambda: (j := fresh(extra)).reason == "QuotaExceeded" and j, timeout=30)
     assert waiting.state == JobState.QUEUED
-    assert waiting.message.startswith("Waiting for quota: 2 more nvidia.com/gpu")
-    assert "Kueue: couldn't assign flavors" in waiting.message
+    # ...in the portal engine's own sentence, Kueue's after it
+    assert waiting.message.startswith(
+        "team vision uses 10 of 6 nvidia.com/gpu (nominal) and may borrow 0 more; the cohort "
+        "research has 0 unused: robotics uses 0 of its 4; 0 jobs ahead (Kueue: couldn't "
+        "assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu"
+    )
     # ...and its place in the team's queue is the one Kueue's visibility API gives
     pending = kube.pending_workloads("team-vision", "gpu-portal")
     assert [p["metadata"]["ownerReferences"][0]["name"] for p in pending] == [extra.object_name]
@@ -180,7 +185,13 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     # Then Kueue evicted the low-priority borrowing job only, and the portal shows it
     evicted = wait_for(lambda: (j := fresh(victim)).evictions == 1 and j, timeout=30)
     assert evicted.state == JobState.QUEUED and evicted.reason == "Preempted"
-    assert "team robotics reclaimed the quota it had lent to vision" in evicted.message
+    # ...in the words the portal's engine uses for a reclaim, Kueue's after them
+    assert re.fullmatch(
+        r"evicted at \d\d:\d\d: team robotics reclaimed 2 nvidia.com/gpu it had lent to "
+        r"vision; re-queued, position 1 \(Kueue: Preempted to accommodate a workload \(UID: "
+        r".*due to reclamation within the cohort; .*\)",
+        evicted.message,
+    ), evicted.message
     assert cluster_job(victim)["spec"]["suspend"] is True
     assert fresh(own).state == fresh(keep).state == JobState.RUNNING
     assert fresh(own).evictions == fresh(keep).evictions == 0

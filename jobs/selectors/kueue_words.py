@@ -1,0 +1,127 @@
+"""What Kueue decided, in the words the portal's own engine uses for the same decision
+(``QUEUEING=kueue``, the portal managing Kueue's configuration).
+
+Kueue's messages name flavors and Workload UIDs; a user should read what the portal's
+engine would have told them ("team vision uses 16 of 16 nvidia.com/gpu (nominal) …",
+"evicted at 14:02: team robotics reclaimed 8 nvidia.com/gpu it had lent to vision …").
+The sentences are made by the admission service's own functions from the quota rows
+Kueue's ClusterQueues are written from and the jobs Kueue admitted, so the two engines
+cannot drift apart; Kueue's own message follows in brackets, so nothing it said is lost.
+With Kueue run by the platform team the quotas are not the portal's: the tracker then
+keeps Kueue's message, translated (``jobs.tracking.kueue``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from jobs.models import Job, JobState
+from jobs.services.admission import (
+    AdmissionPass,
+    QueuedJob,
+    admission_read,
+    eviction_words,
+    wait_words,
+)
+from jobs.tracking.kueue import KueueIndex
+from jobs.tracking.observe import parse_time
+
+# Kueue's reasons for a preemption across teams of a cohort (Preempted condition).
+_RECLAIM = ("InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing")
+_ROW = ("pk", "team_id", "kind", "priority_value", "created_at", "demand")
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+class KueueWords:
+    """One per tracking pass: each cohort's snapshot and each team's queue are read once,
+    however many of their jobs are explained."""
+
+    def __init__(self, index: KueueIndex) -> None:
+        self.index = index
+        self._passes: dict[int, AdmissionPass | None] = {}
+        self._queues: dict[int, list[tuple[int, datetime, int]]] = {}
+
+    def _pass(self, team_id: int) -> AdmissionPass | None:
+        if team_id not in self._passes:
+            state = admission_read(team_id, lock=False, queueing=Job.Queueing.KUEUE)
+            for tid in state.teams if state is not None else [team_id]:
+                self._passes[tid] = state
+        return self._passes[team_id]
+
+    def _ahead(self, job: Job) -> int:
+        """How many of the team's jobs waiting in Kueue go before ``job`` (the portal
+        engine's order: priority, then submission)."""
+        if job.team_id not in self._queues:
+            self._queues[job.team_id] = [
+                (-priority, created, pk)
+                for pk, priority, created in Job.objects.filter(
+                    team_id=job.team_id,
+                    state=JobState.QUEUED,
+                    admitted_at__isnull=True,
+                    queueing=Job.Queueing.KUEUE,
+                )
+                .exclude(pk=job.pk)
+                .values_list("pk", "priority_value", "created_at")
+            ]
+        key = (-job.priority_value, job.created_at, job.pk)
+        return sum(1 for other in self._queues[job.team_id] if other < key)
+
+    def waiting(self, job: Job, workload: Any, kueue_message: str) -> str | None:
+        """Why a job Kueue has not admitted waits; None when the portal's rules do not
+        explain it (Kueue's message, translated, is then the best there is)."""
+        uid = str(workload["metadata"].get("uid"))
+        victims = sorted(self.index.victims_of.get(uid, []))
+        if victims:
+            words = (
+                f"Evicting {_plural(len(victims), 'job')} "
+                f"({', '.join(f'#{v}' for v in victims)}) to run it; it is admitted as soon "
+                "as their GPUs are free."
+            )
+        else:
+            state = self._pass(job.team_id)
+            head = state.head(job.team_id) if state is not None else None
+            if state is None or head is None:
+                return None
+            words = wait_words(state, state.teams[job.team_id], head)
+            ahead = self._ahead(job)
+            words += f"; {ahead} job{' ahead' if ahead == 1 else 's ahead'}"
+        return f"{words} (Kueue: {kueue_message})" if kueue_message else words
+
+    def evicted(self, job: Job, condition: dict[str, Any], reason: str) -> str | None:
+        """Why Kueue evicted the job; ``reason`` is its ``Preempted`` condition's (who
+        preempted: a job of its own team, or another team taking its quota back)."""
+        message = str(condition.get("message") or "")
+        if job.reason == "Preempted" and job.message.startswith("evicted at "):
+            return job.message  # said once, at the eviction, as the portal's engine does
+        preemptor_uid, preemptor_id = self.index.preemptor_of(message)
+        state = self._pass(job.team_id)
+        rows = {
+            row["pk"]: row
+            for row in Job.objects.filter(
+                pk__in=[preemptor_id or 0, *self.index.victims_of.get(preemptor_uid, [job.pk])]
+            ).values(*_ROW)
+        }
+        preemptor = rows.get(preemptor_id or 0)
+        if state is None or preemptor is None or preemptor["team_id"] not in state.teams:
+            return None
+        if reason not in (*_RECLAIM, "InClusterQueue"):
+            return None
+        taken: dict[str, int] = defaultdict(int)
+        for row in rows.values():
+            if row["pk"] != preemptor_id and row["team_id"] == job.team_id:
+                for resource, amount in row["demand"].items():
+                    taken[resource] += int(amount)
+        words = eviction_words(
+            state,
+            victim_team=state.teams[job.team_id].slug,
+            preemptor=QueuedJob(*(preemptor[name] for name in _ROW)),
+            taken=taken,
+            at=parse_time(condition.get("lastTransitionTime")) or job.updated_at,
+            position=self._ahead(job) + 1,
+        )
+        return f"{words} (Kueue: {message})"
