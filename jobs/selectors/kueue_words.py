@@ -30,6 +30,7 @@ from jobs.tracking.observe import parse_time
 
 # Kueue's reasons for a preemption across teams of a cohort (Preempted condition).
 _RECLAIM = ("InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing")
+_KEY = ("pk", "priority_value", "created_at")  # the queue order, as admission walks it
 _ROW = ("pk", "team_id", "kind", "priority_value", "created_at", "demand")
 
 
@@ -49,13 +50,30 @@ class KueueWords:
     def _pass(self, team_id: int) -> AdmissionPass | None:
         if team_id not in self._passes:
             state = admission_read(team_id, lock=False, queueing=Job.Queueing.KUEUE)
+            if state is not None:
+                self._as_kueue_holds(state)
             for tid in state.teams if state is not None else [team_id]:
                 self._passes[tid] = state
         return self._passes[team_id]
 
-    def _ahead(self, job: Job) -> int:
+    def _as_kueue_holds(self, state: AdmissionPass) -> None:
+        """Count in the cohort what Kueue counts now: a job it has just evicted no longer,
+        one it has just admitted already, whatever the rows say yet."""
+        slugs = {tid: team.slug for tid, team in state.teams.items()}
+        rows = {h["pk"]: h for h in state.holders}
+        for pk, holder in rows.items():
+            if pk not in self.index.holding:
+                state.cohort.remove(slugs[holder["team_id"]], holder["demand"])
+        admitted = Job.objects.filter(
+            pk__in=self.index.holding - rows.keys(), team__in=list(state.teams)
+        ).values_list("team_id", "demand")
+        for team_id, demand in admitted:
+            state.cohort.add(slugs[team_id], demand)
+
+    def _ahead(self, job: Job, *, preemptor: int | None = None) -> int:
         """How many of the team's jobs waiting in Kueue go before ``job`` (the portal
-        engine's order: priority, then submission)."""
+        engine's order: priority, then submission); its ``preemptor`` among them, as when
+        Kueue evicted it, whether or not Kueue has admitted it since."""
         if job.team_id not in self._queues:
             self._queues[job.team_id] = [
                 (-priority, created, pk)
@@ -64,12 +82,14 @@ class KueueWords:
                     state=JobState.QUEUED,
                     admitted_at__isnull=True,
                     queueing=Job.Queueing.KUEUE,
-                )
-                .exclude(pk=job.pk)
-                .values_list("pk", "priority_value", "created_at")
+                ).values_list(*_KEY)
             ]
+        queue = self._queues[job.team_id]
+        if preemptor is not None and all(other[2] != preemptor for other in queue):
+            row = Job.objects.filter(pk=preemptor, team_id=job.team_id)
+            queue = queue + [(-p, c, pk) for pk, p, c in row.values_list(*_KEY)]
         key = (-job.priority_value, job.created_at, job.pk)
-        return sum(1 for other in self._queues[job.team_id] if other < key)
+        return sum(1 for other in queue if other < key and other[2] != job.pk)
 
     def waiting(self, job: Job, workload: Any, kueue_message: str) -> str | None:
         """Why a job Kueue has not admitted waits; None when the portal's rules do not
@@ -84,7 +104,9 @@ class KueueWords:
             )
         else:
             state = self._pass(job.team_id)
-            head = state.head(job.team_id) if state is not None else None
+            queue = state.queues[job.team_id] if state is not None else []
+            # The team's first job Kueue has not admitted (a row may not know it yet).
+            head = next((q for q in queue if q.job_id not in self.index.holding), None)
             if state is None or head is None:
                 return None
             words = wait_words(state, state.teams[job.team_id], head)
@@ -122,6 +144,6 @@ class KueueWords:
             preemptor=QueuedJob(*(preemptor[name] for name in _ROW)),
             taken=taken,
             at=parse_time(condition.get("lastTransitionTime")) or job.updated_at,
-            position=self._ahead(job) + 1,
+            position=self._ahead(job, preemptor=preemptor["pk"]) + 1,
         )
         return f"{words} (Kueue: {message})"

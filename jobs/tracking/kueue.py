@@ -172,6 +172,9 @@ class KueueIndex:
 
     job_of_workload: dict[str, int] = field(default_factory=dict)  # Workload UID → job id
     victims_of: dict[str, list[int]] = field(default_factory=dict)  # preemptor UID → job ids
+    # The jobs whose quota Kueue counts now (reserved, not evicted, not finished): Kueue's
+    # truth, ahead of the rows the tracker is still bringing in line with it.
+    holding: set[int] = field(default_factory=set)
 
     def preemptor_of(self, message: str) -> tuple[str, int | None]:
         """(the preemptor Workload's UID, its portal job id) from an eviction message."""
@@ -186,7 +189,10 @@ def kueue_index(by_job: Mapping[int, Iterable[Obj]]) -> KueueIndex:
     for job_id, workloads in by_job.items():
         for workload in workloads:
             index.job_of_workload[str(workload["metadata"].get("uid"))] = job_id
-        evicted = true_conditions(newest(list(workloads)) or {}).get("Evicted")
+        conditions = true_conditions(newest(list(workloads)) or {})
+        evicted = conditions.get("Evicted")
+        if "QuotaReserved" in conditions and not conditions.keys() & {"Evicted", "Finished"}:
+            index.holding.add(job_id)
         if evicted is not None and evicted.get("reason") == "Preempted":
             uid, _ = index.preemptor_of(str(evicted.get("message") or ""))
             if uid:

@@ -8,9 +8,11 @@
    (``StrictFIFO``: a head that does not fit blocks the queue; ``BestEffortFIFO``: the next
    is tried): each resource group's flavors are tried in order, the first that fits, even
    by borrowing from the cohort, is taken (Kueue's default fungibility), quota arithmetic
-   from ``scheduling.sharing``. Admission writes ``status.admission`` and the
-   ``QuotaReserved`` and ``Admitted`` conditions with Kueue's words, then unsuspends the
-   Job with the flavors' node labels and tolerations.
+   from ``scheduling.sharing``. Across ClusterQueues, heads that fit without borrowing go
+   first, then borrowers by lowest weighted share of the cohort once admitted (Kueue with
+   ``fairSharing.enable: true``), then priority, then age. Admission writes
+   ``status.admission`` and the ``QuotaReserved`` and ``Admitted`` conditions with Kueue's
+   words, then unsuspends the Job with the flavors' node labels and tolerations.
 3. A workload that fits only on its ClusterQueue's nominal quota once others are evicted
    preempts, by the ClusterQueue's policy (``reclaimWithinCohort``, ``withinClusterQueue``):
    other queues' workloads first, lower priority first, most recently admitted first, the
@@ -20,9 +22,9 @@
 5. ClusterQueue and LocalQueue statuses: quota reserved and used per flavor (``borrowed``
    above nominal), workload counts, ``Active``.
 
-Simplified (``sandbox/README.md``): Jobs only (no pod integration, JobSet, TrainJob);
-no admission checks, topology, partial admission, fair-sharing ordering or hierarchical
-cohorts; the pending reason is ``Pending`` (Kueue 0.19's default).
+Simplified (``sandbox/README.md``): Jobs and the pod integration (no JobSet, TrainJob);
+no admission checks, topology, partial admission, fair-sharing preemption strategies or
+hierarchical cohorts; the pending reason is ``Pending`` (Kueue 0.19's default).
 """
 
 from __future__ import annotations
@@ -570,21 +572,29 @@ def _schedule(cluster: Cluster) -> None:
         ]
         if not heads:
             return
-        item, assignment = min(
-            heads,
-            key=lambda h: (
-                not h[1].fits,
-                h[1].borrowing,
-                -h[0].priority,
-                h[0].created,
-                h[0].workload["metadata"]["uid"],
-            ),
-        )
+        item, assignment = min(heads, key=lambda h: _head_order(snapshot, *h))
         waiting[item.queue.name].pop(0)
         if assignment.fits:
             _admit(cluster, snapshot, item, assignment)
         else:
             _wait_or_preempt(cluster, snapshot, item, assignment, evicting)
+
+
+def _head_order(snapshot: _Snapshot, item: _Pending, assignment: _Assignment) -> tuple[Any, ...]:
+    """Kueue's order among the ClusterQueues' heads with fair sharing on: those that fit
+    without borrowing first; among borrowers, the lower weighted share of the cohort once
+    admitted (``fairSharing.weight``); then higher priority, then older."""
+    share = 0.0
+    if assignment.fits and assignment.borrowing:
+        share = snapshot.cohorts[item.queue.cohort].share(item.queue.name, assignment.keys)
+    return (
+        not assignment.fits,
+        assignment.borrowing,
+        share,
+        -item.priority,
+        item.created,
+        item.workload["metadata"]["uid"],
+    )
 
 
 def _wait_or_preempt(

@@ -1,0 +1,349 @@
+"""The sharing rules, the same in both queueing engines: each scenario runs once on the
+portal's own admission and once on the cluster's Kueue (managed by the portal), and a user
+sees the same outcome and the same words in both: who borrows, what a limit allows, whom
+a reclaim evicts, who preempts within a team and who never does, how weights split idle
+quota, and that a burst settles within the cohort without evicting back and forth.
+
+Real processes: PostgreSQL, Redis, a Celery worker with beat's reconcile (the tracker's
+pass), the sandbox and its Kueue (profile ``small``: two 8-GPU A100 nodes, 30× real time).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.db import transaction
+
+from cluster import kube
+from cluster.labels import MANAGED_BY_SELECTOR
+from jobs.models import Job, JobState
+from jobs.services.submit import job_cancel
+from teams.models import Cohort, GpuQuota, Membership, Team
+from teams.services import quota_set
+from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
+from tests.sandbox_process import SandboxProcess
+from tests.worker_process import WorkerProcess, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+_KUEUE_SAYS = re.compile(r" \(Kueue: (?P<kueue>.*)\)$")
+
+
+@dataclass
+class Engine:
+    """The queueing engine a scenario runs on."""
+
+    name: str
+
+    def sync(self) -> None:
+        """Write the teams' quotas to the cluster (Kueue's ClusterQueues too, on Kueue)."""
+        call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+
+    def words(self, job: Job) -> str:
+        """The job's message as the portal's engine words it: on Kueue, what Kueue said of
+        the job (when it said something: a job behind its queue's head it has not tried
+        yet) follows in brackets."""
+        message = fresh(job).message
+        found = _KUEUE_SAYS.search(message)
+        assert found is None or self.name == "kueue", message
+        return message[: found.start()] if found else message
+
+
+@pytest.fixture(params=["portal", "kueue"])
+def engine(
+    request: pytest.FixtureRequest,
+    worker_env: dict[str, str],
+    tmp_path: Path,
+    settings: Any,
+) -> Iterator[Engine]:
+    """A worker (and this process) on one engine; Kueue's objects removed after."""
+    settings.QUEUEING = request.param
+    proc = WorkerProcess(tmp_path / "worker", {**worker_env, "QUEUEING": request.param}).start()
+    yield Engine(request.param)
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        print(f"--- worker log (tail) ---\n{proc.tail(6000)}")
+    proc.stop()
+    for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
+        for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
+            meta = obj["metadata"]
+            kube.delete(kind, meta["name"], meta.get("namespace"))
+
+
+def running(*jobs: Job, timeout: float = 60) -> None:
+    for job in jobs:
+        wait_for(lambda job=job: fresh(job).state == JobState.RUNNING, timeout=timeout)
+
+
+def waiting(job: Job, timeout: float = 30) -> Job:
+    """The job once it waits for quota, saying why."""
+    found: Job = wait_for(
+        lambda: (j := fresh(job)).reason == "QuotaExceeded" and j, timeout=timeout
+    )
+    return found
+
+
+def stays_queued(*jobs: Job, seconds: float = 4.0) -> None:
+    """Nothing admits the jobs over a few seconds of real time (minutes of the cluster's)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert all(fresh(j).admitted_at is None for j in jobs)
+        time.sleep(0.3)
+
+
+# --- borrowing and its limits ---------------------------------------------------------------
+
+
+def test_a_team_borrows_idle_cohort_quota_and_the_next_job_says_why_it_waits(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given vision (8 GPUs) and robotics (4, idle) in cohort research
+    users = seed(vision=8, robotics=4)
+    engine.sync()
+    alice = users["alice"]
+    # When vision runs 8 of its own and 4 more
+    own = submit(alice, "vision", 8, "own", env=LONG)
+    running(own)
+    more = submit(alice, "vision", 4, "more", env=LONG)
+    running(more)
+    # Then the second borrows robotics' idle 4, and is marked so
+    wait_for(lambda: fresh(more).borrowing, timeout=30)
+    assert not fresh(own).borrowing
+    # and a third waits, saying why in the same words in both engines
+    extra = waiting(submit(alice, "vision", 2, "extra", env=LONG))
+    assert engine.words(extra) == (
+        "team vision uses 12 of 8 nvidia.com/gpu (nominal) and may borrow 0 more; the cohort "
+        "research has 0 unused: robotics uses 0 of its 4; 0 jobs ahead"
+    )
+
+
+def test_the_borrowing_limit_caps_what_a_team_borrows(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given vision (8 GPUs, may borrow 2) and robotics (8, idle)
+    users = seed(vision=8, robotics=8)
+    quota_set(actor=None, team=Team.objects.get(slug="vision"), resource=GPU, limit=8,
+              borrowing_limit=2)  # fmt: skip
+    engine.sync()
+    alice = users["alice"]
+    own = submit(alice, "vision", 8, "own", env=LONG)
+    running(own)
+    # When vision asks for 4 more, then (more urgent) 2
+    four = waiting(submit(alice, "vision", 4, "four", env=LONG))
+    # Then the 4 wait: they would take vision past its borrowing limit
+    assert engine.words(four) == (
+        "team vision uses 8 of 8 nvidia.com/gpu (nominal); would exceed vision's borrowing "
+        "limit (2); 0 jobs ahead"
+    )
+    two = submit(alice, "vision", 2, "two", env=LONG, priority="high")
+    running(two)
+    wait_for(lambda: fresh(two).borrowing, timeout=30)
+    stays_queued(four)
+
+
+def test_the_lending_limit_caps_what_a_lender_gives(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given robotics (8 GPUs) lending at most 2, and vision (8)
+    users = seed(vision=8, robotics=8)
+    quota_set(actor=None, team=Team.objects.get(slug="robotics"), resource=GPU, limit=8,
+              lending_limit=2)  # fmt: skip
+    engine.sync()
+    alice = users["alice"]
+    own = submit(alice, "vision", 8, "own", env=LONG)
+    running(own)
+    # When vision asks for 2 and then 2 more
+    two = submit(alice, "vision", 2, "two", env=LONG)
+    running(two)
+    again = waiting(submit(alice, "vision", 2, "again", env=LONG))
+    # Then only the 2 robotics lends are borrowed; the rest of its quota is its own
+    assert fresh(two).borrowing
+    assert engine.words(again).startswith(
+        "team vision uses 10 of 8 nvidia.com/gpu (nominal) and may borrow 0 more; the cohort "
+        "research has 0 unused"
+    )
+    stays_queued(again)
+
+
+# --- reclaim and preemption -----------------------------------------------------------------
+
+
+def test_a_reclaim_evicts_the_borrowing_teams_lowest_priority_job_once(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given vision (8 GPUs) running a low- and a normal-priority job of 4, then a
+    # high-priority one admitted last, on robotics' idle quota: the one flagged borrowing
+    users = seed(vision=8, robotics=8)
+    engine.sync()
+    alice, dave = users["alice"], users["dave"]
+    low = submit(alice, "vision", 4, "low", env=LONG, priority="low")
+    normal = submit(alice, "vision", 4, "normal", env=LONG)
+    running(low, normal)
+    high = submit(alice, "vision", 4, "high", env=LONG, priority="high")
+    running(high)
+    wait_for(lambda: fresh(high).borrowing, timeout=30)
+    # When robotics needs all of its 8 back
+    mine = submit(dave, "robotics", 4, "mine", env=LONG, workers=2)
+    running(mine, timeout=90)
+    # Then the low-priority job is evicted, once, in the portal's words; the high-priority
+    # job keeps running and evicts no one of its own team (the old rule evicted it, and it
+    # then preempted the low one: two evictions)
+    evicted = wait_for(lambda: (j := fresh(low)).evictions == 1 and j, timeout=30)
+    assert re.fullmatch(
+        r"evicted at \d\d:\d\d: team robotics reclaimed 4 nvidia.com/gpu it had lent to "
+        r"vision; re-queued, position 1",
+        engine.words(evicted),
+    ), evicted.message
+    assert [fresh(j).evictions for j in (normal, high)] == [0, 0]
+    assert fresh(normal).state == fresh(high).state == JobState.RUNNING
+    stays_queued(low)
+    assert fresh(low).evictions == 1
+
+
+def _without_cohort(vision: int) -> dict[str, User]:
+    users = seed(vision=vision, robotics=8)
+    Team.objects.filter(slug="vision").update(cohort=None)
+    return users
+
+
+def test_a_higher_priority_job_preempts_its_own_teams_lower_priority_job(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given vision, outside any cohort, full with a low-priority job
+    alice = _without_cohort(vision=8)["alice"]
+    engine.sync()
+    low = submit(alice, "vision", 8, "low", env=LONG, priority="low")
+    running(low)
+    # When a high-priority job of 8 arrives
+    urgent = submit(alice, "vision", 8, "urgent", env=LONG, priority="high")
+    running(urgent, timeout=90)
+    # Then the low one was evicted for it, saying by which job (and, as when it was
+    # evicted, behind it in the queue)
+    evicted = fresh(low)
+    assert evicted.evictions == 1 and evicted.state == JobState.QUEUED
+    assert re.fullmatch(
+        rf"evicted at \d\d:\d\d: job #{urgent.pk} of priority gpu-high needed 8 "
+        r"nvidia.com/gpu of team vision's quota; re-queued, position 2",
+        engine.words(evicted),
+    ), evicted.message
+
+
+def test_gpu_low_and_equal_priority_wait_instead_of_preempting(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given vision, outside any cohort, full with a low- and a normal-priority job
+    alice = _without_cohort(vision=8)["alice"]
+    engine.sync()
+    first = submit(alice, "vision", 4, "first", env=LONG, priority="low")
+    second = submit(alice, "vision", 4, "second", env=LONG)
+    running(first, second)
+    # When a gpu-low job and a gpu-normal job of 4 arrive
+    low = submit(alice, "vision", 4, "low", env=LONG, priority="low")
+    same = submit(alice, "vision", 4, "same", env=LONG)
+    # Then the gpu-normal job preempts the lower-priority one, never its equal, and the
+    # gpu-low job waits: it has no lower class to preempt
+    running(same, timeout=90)
+    assert fresh(first).evictions == 1
+    assert engine.words(waiting(low)).startswith("team vision uses 8 of 8 nvidia.com/gpu; ")
+    stays_queued(low)
+    assert fresh(second).evictions == 0 and fresh(second).state == JobState.RUNNING
+
+
+# --- fair sharing -----------------------------------------------------------------------------
+
+
+def _lab_cohort() -> dict[str, User]:
+    """Cohort lab: a lender (8 GPUs), heavy (4, weight 2) and light (4, weight 1)."""
+    lab = Cohort.objects.create(slug="lab", name="Lab")
+    users = {}
+    for slug, nominal, weight in (("lender", 8, 1), ("heavy", 4, 2), ("light", 4, 1)):
+        team = Team.objects.create(
+            slug=slug, name=slug, namespace=f"team-{slug}", cohort=lab, weight=weight
+        )
+        GpuQuota.objects.create(team=team, resource=GPU, limit=nominal)
+        users[slug] = User.objects.create_user(f"u-{slug}", password="pw-for-tests-1")
+        Membership.objects.create(user=users[slug], team=team)
+    return users
+
+
+def test_idle_quota_is_split_by_weight(engine: Engine, cluster: SandboxProcess) -> None:
+    # Given cohort lab, the lender's 8 GPUs in use, heavy and light each on their own 4
+    seed(vision=8, robotics=8)
+    users = _lab_cohort()
+    engine.sync()
+    blocker = submit(users["lender"], "lender", 8, "blocker", env=LONG)
+    heavy = submit(users["heavy"], "heavy", 4, "own", env=LONG)
+    light = submit(users["light"], "light", 4, "own", env=LONG)
+    running(blocker, heavy, light)
+    # ...and four 2-GPU jobs of each waiting to borrow (light's submitted first)
+    with transaction.atomic():
+        borrowers = {
+            slug: [submit(users[slug], slug, 2, f"b{i}", env=LONG) for i in range(4)]
+            for slug in ("light", "heavy")
+        }
+    for job in [*borrowers["light"], *borrowers["heavy"]]:
+        waiting(job)
+    # When the lender's job ends and its 8 GPUs are idle
+    job_cancel(user=users["lender"], job_id=blocker.pk)
+
+    # Then weight 2 borrows three times what weight 1 does at this size (6 and 2; the
+    # order of submission alone would give 4 and 4)
+    def borrowed() -> dict[str, int] | None:
+        admitted = {
+            slug: sum(2 for j in jobs if fresh(j).admitted_at is not None)
+            for slug, jobs in borrowers.items()
+        }
+        return admitted if sum(admitted.values()) == 8 else None
+
+    assert wait_for(borrowed, timeout=60) == {"light": 2, "heavy": 6}
+    stays_queued(*[j for jobs in borrowers.values() for j in jobs if fresh(j).admitted_at is None])
+
+
+def gpus_held_in_the_cluster() -> int:
+    """GPUs the portal's pods hold or will hold, terminating ones included: what
+    admission may never let exceed the cohort."""
+    held = 0
+    for pod in kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR):
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in pod["spec"]["containers"]:
+            held += int(((container.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+    return held
+
+
+def test_a_two_team_burst_settles_within_the_cohort_without_ping_pong(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given vision and robotics, 6 GPUs each in cohort research (12, on a 16-GPU cluster)
+    users = seed(vision=6, robotics=6)
+    engine.sync()
+    # When vision bursts first with five 2-GPU jobs (borrowing 4), then robotics with five
+    vision = [submit(users["alice"], "vision", 2, f"v{i}", env=LONG) for i in range(5)]
+    running(*vision)
+    robotics = [submit(users["dave"], "robotics", 2, f"r{i}", env=LONG) for i in range(5)]
+    jobs = vision + robotics
+    samples: list[int] = []
+
+    def settled() -> bool:
+        samples.append(gpus_held_in_the_cluster())
+        rows = [fresh(j) for j in jobs]
+        per_team = {
+            team: sum(j.gpu_count for j in rows if j.team_id == team and j.state == "running")
+            for team in {j.team_id for j in rows}
+        }
+        return sorted(per_team.values()) == [6, 6]
+
+    # Then each team ends on its own 6, the cohort's pods never held more than its 12, and
+    # vision gave back exactly what it had borrowed: two jobs, each evicted once
+    wait_for(settled, timeout=120)
+    assert max(samples) <= 12, samples
+    stays_queued(*[j for j in jobs if fresh(j).admitted_at is None], seconds=6)
+    assert sorted(fresh(j).evictions for j in jobs) == [0] * 8 + [1, 1]
