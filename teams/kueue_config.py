@@ -37,12 +37,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from kubernetes.utils.quantity import parse_quantity
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
 from cluster.selectors import Catalog, catalog_get
 from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
-from teams.models import GpuQuota, Team
+from teams.models import Cohort, GpuQuota, Team
+from teams.services import cohort_save, quota_delete, quota_set, team_save
 
 logger = logging.getLogger(__name__)
 
@@ -254,3 +256,113 @@ def kueue_managed_sync() -> dict[str, str]:
         # Logged as the team mirror's changes are: what the portal did to Kueue's objects.
         logger.info("Kueue configuration: %s", changed)
     return outcome
+
+
+# --- Kueue run by the platform team (KUEUE_MANAGED=false) ------------------------------------
+
+
+def _amount(resource: str, quantity: Any) -> int:
+    """A ClusterQueue quantity in the portal's quota units (cores, GiB, GPUs, slices)."""
+    value = parse_quantity(str(quantity))
+    return int(value / (1024**3)) if resource == MEMORY else int(value)
+
+
+def quotas_from_cluster_queue(queue: Obj, flavors: dict[str, Obj]) -> dict[str, GpuQuota]:
+    """The portal's quota rows a ClusterQueue amounts to (unsaved; limits summed over its
+    flavors): ``nvidia.com/gpu`` in a flavor whose node labels name a GPU product is that
+    product's row, in any other flavor the any-GPU row; every other resource its own row.
+    A limit is kept only where every flavor of the resource sets it."""
+    totals: dict[str, dict[str, list[int | None]]] = {}
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            labels = ((flavors.get(flavor.get("name", "")) or {}).get("spec") or {}).get(
+                "nodeLabels"
+            ) or {}
+            for res in flavor.get("resources") or []:
+                name = str(res["name"])
+                row = labels.get(GPU_PRODUCT_LABEL, ANY_GPU) if name == ANY_GPU else name
+                entry = totals.setdefault(row, {"nominal": [], "borrowing": [], "lending": []})
+                for key, field_name in (
+                    ("nominal", "nominalQuota"),
+                    ("borrowing", "borrowingLimit"),
+                    ("lending", "lendingLimit"),
+                ):
+                    given = res.get(field_name)
+                    entry[key].append(None if given is None else _amount(name, given))
+    rows = {}
+    for resource, entry in totals.items():
+        nominal = sum(v or 0 for v in entry["nominal"])
+        limits = [
+            None if any(v is None for v in entry[k]) else sum(v or 0 for v in entry[k])
+            for k in ("borrowing", "lending")
+        ]
+        # Kueue's unlimited stand-in for cpu and memory is no row in the portal.
+        if resource in (CPU, MEMORY) and nominal >= UNLIMITED:
+            continue
+        rows[resource] = GpuQuota(
+            resource=resource,
+            limit=nominal,
+            borrowing_limit=limits[0],
+            lending_limit=None if limits[1] is None else min(limits[1], nominal),
+        )
+    return rows
+
+
+def kueue_external_read() -> dict[str, str]:
+    """Kueue run by the platform team: each mapped team's quotas, cohort and weight read
+    from its LocalQueue's ClusterQueue into the portal's rows (audited as any quota
+    change), so every page, the preview and the submission checks show what Kueue
+    enforces. Writes nothing to the cluster. Returns ``{"<team>": outcome}``.
+    Raises ``kube.ClusterError``."""
+    if settings.QUEUEING != "kueue" or settings.KUEUE_MANAGED:
+        return {}
+    flavors = {f["metadata"]["name"]: f for f in kube.list_all("ResourceFlavor")}
+    outcome: dict[str, str] = {}
+    for team in Team.objects.exclude(kueue_local_queue="").select_related("cohort"):
+        try:
+            local = kube.get("LocalQueue", team.kueue_local_queue, team.namespace)
+            name = str((local.get("spec") or {}).get("clusterQueue") or "")
+            queue = kube.get("ClusterQueue", name)
+        except kube.ObjectNotFound as exc:
+            # Kept as they are: the platform team may be recreating its queues.
+            logger.warning("team %s: Kueue queues not found: %s", team.slug, exc)
+            outcome[team.slug] = f"not found: {exc.message}"
+            continue
+        spec = queue.get("spec") or {}
+        cohort_name = str(spec.get("cohortName") or "")
+        cohort = None
+        if cohort_name:
+            cohort = Cohort.objects.filter(slug=cohort_name).first() or cohort_save(
+                actor=None, cohort=Cohort(slug=cohort_name, name=cohort_name)
+            )
+        weight = Decimal(str((spec.get("fairSharing") or {}).get("weight", 1)))
+        if team.cohort_id != (cohort.pk if cohort else None) or team.weight != weight:
+            team.cohort, team.weight = cohort, weight
+            team_save(actor=None, team=team)
+        wanted = quotas_from_cluster_queue(queue, flavors)
+        have = {q.resource: q for q in team.quotas.all()}
+        changed = False
+        for resource, row in wanted.items():
+            old = have.get(resource)
+            fields = (row.limit, row.borrowing_limit, row.lending_limit)
+            if old is None or (old.limit, old.borrowing_limit, old.lending_limit) != fields:
+                quota_set(
+                    actor=None,
+                    team=team,
+                    resource=resource,
+                    limit=row.limit,
+                    borrowing_limit=row.borrowing_limit if cohort else None,
+                    lending_limit=row.lending_limit if cohort else None,
+                )
+                changed = True
+        for resource in have.keys() - wanted.keys():
+            quota_delete(actor=None, team=team, resource=resource)
+            changed = True
+        outcome[team.slug] = f"read from ClusterQueue {name}" + (" (changed)" if changed else "")
+    return outcome
+
+
+def kueue_sync() -> dict[str, str]:
+    """Kueue's configuration and the portal's teams in line, whoever owns it: written from
+    the teams when the portal manages Kueue, read into them when the platform team does."""
+    return kueue_managed_sync() if settings.KUEUE_MANAGED else kueue_external_read()

@@ -22,13 +22,13 @@ def team_sync_task(team_id: int) -> dict[str, str]:
     same request would be refused again.
     """
     from teams.cluster_sync import team_cluster_sync
-    from teams.kueue_config import kueue_managed_sync
+    from teams.kueue_config import kueue_sync
 
     if not Team.objects.filter(pk=team_id).exists():
         # Deleted since the task was queued: nothing to mirror, but with Kueue managed its
         # ClusterQueue and LocalQueue go.
-        return kueue_managed_sync()
-    return {**team_cluster_sync(team_id=team_id), **kueue_managed_sync()}
+        return kueue_sync()
+    return {**team_cluster_sync(team_id=team_id), **kueue_sync()}
 
 
 @shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
@@ -40,7 +40,7 @@ def teams_sync_task() -> dict[int, str]:
     cannot be reached is tried again at the next pass.
     """
     from teams.cluster_sync import team_cluster_sync
-    from teams.kueue_config import kueue_managed_sync
+    from teams.kueue_config import kueue_sync
 
     results = {}
     for team_id in Team.objects.values_list("pk", flat=True):
@@ -51,7 +51,7 @@ def teams_sync_task() -> dict[int, str]:
             logger.warning("team %s sync failed: %s", team_id, exc)
             results[team_id] = f"error: {exc}"
     try:
-        kueue_managed_sync()
+        kueue_sync()
     except Exception as exc:  # noqa: BLE001 - reported like a team's
         logger.warning("Kueue configuration sync failed: %s", exc)
     return results

@@ -27,6 +27,7 @@ from jobs.selectors.queue_position import job_queue_position
 from jobs.services.apply import ApplyOutcome, job_apply
 from jobs.services.submit import job_cancel
 from jobs.tracking.reconcile import cluster_reconcile
+from teams.models import Team
 from tests.conftest import api_client_for
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
@@ -269,3 +270,99 @@ def test_a_queued_jobs_place_is_kueues_not_the_portals(
     for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             kube.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+
+
+PLATFORMS_QUEUES: list[dict[str, Any]] = [
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "platform-gpus"},
+        "spec": {"tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]},
+    },
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "platform-vision"},
+        "spec": {
+            "namespaceSelector": {},
+            "cohortName": "ml-platform",
+            "fairSharing": {"weight": "2"},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", GPU],
+                    "flavors": [
+                        {
+                            "name": "platform-gpus",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": "64"},
+                                {"name": "memory", "nominalQuota": "256Gi"},
+                                {"name": GPU, "nominalQuota": "6", "borrowingLimit": "2"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    },
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "research-gpus", "namespace": "team-vision"},
+        "spec": {"clusterQueue": "platform-vision"},
+    },
+]
+
+
+def test_external_kueue_is_read_never_written(
+    worker_env: dict[str, str], tmp_path: Path, settings: Any, cluster: SandboxProcess
+) -> None:
+    # Given Kueue run by the platform team: its own flavor, ClusterQueue and LocalQueue
+    settings.QUEUEING, settings.KUEUE_MANAGED = "kueue", False
+    env = {**worker_env, "QUEUEING": "kueue", "KUEUE_MANAGED": "false"}
+    worker = WorkerProcess(tmp_path / "worker", env).start()
+    users = seed(vision=1, robotics=1)
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    for obj in PLATFORMS_QUEUES:
+        kube.create(obj)
+    try:
+
+        def as_written() -> list[Any]:
+            """The platform team's objects as written (Kueue's own status aside)."""
+            return [
+                (found["spec"], found["metadata"].get("labels"))
+                for o in PLATFORMS_QUEUES
+                for found in [
+                    kube.get(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+                ]
+            ]
+
+        before = as_written()
+        # ...and an admin maps vision to the platform team's LocalQueue
+        Team.objects.filter(slug="vision").update(kueue_local_queue="research-gpus")
+        # When cluster_sync runs
+        call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+        # Then vision's quotas, cohort and weight are what its ClusterQueue enforces
+        vision = Team.objects.select_related("cohort").get(slug="vision")
+        rows = {q.resource: (q.limit, q.borrowing_limit) for q in vision.quotas.all()}
+        assert rows == {GPU: (6, 2), "cpu": (64, None), "memory": (256, None)}
+        assert vision.cohort is not None and vision.cohort.slug == "ml-platform"
+        assert vision.weight == 2
+        quotas = api_client_for(users["alice"]).get("/api/v1/teams/").json()
+        gpu = next(q for t in quotas for q in t["quotas"] if q["resource"] == GPU)
+        assert gpu["nominal"] == 6
+        # ...and the portal wrote no Kueue object and changed none of the platform team's
+        assert not [
+            obj
+            for kind in ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+            for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR)
+        ]
+        assert as_written() == before
+        # When alice submits, Then her job goes to that LocalQueue and Kueue runs it
+        job = submit(users["alice"], "vision", 2, "on-platform", env=LONG)
+        wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=60)
+        assert cluster_job(job)["metadata"]["labels"][QUEUE_LABEL] == "research-gpus"
+        assert fresh(job).placement["kueue"]["cluster_queue"] == "platform-vision"
+    finally:
+        worker.stop()
+        for o in reversed(PLATFORMS_QUEUES):
+            kube.delete(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))

@@ -15,7 +15,13 @@ import pytest
 
 from cluster import kube
 from cluster.selectors import catalog_get
-from teams.kueue_config import cluster_queue, kueue_config_sync, local_queue, resource_flavors
+from teams.kueue_config import (
+    cluster_queue,
+    kueue_config_sync,
+    local_queue,
+    quotas_from_cluster_queue,
+    resource_flavors,
+)
 from teams.models import GpuQuota, Team
 from tests.sandbox_process import SandboxProcess, start_sandbox
 
@@ -116,3 +122,28 @@ def test_the_sync_writes_follows_and_cleans_up_kueues_objects(
     finally:
         kube.delete("ClusterQueue", "platform-own")
         kube.reset_client()
+
+
+def test_a_cluster_queue_reads_back_as_the_quota_rows_it_was_written_from(
+    research: dict[str, Any],
+) -> None:
+    # Given the ClusterQueue the portal writes for each demo team, and the flavors
+    catalog = catalog_get()
+    flavors = {f["metadata"]["name"]: f for f in resource_flavors(catalog)}
+    for team in research["teams"].values():
+        written = cluster_queue(team, team.quotas.all(), catalog)
+        # When Kueue run by a platform team hands the portal that ClusterQueue
+        read = quotas_from_cluster_queue(written, flavors)
+        # Then the portal reads the team's own quotas back: products, any-GPU, MIG, limits
+        # (a resource at 0 with no limits is what no row means)
+        got = {
+            r: (q.limit, q.borrowing_limit, q.lending_limit)
+            for r, q in read.items()
+            if (q.limit, q.borrowing_limit, q.lending_limit) != (0, None, None)
+        }
+        want = {
+            q.resource: (q.limit, q.borrowing_limit, q.lending_limit)
+            for q in team.quotas.all()
+            if team.cohort_id or (q.borrowing_limit, q.lending_limit) == (None, None)
+        }
+        assert got == want, team.slug

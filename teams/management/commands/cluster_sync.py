@@ -6,7 +6,9 @@
 What beat does every few minutes (``teams_sync_task``, ``catalog_refresh_task``), at once:
 the catalog first (the ResourceQuotas name its products), then each team's namespace,
 ResourceQuota, LimitRange, NetworkPolicy and the PriorityClasses; with Kueue managed by the
-portal (QUEUEING=kueue), Kueue's flavors, ClusterQueues and LocalQueues last. Safe to run
+portal (QUEUEING=kueue), Kueue's flavors, ClusterQueues and LocalQueues last; with Kueue run
+by the platform team (KUEUE_MANAGED=false), each mapped team's quotas read from its
+ClusterQueue instead. Safe to run
 again: only what differs changes. Exits 1 when the cluster refused or could not be reached.
 """
 
@@ -19,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from cluster import kube
 from cluster.services import catalog_refresh
 from teams.cluster_sync import team_cluster_sync
-from teams.kueue_config import kueue_managed_sync
+from teams.kueue_config import kueue_sync
 from teams.models import Team
 
 
@@ -56,7 +58,7 @@ class Command(BaseCommand):
             what = ", ".join(f"{k} {v}" for k, v in sorted(changed.items())) or "unchanged"
             self.stdout.write(f"team {team.slug} ({team.namespace}): {what}")
         try:
-            kueue = {k: v for k, v in kueue_managed_sync().items() if v != "unchanged"}
+            kueue = {k: v for k, v in kueue_sync().items() if v != "unchanged"}
             if kueue:
                 self.stdout.write(
                     "Kueue: " + ", ".join(f"{k} {v}" for k, v in sorted(kueue.items()))
