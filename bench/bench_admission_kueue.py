@@ -1,0 +1,408 @@
+"""Admission on Kueue (``bench_admission.py --engine kueue``): what the portal adds to Kueue's
+own admission, and what the sandbox's Kueue does against Kueue's published figure.
+
+1. *The portal on Kueue*, for 1,000 and 10,000 queued jobs across 50 teams in one cohort
+   (8 ``nvidia.com/gpu`` nominal each, weights 1–3; jobs of 1–8 GPUs that run 2 minutes of
+   cluster time): the portal's rows, the suspended Jobs and Kueue's configuration are
+   seeded, the sandbox (profile ``large``, 10× real time) runs its Kueue, and the watch
+   tracker runs in this process as ``manage.py track_cluster`` does. Measured while
+   Kueue admits jobs as others finish:
+   - *the portal's delay*: from a Workload turning ``Admitted`` (seen by a watch of this
+     benchmark's own) to the job's row showing ``admitted_at`` (p50, p95; polled every
+     50 ms, so up to 50 ms of each figure is the poll's);
+   - *submit to the cluster*: ``job_submit`` then ``job_apply`` of new jobs, the portal's
+     part before Kueue sees a job (median);
+   - the tracker's API requests per minute (lists, gets, opened watches).
+2. *The sandbox's Kueue alone*, in this process without HTTP: N Jobs (default 15,000) of
+   1–4 GPUs across 30 ClusterQueues in one cohort, each running one minute of cluster time
+   on the ``large`` profile's nodes; the controllers run until every Workload has finished.
+   Anchor: Kueue's scheduler performance test, 15,000 workloads across 30 ClusterQueues in
+   about 351 s of wall time (≈ 43 admissions/s), mostly waiting for quota.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_tracking import counting
+from bench.harness import Report
+
+TEAMS = 50
+NOMINAL = 8
+SPEED = 10.0  # the sandbox's simulated seconds per real second (part 1)
+RUN = "120s"  # how long each job runs, in cluster time
+WINDOW = 60.0  # real seconds of admissions measured per size
+
+
+def _seed_portal(size: int) -> None:
+    """50 teams in cohort ``bench`` and ``size`` queued jobs on Kueue, manifests built as
+    the portal builds them (suspended, labelled for the team's LocalQueue)."""
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from jobs.manifests import build_manifests, object_name
+    from jobs.models import Job, JobState
+    from jobs.services.submit import _context, job_spec_check
+    from teams.models import Cohort, GpuQuota, Membership, Team
+
+    Job.objects.all().delete()
+    # The demo's GPU catalog (the large profile's products), then teams of the benchmark's.
+    call_command("seed_demo", verbosity=0, stdout=io.StringIO())
+    Job.objects.all().delete()
+    GpuQuota.objects.all().delete()
+    Team.objects.all().delete()
+    Cohort.objects.all().delete()
+    owner, _ = User.objects.get_or_create(username="bench", defaults={"is_superuser": True})
+    cohort = Cohort.objects.create(slug="bench", name="Bench")
+    teams = [
+        Team.objects.create(
+            slug=f"t{i:02d}",
+            name=f"Team {i}",
+            namespace=f"team-t{i:02d}",
+            cohort=cohort,
+            weight=1 + i % 3,
+        )
+        for i in range(TEAMS)
+    ]
+    for team in teams:
+        GpuQuota.objects.create(team=team, resource="nvidia.com/gpu", limit=NOMINAL)
+        Membership.objects.create(user=owner, team=team)
+    rng = random.Random(7)
+    now = timezone.now()
+    rows, checks = [], []
+    for i in range(size):
+        team = teams[i % TEAMS]
+        data = {
+            "kind": "training",
+            "team": team.slug,
+            "name": f"j{i}",
+            "image": "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+            "command": ["python", "train.py"],
+            "gpu": {"count": rng.choice([1, 2, 4, 8])},
+            "priority": rng.choice(["low", "normal", "high"]),
+            "env": {"SANDBOX_DURATION": RUN},
+        }
+        checked = job_spec_check(user=owner, data=data)
+        spec = checked.spec
+        rows.append(
+            Job(
+                team=team, owner=owner, name=spec.name, kind=spec.kind, priority=spec.priority,
+                state=JobState.QUEUED, reason="Applied", message="", spec=spec.to_dict(),
+                demand=checked.demand, gpu_count=spec.gpu.count * spec.pod_count,
+                namespace=team.namespace, applied_at=now, queueing=Job.Queueing.KUEUE,
+            )
+        )  # fmt: skip
+        checks.append(checked)
+    created = Job.objects.bulk_create(rows, batch_size=1000)
+    for job, checked in zip(created, checks, strict=True):
+        ctx = _context(
+            spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job.pk,
+            queueing=Job.Queueing.KUEUE,
+        )  # fmt: skip
+        job.manifests = build_manifests(checked.spec, ctx)
+        job.object_name = object_name(checked.spec, ctx)
+    Job.objects.bulk_update(created, ["manifests", "object_name"], batch_size=500)
+
+
+def _seed_cluster(state: Path) -> None:
+    """The jobs' objects and Kueue's configuration in the stopped sandbox's state, then its
+    controllers until Kueue has admitted the first wave."""
+    from cluster.selectors import catalog_get
+    from jobs.models import Job
+    from sandbox.api import crds, objects
+    from sandbox.api.resources import BY_KEY
+    from sandbox.controllers.manager import ControllerManager
+    from sandbox.state import Cluster, Options
+    from sandbox.store import Store
+    from teams.kueue_config import cluster_queue, local_queue, resource_flavors
+    from teams.models import Team
+
+    cluster = Cluster(Store(state), Options(speed=SPEED))
+    crds.load(cluster.store.list(crds.CRD_KEY))  # Kueue's types, as the sandbox serves them
+    kinds = {
+        "ResourceFlavor": "resourceflavors.kueue.x-k8s.io",
+        "ClusterQueue": "clusterqueues.kueue.x-k8s.io",
+        "LocalQueue": "localqueues.kueue.x-k8s.io",
+        "Job": "jobs.batch",
+        "Service": "services",
+    }
+    catalog = catalog_get()
+    for flavor in resource_flavors(catalog):
+        objects.create(cluster, BY_KEY[kinds["ResourceFlavor"]], "", flavor)
+    for team in Team.objects.select_related("cohort").prefetch_related("quotas"):
+        queue = cluster_queue(team, team.quotas.all(), catalog)
+        objects.create(cluster, BY_KEY[kinds["ClusterQueue"]], "", queue)
+        objects.create(cluster, BY_KEY[kinds["LocalQueue"]], team.namespace, local_queue(team))
+    for manifests, namespace in Job.objects.values_list("manifests", "namespace").iterator():
+        for manifest in manifests:
+            objects.create(cluster, BY_KEY[kinds[manifest["kind"]]], namespace, manifest)
+    manager = ControllerManager(cluster)
+    for _ in range(5):
+        manager.run_once()
+    cluster.store.meta_set("clock", cluster.now())
+
+
+class AdmissionWatch:
+    """The benchmark's own watch of Workloads: when each job's Workload turned Admitted,
+    by this process's clock (through the client directly, not the portal's adapter, so the
+    tracker's API requests are counted alone)."""
+
+    def __init__(self, jobs: dict[tuple[str, str], int]) -> None:
+        self.jobs = jobs
+        self.admitted: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> AdmissionWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        from kubernetes import client, watch
+
+        from cluster import kube
+
+        api = client.CustomObjectsApi(kube.api_client())
+        version = ""
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                api.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "workloads",
+                resource_version=version, timeout_seconds=30,
+            )  # fmt: skip
+            try:
+                for event in stream:
+                    obj = event["object"]
+                    version = obj["metadata"].get("resourceVersion") or version
+                    self._seen(obj)
+                    if self._stop.is_set():
+                        return
+            except Exception:  # noqa: BLE001 - the sandbox stopping under the watch, or a
+                # broken stream: look again from the last version
+                if self._stop.is_set():
+                    return
+                time.sleep(0.5)
+
+    def _seen(self, workload: dict[str, Any]) -> None:
+        owner: dict[str, Any] = next(iter(workload["metadata"].get("ownerReferences") or []), {})
+        job_id = self.jobs.get((workload["metadata"]["namespace"], owner.get("name", "")))
+        admitted = any(
+            c.get("type") == "Admitted" and c.get("status") == "True"
+            for c in (workload.get("status") or {}).get("conditions") or []
+        )
+        if job_id is not None and admitted and job_id not in self.admitted:
+            self.admitted[job_id] = time.monotonic()
+
+
+def _delays(watcher: AdmissionWatch, seconds: float) -> list[float]:
+    """For ``seconds``: each job Kueue admits, the time until its row says so."""
+    from jobs.models import Job
+
+    known = set(Job.objects.filter(admitted_at__isnull=False).values_list("pk", flat=True))
+    delays: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        fresh = set(
+            Job.objects.filter(admitted_at__isnull=False)
+            .exclude(pk__in=known)
+            .values_list("pk", flat=True)
+        )
+        now = time.monotonic()
+        for pk in fresh:
+            if pk in watcher.admitted:  # admitted while both were watching
+                delays.append(now - watcher.admitted[pk])
+        known |= fresh
+        time.sleep(0.05)
+    return sorted(delays)
+
+
+def _submit_to_cluster(count: int) -> list[float]:
+    """Seconds from ``job_submit`` to the Job created in the cluster, for new jobs."""
+    from django.contrib.auth.models import User
+
+    from jobs.services.apply import job_apply
+    from jobs.services.submit import job_submit
+
+    owner = User.objects.get(username="bench")
+    took = []
+    for i in range(count):
+        started = time.perf_counter()
+        job = job_submit(
+            user=owner,
+            data={
+                "kind": "training", "team": f"t{i % TEAMS:02d}", "name": f"new-{i}",
+                "image": "pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime",
+                "command": ["python", "train.py"], "gpu": {"count": 1},
+                "env": {"SANDBOX_DURATION": RUN},
+            },
+        )  # fmt: skip
+        job_apply(job_id=job.pk)
+        took.append(time.perf_counter() - started)
+    return took
+
+
+def _percentile(values: list[float], share: float) -> float:
+    return values[min(len(values) - 1, round(share * (len(values) - 1)))]
+
+
+def portal_on_kueue(report: Report, sizes: list[int], workdir: Path) -> dict[int, dict[str, Any]]:
+    from django.conf import settings
+    from django.db import connection
+
+    from cluster import kube
+    from jobs.models import Job
+    from jobs.tracking.tracker import ClusterTracker
+    from teams.cluster_sync import team_cluster_sync
+    from teams.models import Team
+    from tests.sandbox_process import SandboxProcess
+
+    settings.QUEUEING, settings.KUEUE_MANAGED = "kueue", True
+    results: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        print(f"  -- portal on Kueue, {size:,} queued: seeding", flush=True)
+        _seed_portal(size)
+        proc = SandboxProcess(workdir / f"kueue-{size}", "large", SPEED)
+        proc.start()
+        settings.KUBECONFIG, settings.KUBE_CONTEXT = str(proc.kubeconfig), ""
+        settings.KUBE_REQUEST_TIMEOUT = 60.0
+        kube.reset_client()
+        try:
+            for team_id in Team.objects.values_list("pk", flat=True):
+                team_cluster_sync(team_id=team_id)
+            proc.stop()
+            _seed_cluster(proc.state)
+            proc.start(reset=False)
+            kube.reset_client()
+            jobs = {
+                (ns, name): pk
+                for pk, ns, name in Job.objects.values_list("pk", "namespace", "object_name")
+            }
+            watcher = AdmissionWatch(jobs).start()
+            tracker = ClusterTracker("bench-kueue")
+
+            def run(tracker: ClusterTracker = tracker) -> None:
+                try:
+                    tracker.run()
+                finally:
+                    connection.close()
+
+            with counting() as requests:
+                thread = threading.Thread(target=run, daemon=True)
+                thread.start()
+                time.sleep(5)  # the tracker's first lists and the first wave's rows
+                before = requests.calls + requests.watches
+                delays = _delays(watcher, WINDOW)
+                per_minute = round((requests.calls + requests.watches - before) * 60 / WINDOW)
+            submit = _submit_to_cluster(20)
+            tracker.stop()
+            watcher.stop()
+            thread.join(timeout=30)
+        finally:
+            proc.stop()
+        if not delays:
+            raise SystemExit(f"no admission seen in {WINDOW:.0f} s at {size:,} queued")
+        results[size] = {
+            "admitted_in_window": len(delays),
+            "delay_p50_s": round(statistics.median(delays), 3),
+            "delay_p95_s": round(_percentile(delays, 0.95), 3),
+            "submit_to_cluster_ms": round(statistics.median(submit) * 1000, 1),
+            "requests_per_min": per_minute,
+        }
+        report.row(
+            f"portal on Kueue, {size:,} queued",
+            baseline=f"portal on Kueue, {sizes[0]:,} queued" if size != sizes[0] else None,
+            ratio_of="delay_p50_s",
+            **results[size],
+        )
+    return results
+
+
+def sandbox_kueue_alone(report: Report, workloads: int, workdir: Path) -> dict[str, float]:
+    """The sandbox's Kueue (with its scheduler, Job controller and kubelet) admitting
+    ``workloads`` Jobs across 30 ClusterQueues, in this process."""
+    from sandbox.api import crds, objects
+    from sandbox.api.resources import BY_KEY
+    from sandbox.controllers.kueue import WORKLOADS
+    from sandbox.controllers.manager import ControllerManager
+    from sandbox.state import Cluster, Options
+    from sandbox.store import Store
+    from tests.sandbox_process import SandboxProcess
+
+    proc = SandboxProcess(workdir / "kueue-alone", "large", 1.0).start()
+    proc.stop()
+    cluster = Cluster(Store(proc.state), Options(speed=600.0))
+    crds.load(cluster.store.list(crds.CRD_KEY))
+    api = "kueue.x-k8s.io/v1beta2"
+    objects.create(
+        cluster, BY_KEY["resourceflavors.kueue.x-k8s.io"], "",
+        {"apiVersion": api, "kind": "ResourceFlavor", "metadata": {"name": "gpus"},
+         "spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}},
+    )  # fmt: skip
+    rng = random.Random(11)
+    for q in range(30):
+        ns = f"perf-{q}"
+        objects.create(
+            cluster, BY_KEY["namespaces"], "",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        )  # fmt: skip
+        objects.create(
+            cluster, BY_KEY["clusterqueues.kueue.x-k8s.io"], "",
+            {"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": ns},
+             "spec": {"namespaceSelector": {}, "cohortName": "perf",
+                      "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                          {"name": "gpus", "resources": [
+                              {"name": "nvidia.com/gpu", "nominalQuota": "32"}]}]}]}},
+        )  # fmt: skip
+        objects.create(
+            cluster, BY_KEY["localqueues.kueue.x-k8s.io"], ns,
+            {"apiVersion": api, "kind": "LocalQueue", "metadata": {"name": "q", "namespace": ns},
+             "spec": {"clusterQueue": ns}},
+        )  # fmt: skip
+    for i in range(workloads):
+        ns = f"perf-{i % 30}"
+        objects.create(
+            cluster, BY_KEY["jobs.batch"], ns,
+            {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": f"w{i}", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+             "spec": {"template": {
+                 "metadata": {"annotations": {"sandbox.gpu-portal.dev/duration": "60s"}},
+                 "spec": {"restartPolicy": "Never", "tolerations": [
+                     {"key": "nvidia.com/gpu", "operator": "Exists"}],
+                     "containers": [{"name": "main", "image": "busybox", "resources": {
+                         "limits": {"nvidia.com/gpu": str(rng.choice([1, 2, 4]))}}}]}}}},
+        )  # fmt: skip
+    manager = ControllerManager(cluster)
+    started, cpu0 = time.perf_counter(), time.process_time()
+    passes = 0
+    while True:
+        manager.run_once()
+        passes += 1
+        finished = sum(
+            1
+            for w in cluster.store.list(WORKLOADS)
+            if any(
+                c.get("type") == "Finished" for c in (w.get("status") or {}).get("conditions") or []
+            )
+        )
+        if finished >= workloads or time.perf_counter() - started > 1800:
+            break
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
+    figures: dict[str, Any] = {
+        "workloads": workloads,
+        "finished": finished,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "admissions_per_s": round(finished / wall, 1),
+        "controller_passes": passes,
+    }
+    report.row(f"sandbox Kueue alone, {workloads:,} workloads / 30 ClusterQueues", **figures)
+    return figures
