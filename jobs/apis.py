@@ -47,6 +47,17 @@ from jobs.spec_input import JobSpecInput
 from teams.selectors import membership_role, teams_for_user
 
 
+class ProgressOutput(serializers.Serializer):
+    """Where a training job stands (docs/jobs.md, "Progress and time to finish")."""
+
+    percent = serializers.FloatField()
+    step = serializers.IntegerField()
+    total = serializers.IntegerField()
+    # The field's name is the API's; DRF takes declared fields off the class, so it does not
+    # shadow ``Field.source`` (mypy cannot know).
+    source = serializers.ChoiceField(choices=["log", "trainer"])  # type: ignore[assignment]
+
+
 class JobOutput(serializers.ModelSerializer):
     """A job as the API returns it: identity, state and the spec fields."""
 
@@ -54,6 +65,8 @@ class JobOutput(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     spec = serializers.JSONField()
     restart_attempt = serializers.IntegerField(source="gpu_failure_retries")
+    progress = ProgressOutput(allow_null=True)
+    eta_seconds = serializers.FloatField(allow_null=True)
 
     class Meta:
         model = Job
@@ -84,6 +97,9 @@ class JobOutput(serializers.ModelSerializer):
             "restart_attempt",
             "excluded_nodes",
             "gpu_hours_lost",
+            "progress",
+            "eta_seconds",
+            "eta_basis",
             "created_at",
             "admitted_at",
             "started_at",
@@ -136,6 +152,11 @@ class JobOutput(serializers.ModelSerializer):
             "restart_attempt": job.gpu_failure_retries,
             "excluded_nodes": list(job.excluded_nodes),
             "gpu_hours_lost": round(job.gpu_hours_lost, 3),
+            # Training progress from the job's own log (or its TrainJob's trainerStatus), and
+            # the estimated seconds to finish with how they were estimated (None: not yet).
+            "progress": job.progress,
+            "eta_seconds": job.eta_seconds,
+            "eta_basis": job.eta_basis,
             "created_at": _datetime(job.created_at),
             "admitted_at": _datetime(job.admitted_at),
             "started_at": _datetime(job.started_at),

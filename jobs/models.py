@@ -81,6 +81,14 @@ class Job(models.Model):
     idle_exempt_reason = models.CharField(max_length=200, blank=True)
     # An inference deployment the idle-GPU policy scaled to zero: the replicas it resumes with.
     scaled_to_zero_from = models.PositiveIntegerField(null=True, blank=True)
+    # Where a training job stands (docs/jobs.md, "Progress and time to finish"):
+    # {"percent", "step", "total", "source"}, read from its rank-0 log's
+    # GPU_PORTAL_PROGRESS lines; the estimate of the time left, and how it was made.
+    progress = models.JSONField(null=True, blank=True)
+    eta_seconds = models.FloatField(null=True, blank=True)
+    eta_basis = models.CharField(max_length=200, blank=True)
+    progress_at = models.DateTimeField(null=True, blank=True)  # its newest progress line
+    progress_read_at = models.DateTimeField(null=True, blank=True)  # when the log was read
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     admitted_at = models.DateTimeField(null=True, blank=True)

@@ -102,6 +102,21 @@ def reconcile_task() -> dict[str, Any]:
     return report.__dict__
 
 
+@shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
+def progress_refresh_task() -> int:
+    """Periodic (beat): the running training jobs' progress and time to finish, read from
+    their rank-0 logs (``jobs.services.progress``). A pass that cannot reach the cluster
+    changes nothing: the next one reads again."""
+    from cluster import kube
+    from jobs.services.progress import jobs_progress_refresh
+
+    try:
+        return jobs_progress_refresh()
+    except kube.ClusterError as exc:
+        logger.warning("progress not read: %s", exc)
+        return 0
+
+
 @shared_task(**ROBUST, soft_time_limit=60, time_limit=90)
 def job_node_failure_task(job_id: int, evicted: list[dict[str, str]]) -> bool:
     """Explain a job whose node stopped responding and run it again elsewhere (safe twice:

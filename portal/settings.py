@@ -222,8 +222,13 @@ GPU_FAILURE_CORDON_WINDOW_HOURS = env_float("GPU_FAILURE_CORDON_WINDOW_HOURS", 2
 NODE_FAILURE_TOLERATION_SECONDS = env_int("NODE_FAILURE_TOLERATION_SECONDS", 60)
 # How often the GPU-hour rollup updates today (and catches up on past days).
 ACCOUNTING_INTERVAL_SECONDS = env_float("ACCOUNTING_INTERVAL_SECONDS", 900.0)
+# Training progress and time to finish, from the running jobs' rank-0 logs (docs/jobs.md):
+# how often beat reads them, and at most how many logs per pass.
+PROGRESS_INTERVAL_SECONDS = env_float("PROGRESS_INTERVAL_SECONDS", 30.0)
+PROGRESS_BATCH = env_int("PROGRESS_BATCH", 500)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile_task", "schedule": RECONCILE_INTERVAL_SECONDS},
+    "progress": {"task": "jobs.tasks.progress_refresh_task", "schedule": PROGRESS_INTERVAL_SECONDS},
     "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
     "teams-sync": {"task": "teams.tasks.teams_sync_task", "schedule": 300.0},
     "waiting-check": {"task": "jobs.tasks.jobs_waiting_check_task", "schedule": 60.0},

@@ -93,10 +93,17 @@ def _training_lines(tl: Timeline, now: float) -> tuple[list[tuple[float, str]], 
 CHECKPOINT_EVERY = 20
 
 
+# And every this many steps (and at the last) where it stands, the way the portal reads it
+# (docs/jobs.md: "GPU_PORTAL_PROGRESS step=<n> total=<m>").
+PROGRESS_EVERY = 10
+
+
 def _training_step(tl: Timeline, k: int, total: int, epochs: int) -> str:
     directory = tl.env.get("CHECKPOINT_DIR")
     if directory and (k + 1) % CHECKPOINT_EVERY == 0:
         return f"GPU_PORTAL_CHECKPOINT step={k + 1} path={directory}/step-{k + 1}.pt"
+    if (k + 1) % PROGRESS_EVERY == 0 or k + 1 == total:
+        return f"GPU_PORTAL_PROGRESS step={k + 1} total={total}"
     rng = _rng(tl, k)
     progress = (k + 1) / total
     loss = 2.6 * math.exp(-3.2 * progress) + 0.12 + rng.uniform(-0.03, 0.03)

@@ -234,8 +234,28 @@ JOB_COLUMNS = [
     Column("priority", lambda j: j["priority"], wide=True),
     Column("product", lambda j: (j.get("gpu") or {}).get("product"), wide=True),
     Column("created", lambda j: j["created_at"][:16].replace("T", " ")),
+    Column("progress", lambda j: progress_text(j), wide=True),
+    Column("eta", lambda j: eta_text(j.get("eta_seconds")), wide=True),
     Column("message", lambda j: j["message"], wide=True),
 ]
+
+
+def progress_text(job: dict[str, Any]) -> str | None:
+    """``42.0% (2100/5000)``, or None before the job reports any."""
+    found = job.get("progress")
+    if not found:
+        return None
+    return f"{found['percent']:.1f}% ({found['step']}/{found['total']})"
+
+
+def eta_text(seconds: float | None) -> str | None:
+    """``1h 12m`` / ``4m 10s`` left, or None without an estimate."""
+    if seconds is None:
+        return None
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
 
 
 @cli.command("ls")
@@ -379,9 +399,22 @@ def _job_facts(job: dict[str, Any]) -> list[tuple[str, Any]]:
         ("Priority", job["priority"]),
         ("Exit code", text(job.get("exit_code"))),
         ("Evictions", job.get("evictions", 0)),
+        *_progress_lines(job),
         ("Submitted", text(job["created_at"])),
         ("Started", text(job["started_at"])),
         ("Finished", text(job["finished_at"])),
+    ]
+
+
+def _progress_lines(job: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A training job's progress and time to finish, with how the time was estimated."""
+    if job["kind"] != "training":
+        return []
+    eta = eta_text(job.get("eta_seconds"))
+    basis = job.get("eta_basis") or ""
+    return [
+        ("Progress", progress_text(job) or "not reported yet"),
+        ("Time to finish", f"{eta} ({basis})" if eta else basis or "no estimate yet"),
     ]
 
 

@@ -60,6 +60,8 @@ JOB_LIST_FIELDS = (
     "finished_at",
     "borrowing",
     "evictions",
+    "progress",
+    "eta_seconds",
     "team__slug",
     "owner__username",
 )

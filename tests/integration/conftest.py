@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,10 +10,15 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
+from portal.services import api_token_create
+from teams.models import Team
+from teams.services import team_save
 from tests.sandbox_process import SandboxProcess, start_sandbox
 from tests.worker_process import WorkerProcess, wait_for
 
@@ -71,6 +77,7 @@ def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]
         # The idle-GPU policy runs when a test says so, not on beat's clock.
         "IDLE_POLICY_INTERVAL_SECONDS": "3600",
         "ACCOUNTING_INTERVAL_SECONDS": "3600",
+        "PROGRESS_INTERVAL_SECONDS": "1",
         "GPU_FAILURE_CHECK_INTERVAL_SECONDS": "3600",
         "CELERY_VISIBILITY_TIMEOUT": "8",
         "PORTAL_ENV": "development",
@@ -96,3 +103,20 @@ def worker(
     if report is not None and report.failed:
         # What the worker saw is the first thing to read when a lifecycle test fails.
         print(f"--- worker log (tail) ---\n{proc.tail(6000)}")
+
+
+@pytest.fixture
+def portal(live_server: Any, cluster: Any) -> dict[str, Any]:
+    """The demo data, alice's token, and the live portal's URL."""
+    call_command("seed_demo", verbosity=0, stdout=open(os.devnull, "w"))  # noqa: SIM115
+    vision = Team.objects.get(slug="vision")
+    vision.cohort = None
+    team_save(actor=None, team=vision)
+    alice = User.objects.get(username="alice")
+    _, token = api_token_create(user=alice, description="cli tests")
+    return {"url": live_server.url, "token": token, "alice": alice}
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"

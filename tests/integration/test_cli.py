@@ -14,13 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from django.contrib.auth.models import User
-from django.core.management import call_command
 
 from jobs.models import Job, JobState, JobTemplate
-from portal.services import api_token_create
-from teams.models import Team
-from teams.services import team_save
 from tests.receivers import free_port
 from tests.worker_process import WorkerProcess, wait_for
 
@@ -36,23 +31,6 @@ JOB = {
     "gpu": {"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
     "env": {"SANDBOX_DURATION": "30s"},
 }
-
-
-@pytest.fixture
-def portal(live_server: Any, cluster: Any) -> dict[str, Any]:
-    """The demo data, alice's token, and the live portal's URL."""
-    call_command("seed_demo", verbosity=0, stdout=open(os.devnull, "w"))  # noqa: SIM115
-    vision = Team.objects.get(slug="vision")
-    vision.cohort = None
-    team_save(actor=None, team=vision)
-    alice = User.objects.get(username="alice")
-    _, token = api_token_create(user=alice, description="cli tests")
-    return {"url": live_server.url, "token": token, "alice": alice}
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
 
 
 def run(

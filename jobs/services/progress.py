@@ -1,0 +1,89 @@
+"""A training job's progress and time to finish, read from its rank-0 pod's log
+(``jobs.tracking.progress`` parses it; docs/jobs.md says what a script prints).
+
+Beat reads the running training jobs' logs every ``PROGRESS_INTERVAL_SECONDS``: one list of
+the portal's pods and one tail of one log per job, the least recently read first, at most
+``PROGRESS_BATCH`` per pass, so the API server's load is bounded whatever the number of
+jobs. A log that cannot be read (node down, cluster away) leaves the last figures as they
+were: read again next time.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from jobs.models import Job, JobState
+from jobs.tracking.progress import progress_from_log
+
+logger = logging.getLogger(__name__)
+
+LOG_LINES = 400  # progress lines come every few steps: 400 lines cover the rate's window
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+Obj = dict[str, Any]
+
+
+def rank_zero(pods: list[Obj]) -> Obj | None:
+    """The pod of rank 0: index 0 of an Indexed Job (the newest, after a restart), else
+    the job's only or first pod; running pods before others."""
+
+    def rank(pod: Obj) -> tuple[Any, ...]:
+        meta = pod["metadata"]
+        index = (meta.get("labels") or {}).get(INDEX_LABEL) or (meta.get("annotations") or {}).get(
+            INDEX_LABEL, "0"
+        )
+        running = (pod.get("status") or {}).get("phase") == "Running"
+        return (index != "0", not running, str(meta.get("creationTimestamp") or "")[::-1])
+
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return min(live, key=rank) if live else None
+
+
+def job_progress_refresh(*, job: Job, pods: list[Obj]) -> bool:
+    """Read the job's rank-0 log and store where it stands; True when it says something."""
+    pod = rank_zero(pods)
+    if pod is None:
+        return False
+    try:
+        text = kube.pod_log(
+            pod["metadata"]["name"], job.namespace, tail_lines=LOG_LINES, timestamps=True
+        )
+    except kube.ClusterError as exc:
+        logger.info("job %s: progress not read: %s", job.pk, exc.message)
+        return False
+    found = progress_from_log(text)
+    if found is None:
+        Job.objects.filter(pk=job.pk).update(progress_read_at=timezone.now())
+        return False
+    Job.objects.filter(pk=job.pk).update(
+        progress=found.as_json(),
+        eta_seconds=found.eta_seconds,
+        eta_basis=found.eta_basis,
+        progress_at=found.at,
+        progress_read_at=timezone.now(),
+    )
+    return True
+
+
+def jobs_progress_refresh() -> int:
+    """One pass over the running training jobs (least recently read first); returns how
+    many reported progress."""
+    jobs = list(
+        Job.objects.filter(kind=Job.Kind.TRAINING, state=JobState.RUNNING)
+        .order_by(F("progress_read_at").asc(nulls_first=True), "pk")
+        .only("pk", "namespace")[: settings.PROGRESS_BATCH]
+    )
+    if not jobs:
+        return 0
+    pods: dict[int, list[Obj]] = {}
+    for pod in kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR):
+        job_id = (pod["metadata"].get("labels") or {}).get(JOB_ID_LABEL, "")
+        if job_id.isdigit():
+            pods.setdefault(int(job_id), []).append(pod)
+    return sum(job_progress_refresh(job=job, pods=pods.get(job.pk, [])) for job in jobs)
