@@ -37,11 +37,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from kubernetes.utils.quantity import parse_quantity
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
 from cluster.selectors import Catalog, catalog_get
+from scheduling.quantity import parse_quantity
 from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.models import Cohort, GpuQuota, Team
 from teams.services import cohort_save, quota_delete, quota_set, team_save

@@ -354,12 +354,13 @@ def _bounds(schema: Obj, value: Any, path: str, causes: list[Cause]) -> None:
 # -- tables ------------------------------------------------------------------------------------
 _SEGMENT = re.compile(
     r"\.([A-Za-z0-9_\-/]+)|\[(\d+|\*)\]|\[\?\(@\.([A-Za-z0-9_.]+)==[\"']([^\"']*)[\"']\)\]"
+    r"|\[(-?\d*):(-?\d*)\]"
 )
 
 
 def json_path(obj: Any, path: str) -> list[Any]:
     """What a printer column's JSONPath finds in ``obj`` (the subset CRDs use: fields,
-    ``[n]``, ``[*]`` and ``[?(@.field=="value")]`` filters)."""
+    ``[n]``, ``[*]``, slices such as ``[-1:]`` and ``[?(@.field=="value")]`` filters)."""
     current = [obj]
     pos = 0
     path = path.strip()
@@ -368,10 +369,12 @@ def json_path(obj: Any, path: str) -> list[Any]:
         if match is None:
             return []
         pos = match.end()
-        field, index, filter_key, filter_value = match.groups()
+        field, index, filter_key, filter_value, start, stop = match.groups()
         nxt: list[Any] = []
         for value in current:
-            if field is not None and isinstance(value, dict) and field in value:
+            if start is not None and isinstance(value, list):
+                nxt.extend(value[int(start) if start else None : int(stop) if stop else None])
+            elif field is not None and isinstance(value, dict) and field in value:
                 nxt.append(value[field])
             elif index is not None and isinstance(value, list):
                 if index == "*":

@@ -134,15 +134,17 @@ def create_pod(
     extra_labels: dict[str, str] | None = None,
     extra_annotations: dict[str, str] | None = None,
     spec_patch: dict[str, Any] | None = None,
+    name: str = "",
 ) -> tuple[Obj | None, str | None]:
-    """Create one pod from ``template`` through full admission.
+    """Create one pod from ``template`` through full admission, named ``name`` (an
+    operator's fixed names) or from ``generate_name``.
 
     Returns (pod, None) or (None, error message); the caller records ``FailedCreate``.
     """
     meta = copy.deepcopy(template.get("metadata") or {})
     body: Obj = {
         "metadata": {
-            "generateName": generate_name,
+            **({"name": name} if name else {"generateName": generate_name}),
             "namespace": owner["metadata"]["namespace"],
             "labels": {**(meta.get("labels") or {}), **(extra_labels or {})},
             "annotations": {**(meta.get("annotations") or {}), **(extra_annotations or {})},

@@ -17,6 +17,9 @@ from sandbox.errors import ApiError
 from sandbox.state import Cluster
 
 OWNER_KINDS = ("jobs.batch", "replicasets.apps", "deployments.apps")
+# Operators' objects that own pods and Services directly (where their CRDs are served).
+OPERATOR_KINDS = ("pytorchjobs.kubeflow.org",)
+TRACKED_OWNERS = ("Job", "ReplicaSet", "Deployment", "PyTorchJob")
 
 
 def _delete(cluster: Cluster, key: str, ns: str, name: str, policy: str = "Background") -> None:
@@ -38,11 +41,12 @@ def reconcile(cluster: Cluster) -> None:
 
 def _collect(cluster: Cluster) -> None:
     store = cluster.store
-    live_uids = {o["metadata"]["uid"] for key in OWNER_KINDS for o in store.iter(key)}
-    for key in ("pods", "replicasets.apps"):
+    owners = [*OWNER_KINDS, *(k for k in OPERATOR_KINDS if k in BY_KEY)]
+    live_uids = {o["metadata"]["uid"] for key in owners for o in store.iter(key)}
+    for key in ("pods", "replicasets.apps", "services"):
         for obj in store.iter(key):
             refs = obj["metadata"].get("ownerReferences") or []
-            tracked = [r for r in refs if r.get("kind") in ("Job", "ReplicaSet", "Deployment")]
+            tracked = [r for r in refs if r.get("kind") in TRACKED_OWNERS]
             if tracked and not any(r.get("uid") in live_uids for r in tracked):
                 if key == "pods" and obj["metadata"].get("deletionTimestamp"):
                     continue

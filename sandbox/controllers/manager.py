@@ -22,6 +22,7 @@ from sandbox.controllers import (
     kueue,
     lease,
     nodelifecycle,
+    pytorchjob,
 )
 from sandbox.controllers.scheduler import Scheduler
 from sandbox.state import Cluster
@@ -53,6 +54,7 @@ class ControllerManager:
         steps = (
             lambda: kueue.reconcile(self.cluster),
             lambda: jobset.reconcile(self.cluster),
+            lambda: pytorchjob.reconcile(self.cluster),
             lambda: job.reconcile(self.cluster),
             lambda: deployment.reconcile(self.cluster),
             self.scheduler.reconcile,
