@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from cluster.launchers import launchers_list
 from cluster.nodes import cluster_gpu_nodes
 from core.api_errors import error_responses
 
@@ -46,3 +47,25 @@ class ClusterNodesApi(APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(GpuNodeOutput(cluster_gpu_nodes(), many=True).data)
+
+
+class LauncherOutput(serializers.Serializer):
+    name = serializers.CharField(help_text="The training spec's `launcher` value.")
+    kind = serializers.CharField(help_text="The object the portal creates for the job.")
+    api = serializers.CharField(help_text="Its API group/version.")
+    served = serializers.BooleanField(help_text="The cluster serves that API.")
+    enabled = serializers.BooleanField(help_text="The admin enabled it (TRAINING_LAUNCHERS).")
+    offered = serializers.BooleanField(
+        help_text="A training job may use it now: enabled, served, built by the portal and, "
+        "on Kueue, managed by Kueue."
+    )
+    default = serializers.BooleanField(help_text="Used when a spec names no launcher.")
+
+
+class ClusterLaunchersApi(APIView):
+    @extend_schema(
+        operation_id="cluster_launchers",
+        responses={200: LauncherOutput(many=True), **error_responses(401, 503)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(LauncherOutput(launchers_list(), many=True).data)

@@ -107,6 +107,8 @@ KINDS: dict[str, Kind] = {
     "LocalQueue": _kueue("localqueues", namespaced=True),
     "Workload": _kueue("workloads", namespaced=True),
     "WorkloadPriorityClass": _kueue("workloadpriorityclasses", namespaced=False),
+    # Kubeflow's training operator (v1), where the cluster runs it
+    "PyTorchJob": Kind(client.CustomObjectsApi, "pytorchjobs", True, ("kubeflow.org", "v1")),
 }
 
 _local = threading.local()
@@ -493,6 +495,29 @@ def pending_workloads(namespace: str, local_queue: str, *, limit: int = 1000) ->
         )
 
     return list(_call(get).get("items") or [])
+
+
+def served_resources(group: str, version: str) -> set[str]:
+    """The resources (plurals) the API server serves in ``group/version`` (discovery); empty
+    when it does not serve the group version at all (404)."""
+
+    def get(**kwargs: Any) -> Any:
+        return api_client().call_api(
+            "/apis/{group}/{version}",
+            "GET",
+            path_params={"group": group, "version": version},
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            response_type="object",
+            **kwargs,
+        )
+
+    try:
+        found = _call(get)
+    except ObjectNotFound:
+        return set()
+    return {str(r.get("name")) for r in (found or {}).get("resources") or []}
 
 
 def version(*, timeout: float | None = None) -> Obj:

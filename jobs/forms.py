@@ -10,6 +10,7 @@ import shlex
 from typing import Any, cast
 
 from django import forms
+from django.conf import settings
 
 from cluster.priority_classes import PRIORITIES
 from cluster.selectors import Catalog
@@ -23,6 +24,13 @@ FIELD_FOR_PATH = {
     "gpu.product": "gpu_product",
     "gpu.sharing": "gpu_sharing",
     "gpu.mig_profile": "gpu_mig_profile",
+}
+
+
+LAUNCHER_LABELS = {
+    "job": "Job (the portal's own; torchrun env for workers)",
+    "pytorchjob": "PyTorchJob (Kubeflow training operator)",
+    "trainjob": "TrainJob (Kubeflow Trainer)",
 }
 
 
@@ -85,6 +93,11 @@ class JobForm(forms.Form):
         "RESTART_ATTEMPT; after a GPU failure the portal runs it again elsewhere.",
     )
     # runtime — training
+    launcher = forms.ChoiceField(
+        required=False,
+        help_text="What runs a training job: the portal's own Job, or an operator the "
+        "cluster runs (only those it serves are offered).",
+    )
     workers = forms.IntegerField(required=False, min_value=1, initial=1, label="Workers (pods)")
     max_runtime_seconds = forms.IntegerField(required=False, label="Max runtime (seconds)")
     retries = forms.IntegerField(required=False, min_value=0, initial=0)
@@ -101,13 +114,36 @@ class JobForm(forms.Form):
         ("Storage", ("volumes", "checkpoint")),
         (
             "Runtime",
-            ("workers", "max_runtime_seconds", "retries", "replicas", "port", "health_path"),
+            (
+                "launcher",
+                "workers",
+                "max_runtime_seconds",
+                "retries",
+                "replicas",
+                "port",
+                "health_path",
+            ),
         ),
     )
 
-    def __init__(self, *args: Any, teams: list[Team], catalog: Catalog, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        teams: list[Team],
+        catalog: Catalog,
+        launchers: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         cast(forms.ChoiceField, self.fields["team"]).choices = [(t.slug, t.name) for t in teams]
+        cast(forms.ChoiceField, self.fields["launcher"]).choices = [
+            (name, LAUNCHER_LABELS[name])
+            for name in dict.fromkeys(
+                [settings.DEFAULT_TRAINING_LAUNCHER, "job", *(launchers or [])]
+            )
+            if name == "job" or name in (launchers or [])
+        ]
+        self.fields["launcher"].initial = settings.DEFAULT_TRAINING_LAUNCHER
         cast(forms.ChoiceField, self.fields["gpu_product"]).choices = [("", "Any GPU")] + [
             # GPU Feature Discovery reports MiB: 81,559 MiB is 79.6 GiB (sold as "80 GB").
             (name, f"{name} ({human_quantity(p.memory_mib * 2**20, 'memory')})")
@@ -145,7 +181,7 @@ class JobForm(forms.Form):
             "volumes": _volumes(self),
         }
         runtime = (
-            ("workers", "max_runtime_seconds", "retries")
+            ("launcher", "workers", "max_runtime_seconds", "retries")
             if data["kind"] == "training"
             else ("replicas", "port", "health_path")
         )
@@ -230,6 +266,7 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
             "cpu",
             "memory",
             "priority",
+            "launcher",
             "workers",
             "max_runtime_seconds",
             "retries",

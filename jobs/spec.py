@@ -62,6 +62,7 @@ class JobSpec:
     priority: Priority = "normal"
     volumes: tuple[VolumeMount, ...] = ()
     # training only
+    launcher: str = "job"  # job (Indexed Job), pytorchjob (Kubeflow v1), trainjob (Trainer v2)
     checkpoint: Checkpoint | None = None
     workers: int = 1
     max_runtime_seconds: int | None = None
@@ -113,7 +114,7 @@ class JobSpec:
 
 
 # The fields of one kind only: a spec of the other kind that sends one is refused.
-TRAINING_ONLY = ("checkpoint", "workers", "max_runtime_seconds", "retries")
+TRAINING_ONLY = ("launcher", "checkpoint", "workers", "max_runtime_seconds", "retries")
 INFERENCE_ONLY = ("replicas", "port", "health_path")
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))

@@ -13,6 +13,7 @@ import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.http import QueryDict
 from drf_spectacular.utils import extend_schema_field
@@ -356,6 +357,14 @@ class JobSpecInput(StrictSerializer):
         help_text="Training only: the claim checkpoints are kept on and where it is mounted; "
         "the container gets CHECKPOINT_DIR and RESTART_ATTEMPT.",
     )
+    launcher = serializers.ChoiceField(
+        choices=["job", "pytorchjob", "trainjob"],
+        required=False,
+        help_text="Training only: what runs it: job (an Indexed Job, the portal's own), "
+        "pytorchjob (Kubeflow's PyTorchJob) or trainjob (Kubeflow Trainer's TrainJob), where "
+        "the cluster serves it (GET /api/v1/cluster/launchers/); the admin's default "
+        "otherwise.",
+    )
     workers = serializers.IntegerField(required=False, min_value=1, max_value=MAX_WORKERS)
     max_runtime_seconds = serializers.IntegerField(
         required=False, allow_null=True, min_value=60, max_value=MAX_RUNTIME_SECONDS
@@ -534,7 +543,9 @@ def spec_parse(data: Any) -> JobSpec:
         raise ApplicationError(f"{first[0]}: {first[1][0]}", field_errors=errors)
     values = dict(serializer.validated_data)
     values["gpu"] = dict(values.get("gpu") or {"count": 0, "sharing": "exclusive"})
-    for field in ("workers", "retries", "replicas", "port", "health_path"):
+    for field in ("workers", "retries", "replicas", "port", "health_path", "launcher"):
         if values.get(field) is None:
             values.pop(field, None)
+    if values.get("kind") == "training":
+        values.setdefault("launcher", settings.DEFAULT_TRAINING_LAUNCHER)
     return JobSpec.from_dict(values)

@@ -13,6 +13,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from cluster import kube
+from cluster.launchers import launchers_offered_now
 from cluster.selectors import catalog_get
 from core.errors import ApplicationError, PermissionDenied
 from jobs.forms import JobForm, initial_from_spec
@@ -35,11 +37,16 @@ from teams.selectors import membership_role, team_roles_for_user, teams_for_user
 
 
 def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None = None) -> JobForm:
+    try:
+        launchers = launchers_offered_now()
+    except kube.ClusterError:
+        launchers = []  # the cluster cannot be asked now: the portal's own Job still runs
     return JobForm(
         data,
         initial=initial,
         teams=list(teams_for_user(user=request.user)),
         catalog=catalog_get(),
+        launchers=launchers,
     )
 
 

@@ -222,6 +222,16 @@ GPU_FAILURE_CORDON_WINDOW_HOURS = env_float("GPU_FAILURE_CORDON_WINDOW_HOURS", 2
 NODE_FAILURE_TOLERATION_SECONDS = env_int("NODE_FAILURE_TOLERATION_SECONDS", 60)
 # How often the GPU-hour rollup updates today (and catches up on past days).
 ACCOUNTING_INTERVAL_SECONDS = env_float("ACCOUNTING_INTERVAL_SECONDS", 900.0)
+# Training launchers (docs/jobs.md, "Launchers"): the ones the admin enables, in the order
+# the form offers them (only those the cluster serves are offered), and the default.
+TRAINING_LAUNCHERS = env_list("TRAINING_LAUNCHERS", ["job", "pytorchjob", "trainjob"])
+DEFAULT_TRAINING_LAUNCHER = env_str("DEFAULT_TRAINING_LAUNCHER", "job") or "job"
+_LAUNCHERS = ("job", "pytorchjob", "trainjob")
+if unknown := [n for n in [*TRAINING_LAUNCHERS, DEFAULT_TRAINING_LAUNCHER] if n not in _LAUNCHERS]:
+    raise ConfigurationError(
+        f"TRAINING_LAUNCHERS / DEFAULT_TRAINING_LAUNCHER: unknown {', '.join(unknown)}; use "
+        f"{', '.join(_LAUNCHERS)}"
+    )
 # Training progress and time to finish, from the running jobs' rank-0 logs (docs/jobs.md):
 # how often beat reads them, and at most how many logs per pass.
 PROGRESS_INTERVAL_SECONDS = env_float("PROGRESS_INTERVAL_SECONDS", 30.0)

@@ -22,6 +22,11 @@ api_urls = [
     path("teams/", job_apis.TeamListApi.as_view(), name="api-teams"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
     path(
+        "cluster/launchers/",
+        cluster_apis.ClusterLaunchersApi.as_view(),
+        name="api-cluster-launchers",
+    ),
+    path(
         "notifications/",
         notification_apis.NotificationSettingsApi.as_view(),
         name="api-notifications",

@@ -14,6 +14,7 @@ Shapes:
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from cluster.priority_classes import priority_class_name
@@ -73,6 +74,8 @@ def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
     """The objects to apply for one job, in the order to apply them."""
     if spec.kind == "inference":
         manifests = [_deployment(spec, ctx), _inference_service(spec, ctx)]
+    elif spec.launcher == "pytorchjob":
+        manifests = [_pytorchjob(spec, ctx)]  # its operator makes the pods' Services
     elif spec.workers > 1:
         # The Service goes first so worker 0's DNS name exists by the time
         # the other workers try to reach it.
@@ -176,6 +179,44 @@ def _indexed_job(spec: JobSpec, ctx: ManifestContext) -> Manifest:
         "kind": "Job",
         "metadata": _metadata(spec, ctx),
         "spec": job_spec,
+    }
+
+
+# The training operator finds the training container (its port, its env) by this name.
+PYTORCH_CONTAINER = "pytorch"
+
+
+def _pytorchjob(spec: JobSpec, ctx: ManifestContext) -> Manifest:
+    """Kubeflow's PyTorchJob (seed 003's shape): a Master and ``workers - 1`` Workers, each
+    pod the portal's restricted template; the operator gives each pod its Service and
+    torchrun's env (MASTER_ADDR, WORLD_SIZE, RANK, PET_*). Pods are not restarted in place
+    (``Never``): a failed rank fails the job, which the portal runs again when a GPU or a
+    node failed (``jobs.services.hardware``), as for its own Jobs."""
+    template = _pod_template(spec, ctx, restart_policy="Never")
+    template["spec"]["containers"][0]["name"] = PYTORCH_CONTAINER
+    replicas: dict[str, Any] = {
+        "Master": {"replicas": 1, "restartPolicy": "Never", "template": template}
+    }
+    if spec.workers > 1:
+        replicas["Worker"] = {
+            "replicas": spec.workers - 1,
+            "restartPolicy": "Never",
+            "template": copy.deepcopy(template),
+        }
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": spec.retries}
+    if spec.max_runtime_seconds is not None:
+        run_policy["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    whole = spec.gpu.sharing == "exclusive" and not spec.gpu.mig_profile and spec.gpu.count
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": _metadata(spec, ctx),
+        "spec": {
+            "runPolicy": run_policy,
+            # torchrun's processes per pod: one per whole GPU, else one.
+            "nprocPerNode": str(spec.gpu.count if whole else 1),
+            "pytorchReplicaSpecs": replicas,
+        },
     }
 
 

@@ -40,15 +40,23 @@ def image_registry(image: str) -> str:
     return "docker.io"
 
 
-def _pod_spec(manifest: Obj) -> tuple[str, Obj] | None:
-    kind = manifest.get("kind")
+def _pod_specs(manifest: Obj) -> list[tuple[str, Obj]]:
+    """Every pod spec a manifest makes pods from, with its path: one for a Pod, Job or
+    Deployment, one per replica type for a PyTorchJob."""
+    kind, spec = manifest.get("kind"), manifest.get("spec") or {}
     if kind == "Pod":
-        return "spec", manifest.get("spec") or {}
+        return [("spec", spec)]
     if kind in ("Job", "Deployment"):
-        return "spec.template.spec", ((manifest.get("spec") or {}).get("template") or {}).get(
-            "spec"
-        ) or {}
-    return None
+        return [("spec.template.spec", (spec.get("template") or {}).get("spec") or {})]
+    if kind == "PyTorchJob":
+        return [
+            (
+                f"spec.pytorchReplicaSpecs.{rtype}.template.spec",
+                ((replica or {}).get("template") or {}).get("spec") or {},
+            )
+            for rtype, replica in (spec.get("pytorchReplicaSpecs") or {}).items()
+        ]
+    return []
 
 
 def _containers(pod: Obj, base: str) -> Iterator[tuple[str, Obj]]:
@@ -145,9 +153,7 @@ def check_manifest(
                 "namespace", "metadata.namespace", f"must be the team's namespace {namespace}"
             )
         )
-    found = _pod_spec(manifest)
-    if found is not None:
-        base, pod = found
+    for base, pod in _pod_specs(manifest):
         violations.extend(_check_pod(pod, base, list(allowed_registries)))
     return violations
 

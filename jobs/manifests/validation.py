@@ -95,6 +95,8 @@ def _manifest_errors(manifest: Any, schema_version: str) -> list[str]:
     label = f"{kind or '<no kind>'}/{name or '<no name>'}"
     if not isinstance(kind, str) or not isinstance(api_version, str):
         return [f"{label}: apiVersion and kind must both be strings"]
+    if (api_version, kind) == ("kubeflow.org/v1", "PyTorchJob"):
+        return _pytorchjob_errors(manifest, label, schema_version)
     file_name = _schema_file_name(kind, api_version)
     fast = _fast_validator(schema_version, file_name)
     if fast is not None and _plain_json(manifest) and fast.is_valid(manifest):
@@ -104,6 +106,58 @@ def _manifest_errors(manifest: Any, schema_version: str) -> list[str]:
         return [f"{label}: no schema for {api_version} {kind} in Kubernetes {schema_version}"]
     found = sorted(validator.iter_errors(manifest), key=lambda error: list(map(str, error.path)))
     return [f"{label}: {_field_path(error)}: {error.message}" for error in found]
+
+
+# A PyTorchJob's fields (kubeflow.org/v1, the training operator's API types), beside its
+# replicas' pod templates, which are checked against Kubernetes' own PodTemplate schema.
+_PYTORCHJOB_SPEC = {"pytorchReplicaSpecs", "runPolicy", "elasticPolicy", "nprocPerNode"}
+_REPLICA = {"replicas", "restartPolicy", "template"}
+_RESTART = {"Always", "OnFailure", "Never", "ExitCode"}
+_RUN_POLICY = {
+    "activeDeadlineSeconds", "backoffLimit", "cleanPodPolicy", "managedBy",
+    "schedulingPolicy", "suspend", "ttlSecondsAfterFinished",
+}  # fmt: skip
+
+
+def _pytorchjob_errors(manifest: dict[str, Any], label: str, schema_version: str) -> list[str]:
+    """A PyTorchJob against the training operator's types: its own fields by hand (the
+    schema is small), each replica's pod template as a Kubernetes ``PodTemplate``."""
+    errors: list[str] = []
+    spec = manifest.get("spec")
+    if not isinstance(spec, dict):
+        return [f"{label}: spec: must be an object"]
+    errors += [f"{label}: spec.{k}: unknown field" for k in sorted(set(spec) - _PYTORCHJOB_SPEC)]
+    run_policy = spec.get("runPolicy") or {}
+    errors += [
+        f"{label}: spec.runPolicy.{k}: unknown field" for k in sorted(set(run_policy) - _RUN_POLICY)
+    ]
+    replicas = spec.get("pytorchReplicaSpecs")
+    if not isinstance(replicas, dict) or not replicas:
+        return [*errors, f"{label}: spec.pytorchReplicaSpecs: must name Master and/or Worker"]
+    for rtype, replica in replicas.items():
+        where = f"{label}: spec.pytorchReplicaSpecs.{rtype}"
+        if rtype not in ("Master", "Worker"):
+            errors.append(f"{where}: unknown replica type (Master or Worker)")
+            continue
+        errors += [f"{where}.{k}: unknown field" for k in sorted(set(replica) - _REPLICA)]
+        if not isinstance(replica.get("replicas"), int) or replica["replicas"] < 1:
+            errors.append(f"{where}.replicas: must be an integer of at least 1")
+        if replica.get("restartPolicy", "OnFailure") not in _RESTART:
+            errors.append(f"{where}.restartPolicy: must be one of {sorted(_RESTART)}")
+        containers = ((replica.get("template") or {}).get("spec") or {}).get("containers") or []
+        if not any(c.get("name") == "pytorch" for c in containers):
+            errors.append(f"{where}.template: the operator needs a container named pytorch")
+        template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": manifest.get("metadata", {}).get("name", "x")},
+            "template": replica.get("template"),
+        }
+        errors += [
+            error.replace("PodTemplate/", f"PyTorchJob {rtype} ", 1)
+            for error in _manifest_errors(template, schema_version)
+        ]
+    return errors
 
 
 def _plain_json(value: Any) -> bool:

@@ -26,22 +26,25 @@ logger = logging.getLogger(__name__)
 
 LOG_LINES = 400  # progress lines come every few steps: 400 lines cover the rate's window
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 Obj = dict[str, Any]
 
 
 def rank_zero(pods: list[Obj]) -> Obj | None:
-    """The pod of rank 0: index 0 of an Indexed Job (the newest, after a restart), else
-    the job's only or first pod; running pods before others."""
+    """The pod of rank 0: index 0 of an Indexed Job, a PyTorchJob's master, else the job's
+    only pod; running pods first, then the newest (a restarted rank's new pod)."""
 
-    def rank(pod: Obj) -> tuple[Any, ...]:
+    def rank(pod: Obj) -> tuple[bool, bool]:
         meta = pod["metadata"]
-        index = (meta.get("labels") or {}).get(INDEX_LABEL) or (meta.get("annotations") or {}).get(
-            INDEX_LABEL, "0"
-        )
-        running = (pod.get("status") or {}).get("phase") == "Running"
-        return (index != "0", not running, str(meta.get("creationTimestamp") or "")[::-1])
+        labels = meta.get("labels") or {}
+        index = labels.get(INDEX_LABEL) or (meta.get("annotations") or {}).get(INDEX_LABEL, "0")
+        if REPLICA_TYPE_LABEL in labels:  # a PyTorchJob's pods: its master is rank 0
+            index = "0" if labels[REPLICA_TYPE_LABEL] == "master" else "1"
+        return index != "0", (pod.get("status") or {}).get("phase") != "Running"
 
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    # Newest first: ``min`` keeps the first of equals.
+    live.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""), reverse=True)
     return min(live, key=rank) if live else None
 
 

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 
+from cluster import kube
+from cluster.launchers import LAUNCHERS, launchers_offered_now
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from cluster.selectors import Catalog, catalog_get
 from core.errors import ApplicationError, Conflict, PermissionDenied
@@ -108,6 +110,29 @@ def _check_catalog(spec: JobSpec, catalog: Catalog) -> None:
         )
 
 
+def _check_launcher(spec: JobSpec) -> None:
+    """A training job's launcher is one the admin enabled and the cluster serves (and, on
+    Kueue, one Kueue manages: its Kubeflow v1 integration is on its way out)."""
+    if spec.kind != "training" or spec.launcher == "job":
+        return
+    try:
+        offered = launchers_offered_now()
+    except kube.ClusterError as exc:
+        raise _field_error(
+            "launcher",
+            f"The cluster could not be asked which launchers it serves ({exc.message}); "
+            "try again, or use launcher job.",
+        ) from exc
+    if spec.launcher not in offered:
+        what = LAUNCHERS[spec.launcher].what
+        raise _field_error(
+            "launcher",
+            f"This cluster does not offer {spec.launcher} ({what}"
+            + (", which Kueue does not manage here" if settings.QUEUEING == "kueue" else "")
+            + f"); use one of: {', '.join(dict.fromkeys(['job', *offered]))}.",
+        )
+
+
 def _node_kind(spec: JobSpec) -> tuple[str, str]:
     """The ``Catalog.node_capacity`` key of the nodes that could run this job's pods, and
     how a person names them."""
@@ -186,6 +211,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
             "team", f"You are not a member of a team '{spec.team}'; use one of your teams."
         )
     team = found.team
+    _check_launcher(spec)
     catalog = catalog_get()
     _check_catalog(spec, catalog)
     ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)

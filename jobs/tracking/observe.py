@@ -261,6 +261,46 @@ def _unfinished(
     return _pending(live, expected, "workers", events)
 
 
+def observe_pytorchjob(job: Obj, pods: list[Obj], events: list[Obj]) -> Observation:
+    """Kubeflow's PyTorchJob → state: its operator's ``Succeeded`` / ``Failed`` conditions
+    (with the failed rank's exit code); running once every replica's pod runs (or the
+    operator says ``Running`` / ``Restarting``); otherwise pending, as a Job's pods are."""
+    status = job.get("status") or {}
+    conditions = true_conditions(job)
+    placement = placement_of(pods)
+    started = parse_time(status.get("startTime"))
+    if "Succeeded" in conditions:
+        condition = conditions["Succeeded"]
+        return Observation(
+            JobState.SUCCEEDED,
+            str(condition.get("reason") or "PyTorchJobSucceeded"),
+            str(condition.get("message") or "PyTorchJob completed."),
+            started_at=started,
+            finished_at=parse_time(status.get("completionTime"))
+            or parse_time(condition.get("lastTransitionTime")),
+            exit_code=0,
+            placement=placement,
+        )
+    if "Failed" in conditions:
+        return _failed(conditions["Failed"], pods, started, placement)
+    replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    expected = sum(int((r or {}).get("replicas") or 1) for r in replicas.values()) or 1
+    live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
+    running = sum(1 for p in live if _phase(p) == "Running")
+    said = next((conditions[c] for c in ("Restarting", "Running") if c in conditions), None)
+    if running >= expected or (said is not None and running):
+        return Observation(
+            JobState.RUNNING,
+            str((said or {}).get("reason") or "Running"),
+            f"{running} of {expected} replicas running (PyTorchJob).",
+            started_at=started,
+            placement=placement,
+        )
+    observation = _pending(live, expected, "replicas", events)
+    observation.placement = placement
+    return observation
+
+
 def observe_inference(deployment: Obj, pods: list[Obj], events: list[Obj]) -> Observation:
     """apps/v1 Deployment → state: running while every replica is available."""
     spec, status = deployment.get("spec") or {}, deployment.get("status") or {}

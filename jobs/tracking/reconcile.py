@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from cluster.launchers import owner_kinds
 from cluster.nodes import cluster_snapshot
 from cluster.priority_classes import PRIORITY_CLASSES
 from core.redis_client import redis_client
@@ -46,6 +47,7 @@ from jobs.tracking.kueue import (
 from jobs.tracking.observe import (
     Observation,
     observe_inference,
+    observe_pytorchjob,
     observe_training,
     true_conditions,
 )
@@ -358,10 +360,11 @@ def _track(report: ReconcileReport) -> None:
     report.seen_jobs = len(active)
     # List items carry no ``kind`` (only the list does), so group by kind here.
     owners = by_job(kube.list_all("Job", label_selector=MANAGED_BY_SELECTOR))
-    for job_id, deployments in by_job(
-        kube.list_all("Deployment", label_selector=MANAGED_BY_SELECTOR)
-    ).items():
-        owners[job_id].extend(deployments)
+    for kind in ("Deployment", *owner_kinds()):
+        for job_id, found in by_job(
+            kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR)
+        ).items():
+            owners[job_id].extend(found)
     _cleanup_leftovers(owners, report)
     if not active:
         return
@@ -439,6 +442,8 @@ def job_observe(
         seen = observe_queued(kueue_workload)
         if kueue_words is not None and kueue_workload is not None:
             seen.message = _kueue_message(job, seen, kueue_workload, kueue_words)
+    elif "pytorchReplicaSpecs" in (main.get("spec") or {}):
+        seen = observe_pytorchjob(main, pods, events)
     elif job.kind == Job.Kind.TRAINING:
         seen = observe_training(main, pods, events)
     else:

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
+from cluster.launchers import owner_kinds
 from jobs.models import Job
 from jobs.tracking.kueue import workload_owner
 from jobs.tracking.observe import parse_time
@@ -55,6 +56,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 
 WATCHED = ("Job", "Deployment", "Pod")  # the portal's objects, by its label
+OPERATORS = ("PyTorchJob",)  # operators' objects the portal makes, where the cluster serves them
+OWNERS = ("Job", "Deployment", *OPERATORS)  # what a portal job's pods belong to
 KUEUE = ("Workload",)  # with QUEUEING=kueue: Kueue's Workloads, all of them
 
 
@@ -71,7 +74,9 @@ class _Informer:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.objects: dict[str, dict[Key, Obj]] = {k: {} for k in (*WATCHED, *KUEUE, "Event")}
+        self.objects: dict[str, dict[Key, Obj]] = {
+            k: {} for k in (*WATCHED, *OPERATORS, *KUEUE, "Event")
+        }
         self.dirty: set[int] = set()
         self.changed = threading.Event()
 
@@ -100,7 +105,7 @@ class _Informer:
         if kind == "Workload":
             # Kueue copies none of the portal's labels: the job is its Job's (or Pod's).
             owner = workload_owner(obj)
-            if owner is None or owner[0] not in WATCHED:
+            if owner is None or owner[0] not in (*OWNERS, "Pod"):
                 return None
             found = self.objects[owner[0]].get(owner[1:])
             return job_id_of(found) if found is not None else None
@@ -111,7 +116,7 @@ class _Informer:
         involved = obj.get("involvedObject") or {}
         ns, name = str(involved.get("namespace") or ""), str(involved.get("name") or "")
         for candidate in (name, name.rpartition("-")[0]):
-            for owner_kind in WATCHED:
+            for owner_kind in OWNERS:
                 found = self.objects[owner_kind].get((ns, candidate))
                 if found is not None:
                     return job_id_of(found)
@@ -128,7 +133,7 @@ class _Informer:
         owners: dict[int, list[Obj]] = defaultdict(list)
         pods: dict[int, list[Obj]] = defaultdict(list)
         with self.lock:
-            for kind in ("Job", "Deployment"):
+            for kind in OWNERS:
                 for obj in self.objects[kind].values():
                     job_id = job_id_of(obj)
                     if job_id in job_ids:
@@ -256,7 +261,7 @@ class ClusterTracker:
             informer = _Informer()
             threads = [
                 threading.Thread(target=self._watch_loop, args=(kind, informer, term), daemon=True)
-                for kind in (*WATCHED, *_kueue_kinds(), "Event")
+                for kind in (*WATCHED, *owner_kinds(), *_kueue_kinds(), "Event")
             ]
             for thread in threads:
                 thread.start()

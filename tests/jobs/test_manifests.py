@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -105,6 +106,21 @@ GOLDEN_CASES: dict[str, tuple[JobSpec, ManifestContext]] = {
         ),
         ManifestContext(job_id=303, namespace="team-nlp"),
     ),
+    "pytorchjob_training": (
+        JobSpec(
+            team="nlp",
+            name="gpt-ddp",
+            kind="training",
+            image="registry.example.com/nlp/gpt:1.4",
+            command=("torchrun",),
+            args=("pretrain.py",),
+            gpu=GpuRequest(count=2, product=A100_80GB),
+            launcher="pytorchjob",
+            workers=3,
+            retries=1,
+        ),
+        ManifestContext(job_id=404, namespace="team-nlp"),
+    ),
     "mig_inference": (
         JobSpec(
             team="search",
@@ -161,13 +177,22 @@ def build(case: str) -> list[dict[str, Any]]:
 
 
 def pod_templates(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [m["spec"]["template"] for m in manifests if m["kind"] in ("Job", "Deployment")]
+    """The pod template of each workload: a Job's or Deployment's, a PyTorchJob's Master
+    replica's (its Workers' is the same template: test_the_pytorchjob_is_valid_…)."""
+    found = [m["spec"]["template"] for m in manifests if m["kind"] in ("Job", "Deployment")]
+    found += [
+        m["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+        for m in manifests
+        if m["kind"] == "PyTorchJob"
+    ]
+    return found
 
 
 def main_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     (template,) = pod_templates(manifests)
     (container,) = template["spec"]["containers"]
-    assert container["name"] == CONTAINER_NAME
+    # (the training operator finds a PyTorchJob's container by its name)
+    assert container["name"] in (CONTAINER_NAME, "pytorch")
     return container
 
 
@@ -290,10 +315,12 @@ def test_priority_classes_are_schema_valid() -> None:
 
 
 def test_validator_agrees_with_kubernetes_validate() -> None:
-    # given the library's own (uncached, first-error) validator
+    # given the library's own (uncached, first-error) validator, for Kubernetes' own kinds
+    # (a PyTorchJob is checked against its CRD below)
     for case in GOLDEN_CASES:
         for manifest in build(case):
-            kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+            if manifest["apiVersion"] != "kubeflow.org/v1":
+                kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
 
     broken = build("mig_inference")[0]
     broken["spec"]["replicas"] = "x"
@@ -931,3 +958,37 @@ def test_parse_quantity(quantity: str, value: float) -> None:
 def test_parse_quantity_refuses_garbage() -> None:
     with pytest.raises(ValueError):
         parse_quantity("sixteen gigs")
+
+
+# --- PyTorchJob (launcher pytorchjob) ------------------------------------------------------
+
+PYTORCHJOB_CRD = Path(__file__).parents[2] / "sandbox" / "crds" / "pytorchjob.yaml"
+
+
+def test_the_pytorchjob_is_valid_against_the_operators_crd_schema() -> None:
+    # Given the CRD a cluster with the training operator serves (the sandbox's copy of it)
+    crd = yaml.safe_load(PYTORCHJOB_CRD.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    # Then the portal's PyTorchJob satisfies it, and its replicas' pod templates
+    # Kubernetes' own PodTemplate schema (validate_manifests)
+    (manifest,) = build("pytorchjob_training")
+    jsonschema.validate(manifest, schema)
+    assert validate_manifests([manifest], K8S_VERSION) == []
+    replicas = manifest["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+    assert replicas["Worker"]["template"] == replicas["Master"]["template"]
+    assert replicas["Worker"]["template"]["spec"]["containers"][0]["name"] == "pytorch"
+
+
+def test_a_broken_pytorchjob_is_reported_field_by_field() -> None:
+    (manifest,) = build("pytorchjob_training")
+    manifest["spec"]["bogus"] = 1
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 0
+    pod = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    pod["containers"][0]["name"] = "main"
+    pod["containers"][0]["ports"] = [{"name": "x"}]  # containerPort is required
+    errors = validate_manifests([manifest], K8S_VERSION)
+    assert any("spec.bogus: unknown field" in e for e in errors), errors
+    assert any("Worker.replicas: must be an integer of at least 1" in e for e in errors)
+    assert any("needs a container named pytorch" in e for e in errors)
+    assert any("PyTorchJob Master" in e and "containerPort" in e for e in errors), errors

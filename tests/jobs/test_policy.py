@@ -26,7 +26,17 @@ def job_manifest() -> dict[str, Any]:
     return manifest
 
 
+def pytorchjob_manifest() -> dict[str, Any]:
+    spec = JobSpec(team="vision", name="p", kind="training", image="nvcr.io/x/y:1",
+                   gpu=GpuRequest(count=1), launcher="pytorchjob", workers=2)  # fmt: skip
+    (manifest,) = build_manifests(spec, ManifestContext(job_id=1, namespace=NS))
+    return manifest
+
+
 def pod(m: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec a mutation breaks: a PyTorchJob's Worker replica's."""
+    if m["kind"] == "PyTorchJob":
+        return m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     return m["spec"]["template"]["spec"]
 
 
@@ -60,15 +70,20 @@ MUTATIONS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
 ]  # fmt: skip
 
 
-def test_generated_manifests_pass_the_policy() -> None:
-    assert check_manifest(job_manifest(), namespace=NS) == []
+LAUNCHERS = {"job": job_manifest, "pytorchjob": pytorchjob_manifest}
 
 
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_generated_manifests_pass_the_policy(launcher: str) -> None:
+    assert check_manifest(LAUNCHERS[launcher](), namespace=NS) == []
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 @pytest.mark.parametrize("rule,mutate", MUTATIONS)
 def test_each_unsafe_shape_is_refused_by_its_rule(
-    rule: str, mutate: Callable[[dict[str, Any]], None]
+    rule: str, mutate: Callable[[dict[str, Any]], None], launcher: str
 ) -> None:
-    manifest = job_manifest()
+    manifest = LAUNCHERS[launcher]()
     mutate(manifest)
 
     violations = check_manifest(manifest, namespace=NS)

@@ -453,8 +453,9 @@ def test_job_list_shows_how_long_each_job_ran_and_its_gpu_hours_and_refreshes_it
             html.unescape(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)
         ]
 
-    assert cells(done.pk)[-2:] == ["1\xa0hour, 30\xa0minutes", "6.0"]
-    assert cells(running.pk)[-2:] == ["30\xa0minutes", "1.0"]
-    assert cells(queued.pk)[-2:] == ["—", "—"]
+    # (ran, GPU-hours, then progress: none of them reports any)
+    assert cells(done.pk)[-3:] == ["1\xa0hour, 30\xa0minutes", "6.0", "—"]
+    assert cells(running.pk)[-3:] == ["30\xa0minutes", "1.0", "—"]
+    assert cells(queued.pk)[-3:] == ["—", "—", "—"]
     # And the table refreshes itself in place
     assert 'id="job-table" hx-get="/jobs/" hx-trigger="every 15s" hx-select="#job-table"' in page

@@ -1,0 +1,120 @@
+"""Which training launchers the cluster can run (docs/jobs.md, "Launchers"): the Indexed
+Job always; Kubeflow's PyTorchJob and Trainer's TrainJob where the cluster serves their
+APIs and the admin enabled them (``TRAINING_LAUNCHERS``).
+
+Discovery is asked at most once a minute per process: the answer changes when an operator
+is installed, not between two submissions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from cluster import kube
+
+JOB = "job"
+PYTORCHJOB = "pytorchjob"
+TRAINJOB = "trainjob"
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str  # the spec's ``launcher`` value
+    kind: str  # the object the portal creates
+    api: str  # its group/version
+    plural: str
+
+    @property
+    def what(self) -> str:
+        return f"{self.kind} ({self.api})"
+
+
+LAUNCHERS: dict[str, Launcher] = {
+    JOB: Launcher(JOB, "Job", "batch/v1", "jobs"),
+    PYTORCHJOB: Launcher(PYTORCHJOB, "PyTorchJob", "kubeflow.org/v1", "pytorchjobs"),
+    TRAINJOB: Launcher(TRAINJOB, "TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs"),
+}
+CACHE_SECONDS = 60.0
+_cache: dict[str, tuple[float, frozenset[str]]] = {}
+_lock = threading.Lock()
+
+
+def served_launchers() -> frozenset[str]:
+    """The launchers whose API the cluster serves (``job`` always). Raises
+    ``kube.ClusterError`` when the cluster cannot be asked."""
+    key = str(settings.KUBECONFIG) + "|" + str(settings.KUBE_CONTEXT)
+    with _lock:
+        found = _cache.get(key)
+        if found is not None and time.monotonic() - found[0] < CACHE_SECONDS:
+            return found[1]
+    served = {JOB}
+    for launcher in LAUNCHERS.values():
+        if launcher.name == JOB:
+            continue
+        group, version = launcher.api.split("/")
+        if launcher.plural in kube.served_resources(group, version):
+            served.add(launcher.name)
+    result = frozenset(served)
+    with _lock:
+        _cache[key] = (time.monotonic(), result)
+    return result
+
+
+def launchers_offered() -> list[str]:
+    """What the portal offers: the launchers the admin enabled that the cluster serves, in
+    the order of ``TRAINING_LAUNCHERS``."""
+    served = served_launchers()
+    return [name for name in settings.TRAINING_LAUNCHERS if name in served]
+
+
+# The launchers the portal builds manifests for (Trainer's TrainJob is not built yet), and
+# those Kueue manages (its Kubeflow v1 integration is on its way out: not PyTorchJob).
+BUILT = (JOB, PYTORCHJOB)
+ON_KUEUE = (JOB,)
+
+
+def launchers_offered_now() -> list[str]:
+    """What a training job may use now: enabled, served, built and, on Kueue, managed."""
+    offered = [n for n in launchers_offered() if n in BUILT]
+    if settings.QUEUEING == "kueue":
+        offered = [n for n in offered if n in ON_KUEUE]
+    return offered
+
+
+def launchers_list() -> list[dict[str, object]]:
+    """Every launcher the portal knows, with whether the cluster serves it and whether a
+    training job may use it now (``GET /api/v1/cluster/launchers/``)."""
+    served = served_launchers()
+    offered = launchers_offered_now()
+    return [
+        {
+            "name": launcher.name,
+            "kind": launcher.kind,
+            "api": launcher.api,
+            "served": launcher.name in served,
+            "enabled": launcher.name in settings.TRAINING_LAUNCHERS,
+            "offered": launcher.name in offered,
+            "default": launcher.name == settings.DEFAULT_TRAINING_LAUNCHER,
+        }
+        for launcher in LAUNCHERS.values()
+    ]
+
+
+def owner_kinds() -> tuple[str, ...]:
+    """The operator kinds beyond Job and Deployment the portal's jobs may be, that the
+    cluster serves (what tracking lists and watches)."""
+    try:
+        served = served_launchers()
+    except kube.ClusterError:
+        return ()
+    return tuple(LAUNCHERS[n].kind for n in sorted(served) if n not in (JOB, TRAINJOB))
+
+
+def launchers_forget() -> None:
+    """Ask discovery again next time (tests, or after installing an operator)."""
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,123 @@
+"""Training launchers on a cluster that runs Kubeflow's training operator (the sandbox serves
+PyTorchJob, not Trainer's TrainJob): the portal lists what the cluster offers, refuses a
+launcher it does not, and runs a PyTorchJob end to end — queued, running with the
+operator's pods and torchrun's env, succeeded; a failing rank fails it with the exit code;
+cancel removes every object; its progress comes from the master's log.
+
+Real processes: PostgreSQL, Redis, a Celery worker with beat, the sandbox (30× real time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL
+from cluster.launchers import launchers_forget
+from jobs.models import Job, JobState
+from jobs.services.submit import job_cancel, job_submit
+from teams.models import Team
+from teams.services import team_save
+from tests.conftest import api_client_for, training_spec
+from tests.worker_process import WorkerProcess, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def users(worker: WorkerProcess) -> dict[str, User]:
+    call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
+    vision = Team.objects.get(slug="vision")
+    vision.cohort = None
+    team_save(actor=None, team=vision)
+    launchers_forget()
+    return {u.username: u for u in User.objects.all()}
+
+
+def fresh(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+def ddp(user: User, name: str, **env: str) -> Job:
+    return job_submit(
+        user=user,
+        data=training_spec(
+            name=name, launcher="pytorchjob", workers=2, gpu={"count": 1}, env=env, retries=0
+        ),
+    )
+
+
+def test_the_cluster_offers_the_launchers_it_serves(users: dict[str, User]) -> None:
+    # Given a cluster with the training operator and without Trainer
+    api = api_client_for(users["alice"])
+    # When alice asks which launchers there are
+    found = {row["name"]: row for row in api.get("/api/v1/cluster/launchers/").json()}
+    # Then the Indexed Job and PyTorchJob are offered, TrainJob is not served
+    assert found["job"] == {
+        "name": "job", "kind": "Job", "api": "batch/v1", "served": True, "enabled": True,
+        "offered": True, "default": True,
+    }  # fmt: skip
+    assert found["pytorchjob"]["served"] and found["pytorchjob"]["offered"]
+    assert not found["trainjob"]["served"] and not found["trainjob"]["offered"]
+    # When she submits a TrainJob, Then the field is named with what the cluster offers,
+    # and nothing is stored
+    response = api.post(
+        "/api/v1/jobs/", training_spec(name="tj", launcher="trainjob"), format="json"
+    )
+    assert response.status_code == 400, response.content
+    message = response.json()["errors"]["launcher"][0]
+    assert "does not offer trainjob (TrainJob (trainer.kubeflow.org/v1alpha1)" in message
+    assert message.endswith("use one of: job, pytorchjob.")
+    assert not Job.objects.filter(name="tj").exists()
+
+
+def test_a_pytorchjob_runs_with_the_operators_pods_and_succeeds(users: dict[str, User]) -> None:
+    # Given alice's two-replica PyTorchJob
+    job = ddp(users["alice"], "ddp", SANDBOX_DURATION="300s")
+    assert [m["kind"] for m in job.manifests] == ["PyTorchJob"]
+    # When it runs, Then its pods are the operator's, with torchrun's env, and it is running
+    running = wait_for(lambda: (j := fresh(job)).state == JobState.RUNNING and j, timeout=60)
+    pods = {
+        p["metadata"]["name"]: p
+        for p in kube.list_all("Pod", label_selector=f"{JOB_ID_LABEL}={job.pk}")
+    }
+    assert sorted(pods) == [f"{job.object_name}-master-0", f"{job.object_name}-worker-0"]
+    worker = pods[f"{job.object_name}-worker-0"]["spec"]
+    env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
+    assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == (
+        "1", "2", f"{job.object_name}-master-0",
+    )  # fmt: skip
+    assert worker["automountServiceAccountToken"] is False
+    assert worker["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
+    assert "2 of 2 replicas running" in running.message
+    # ...its progress is read from the master's log
+    wait_for(lambda: fresh(job).progress is not None, timeout=30)
+    # Then it succeeds, the master's exit code 0
+    done = wait_for(lambda: (j := fresh(job)).state == JobState.SUCCEEDED and j, timeout=60)
+    assert done.reason == "PyTorchJobSucceeded" and done.exit_code == 0
+
+
+def test_a_failing_rank_fails_the_pytorchjob_with_its_exit_code(users: dict[str, User]) -> None:
+    job = ddp(users["alice"], "crash", SANDBOX_DURATION="30s", SANDBOX_EXIT_CODE="3")
+    failed = wait_for(lambda: (j := fresh(job)).state == JobState.FAILED and j, timeout=60)
+    assert failed.reason == "PyTorchJobFailed"
+    assert failed.exit_code == 3 and "exited with code 3" in failed.message
+
+
+def test_cancel_removes_the_pytorchjob_and_its_pods(users: dict[str, User]) -> None:
+    job = ddp(users["alice"], "stop", SANDBOX_DURATION="3600s")
+    wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=60)
+    job_cancel(user=users["alice"], job_id=job.pk)
+
+    def gone() -> Any:
+        selector = f"{JOB_ID_LABEL}={job.pk}"
+        return not list(kube.list_all("PyTorchJob", label_selector=selector)) and not list(
+            kube.list_all("Pod", label_selector=selector)
+        )
+
+    wait_for(gone, timeout=30)
+    assert fresh(job).state == JobState.CANCELLED
