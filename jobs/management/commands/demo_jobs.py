@@ -39,6 +39,10 @@ DEMO_JOBS: list[tuple[str, dict[str, Any]]] = [
     ("carol", {"team": "nlp", "name": "bert-distill", "kind": "training", "image": PYTORCH,
                "gpu": {"count": 2, "product": "NVIDIA-A100-SXM4-80GB"}, "workers": 2,
                "env": {"SANDBOX_DURATION": "2h", "SANDBOX_IDLE": "true"}}),
+    # Kubeflow's PyTorchJob (where the cluster runs the training operator; not on Kueue)
+    ("carol", {"team": "nlp", "name": "gpt2-ddp", "kind": "training", "image": PYTORCH,
+               "launcher": "pytorchjob", "gpu": {"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
+               "workers": 2, "env": {"SANDBOX_DURATION": "45m"}}),
     ("alice", {"team": "vision", "name": "detector-mig", "kind": "inference",
                "image": TRITON, "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb"},
                "replicas": 2, "port": 8000, "health_path": "/v2/health/ready"}),
