@@ -317,7 +317,12 @@ def portal_on_kueue(report: Report, sizes: list[int], workdir: Path) -> dict[int
         finally:
             proc.stop()
         if not delays:
-            raise SystemExit(f"no admission seen in {WINDOW:.0f} s at {size:,} queued")
+            raise SystemExit(
+                f"no admission seen in {WINDOW:.0f} s at {size:,} queued (the benchmark's "
+                f"watch saw {len(watcher.admitted)}; rows admitted: "
+                f"{Job.objects.filter(admitted_at__isnull=False).count()}; caught up in "
+                f"{catch_up:.1f} s)"
+            )
         results[size] = {
             "catch_up_s": round(catch_up, 1),
             "admitted_in_window": len(delays),

@@ -176,23 +176,33 @@ def observe_training(job: Obj, pods: list[Obj], events: list[Obj]) -> Observatio
     started = parse_time(status.get("startTime"))
     for kind in ("Complete", "SuccessCriteriaMet"):
         if kind in conditions:
-            condition = conditions[kind]
-            return Observation(
-                JobState.SUCCEEDED,
-                str(condition.get("reason") or "Completed"),
-                str(condition.get("message") or "Job completed."),
-                started_at=started,
-                finished_at=parse_time(status.get("completionTime"))
-                or parse_time(condition.get("lastTransitionTime")),
-                exit_code=0,
-                placement=placement,
-            )
+            return _succeeded(conditions[kind], status, started, placement, "Job completed.")
     for kind in ("Failed", "FailureTarget"):
         if kind in conditions:
             return _failed(conditions[kind], pods, started, placement)
     observation = _unfinished(job, pods, events, started)
     observation.placement = placement
     return observation
+
+
+def _succeeded(
+    condition: Obj,
+    status: Obj,
+    started: datetime | None,
+    placement: dict[str, Any],
+    default: str,
+) -> Observation:
+    """A workload its controller says succeeded (its condition's reason and message)."""
+    return Observation(
+        JobState.SUCCEEDED,
+        str(condition.get("reason") or "Completed"),
+        str(condition.get("message") or default),
+        started_at=started,
+        finished_at=parse_time(status.get("completionTime"))
+        or parse_time(condition.get("lastTransitionTime")),
+        exit_code=0,
+        placement=placement,
+    )
 
 
 def _failed(
@@ -270,16 +280,8 @@ def observe_pytorchjob(job: Obj, pods: list[Obj], events: list[Obj]) -> Observat
     placement = placement_of(pods)
     started = parse_time(status.get("startTime"))
     if "Succeeded" in conditions:
-        condition = conditions["Succeeded"]
-        return Observation(
-            JobState.SUCCEEDED,
-            str(condition.get("reason") or "PyTorchJobSucceeded"),
-            str(condition.get("message") or "PyTorchJob completed."),
-            started_at=started,
-            finished_at=parse_time(status.get("completionTime"))
-            or parse_time(condition.get("lastTransitionTime")),
-            exit_code=0,
-            placement=placement,
+        return _succeeded(
+            conditions["Succeeded"], status, started, placement, "PyTorchJob completed."
         )
     if "Failed" in conditions:
         return _failed(conditions["Failed"], pods, started, placement)

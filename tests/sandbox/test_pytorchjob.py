@@ -7,11 +7,10 @@ failing the job with its exit code, suspend, and deletion taking every pod along
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from tests.sandbox.conftest import rows
+from tests.sandbox.test_jobset import until
 
 PYTORCHJOB = """
 apiVersion: kubeflow.org/v1
@@ -45,15 +44,6 @@ spec:
             image: busybox
             resources: {{requests: {{cpu: 100m}}}}
 """
-
-
-def until(check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
 
 
 def get(kubectl, ns: str, name: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
