@@ -19,7 +19,9 @@ own admission, and what the sandbox's Kueue does against Kueue's published figur
    1–4 GPUs across 30 ClusterQueues in one cohort, each running one minute of cluster time
    on the ``large`` profile's nodes; the controllers run until every Workload has finished.
    Anchor: Kueue's scheduler performance test, 15,000 workloads across 30 ClusterQueues in
-   about 351 s of wall time (≈ 43 admissions/s), mostly waiting for quota.
+   about 351 s of wall time (≈ 43 admissions/s), mostly waiting for quota. Measured here on
+   2026-11-26 (2 CPUs): 958 s, 15.7 admissions/s — the sandbox's controller passes grow
+   with every object of the cluster (149 passes). ``--kueue-workloads 0`` skips it.
 """
 
 from __future__ import annotations
@@ -211,7 +213,8 @@ def _delays(watcher: AdmissionWatch, seconds: float) -> list[float]:
 
     known = set(Job.objects.filter(admitted_at__isnull=False).values_list("pk", flat=True))
     delays: list[float] = []
-    end = time.monotonic() + seconds
+    start = time.monotonic()
+    end = start + seconds
     while time.monotonic() < end:
         fresh = set(
             Job.objects.filter(admitted_at__isnull=False)
@@ -220,7 +223,8 @@ def _delays(watcher: AdmissionWatch, seconds: float) -> list[float]:
         )
         now = time.monotonic()
         for pk in fresh:
-            if pk in watcher.admitted:  # admitted while both were watching
+            # Admitted by Kueue within the window (not a backlog from before it).
+            if watcher.admitted.get(pk, 0.0) >= start:
                 delays.append(now - watcher.admitted[pk])
         known |= fresh
         time.sleep(0.05)

@@ -348,6 +348,11 @@ TRACKED_FIELDS = (
     "advice",
     "started_at",
     "finished_at",
+    # Its place in the queue, for the words of a job waiting in Kueue (kueue_words): read
+    # with the rest, not one query each per job (two deferred loads a job cost 20 of the
+    # 89 s a 10,000-job catch-up took, bench_admission --engine kueue, 2026-11-26).
+    "priority_value",
+    "created_at",
 )
 
 
