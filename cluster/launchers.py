@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from cluster import kube
+from cluster.nodes import cluster_error_text
+from core.errors import ClusterUnavailable
 
 JOB = "job"
 PYTORCHJOB = "pytorchjob"
@@ -87,9 +89,13 @@ def launchers_offered_now() -> list[str]:
 
 def launchers_list() -> list[dict[str, object]]:
     """Every launcher the portal knows, with whether the cluster serves it and whether a
-    training job may use it now (``GET /api/v1/cluster/launchers/``)."""
-    served = served_launchers()
-    offered = launchers_offered_now()
+    training job may use it now (``GET /api/v1/cluster/launchers/``). Raises
+    ``ClusterUnavailable`` (a 503 naming the cluster's trouble) when it cannot be asked."""
+    try:
+        served = served_launchers()
+        offered = launchers_offered_now()
+    except kube.ClusterError as exc:
+        raise ClusterUnavailable(cluster_error_text(exc)) from exc
     return [
         {
             "name": launcher.name,
