@@ -48,8 +48,10 @@ echo "== pytest"
 if [ "$#" -gt 0 ]; then
   exec $BIN/pytest "$@"  # some tests, as asked
 fi
-# The whole suite in two processes at once, each with its own test database and Redis
+# The whole suite in three processes at once, each with its own test database and Redis
 # database: the tests that drive real workers, sandboxes and browsers mostly wait on them.
+# The queueing scenarios (both engines, each with its worker and sandbox) run on their own.
+QUEUEING=(tests/integration/test_sharing_engines.py tests/integration/test_kueue_mode.py)
 SLOW=(tests/integration tests/security tests/web)
 REST=()
 for dir in tests/*/; do
@@ -63,12 +65,21 @@ mkdir -p var/log
 (
   export DATABASE_URL="${DATABASE_URL}_b"
   export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 14) % 16 ))"
-  exec $BIN/pytest -p no:cacheprovider "${SLOW[@]}"
+  exec $BIN/pytest -p no:cacheprovider "${SLOW[@]}" "${QUEUEING[@]/#/--ignore=}"
 ) > var/log/pytest-slow.log 2>&1 &
 slow=$!
+(
+  export DATABASE_URL="${DATABASE_URL}_c"
+  export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 13) % 16 ))"
+  exec $BIN/pytest -p no:cacheprovider "${QUEUEING[@]}"
+) > var/log/pytest-queueing.log 2>&1 &
+queueing=$!
 status=0
 $BIN/pytest -p no:cacheprovider "${REST[@]}" || status=$?
 wait $slow || status=$?
-echo "== pytest (${SLOW[*]})"
+wait $queueing || status=$?
+echo "== pytest (${SLOW[*]}, but the queueing scenarios)"
 cat var/log/pytest-slow.log
+echo "== pytest (${QUEUEING[*]})"
+cat var/log/pytest-queueing.log
 exit $status
