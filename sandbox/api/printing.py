@@ -59,6 +59,16 @@ def _since(timestamp: str | None, now: float) -> str:
     return human_duration(now - parse_rfc3339(timestamp))
 
 
+def _custom_cells(found: Any, obj: Obj, now: float) -> list[Any]:
+    """A custom resource's printer columns; a ``date`` column shows the time since, as the
+    API server's CRD table converter writes it (kubectl prints ``AGE 5m``, not a date)."""
+    cells = crds.cells(found, obj)
+    for index, (_, kind, _, _) in enumerate(crds.columns(found)):
+        if kind == "date" and isinstance(cells[index], str) and cells[index]:
+            cells[index] = _since(cells[index], now)
+    return cells
+
+
 def _age(obj: Obj, now: float) -> str:
     return _since(obj["metadata"].get("creationTimestamp"), now)
 
@@ -490,7 +500,7 @@ def table(
     columns, row = PRINTERS.get(rt.kind, DEFAULT)
     custom = crds.served(rt)
     if custom is not None:
-        columns, row = crds.columns(custom), lambda obj, now: crds.cells(custom, obj)
+        columns, row = crds.columns(custom), lambda obj, now: _custom_cells(custom, obj, now)
     rows = []
     for obj in items:
         entry: Obj = {"cells": row(obj, now)}

@@ -7,6 +7,7 @@ failing the job with its exit code, suspend, and deletion taking every pod along
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from tests.sandbox.conftest import rows
@@ -100,6 +101,7 @@ def test_a_pytorchjob_runs_a_pod_per_replica_with_torchruns_env_and_succeeds(  #
     assert conditions(running)["Created"] == "True"
     table = rows(kubectl("get", "pytorchjobs", "-n", namespace))
     assert table[0] == ["NAME", "STATE", "AGE"] and table[1][:2] == ["ddp", "Running"]
+    assert re.fullmatch(r"\d+s|\d+m\d*s?", table[1][2]), table[1]  # an age, as kubectl shows
     done = until(
         lambda: conditions(j := get(kubectl, namespace, "ddp")).get("Succeeded") == "True" and j,
         timeout=40,
