@@ -23,6 +23,7 @@ from jobs.services.submit import job_cancel, job_submit
 from teams.models import Team
 from teams.services import team_save
 from tests.conftest import api_client_for, training_spec
+from tests.integration.test_reclaim import LONG, seed, submit
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,3 +122,36 @@ def test_cancel_removes_the_pytorchjob_and_its_pods(users: dict[str, User]) -> N
 
     wait_for(gone, timeout=30)
     assert fresh(job).state == JobState.CANCELLED
+
+
+def test_a_borrowing_pytorchjob_is_reclaimed_and_runs_again(worker: WorkerProcess) -> None:
+    # Given vision (6 GPUs) running 6 of its own and a low-priority PyTorchJob of 2 on
+    # quota idle robotics (4) lends
+    users = seed(vision=6, robotics=4)
+    launchers_forget()
+    alice, dave = users["alice"], users["dave"]
+    own = submit(alice, "vision", 6, "own", env=LONG)
+    wait_for(lambda: fresh(own).state == JobState.RUNNING, timeout=60)
+    ddp_job = job_submit(
+        user=alice,
+        data=training_spec(
+            name="ddp", launcher="pytorchjob", workers=2, gpu={"count": 1}, env=LONG,
+            priority="low",
+        ),
+    )  # fmt: skip
+    wait_for(lambda: (j := fresh(ddp_job)).state == JobState.RUNNING and j.borrowing, timeout=60)
+    # When robotics takes its 4 GPUs back
+    mine = submit(dave, "robotics", 4, "mine", env={"SANDBOX_DURATION": "90s"})
+    # Then the PyTorchJob is evicted (its objects deleted), in the reclaim's words, once
+    evicted = wait_for(lambda: (j := fresh(ddp_job)).evictions == 1 and j, timeout=60)
+    assert "team robotics reclaimed 2 nvidia.com/gpu it had lent to vision" in (
+        evicted.events.get(reason="Preempted").message
+    )
+    wait_for(lambda: fresh(mine).state in (JobState.RUNNING, JobState.SUCCEEDED), timeout=60)
+    # And once robotics is done, it is admitted again and runs as a new PyTorchJob
+    wait_for(lambda: fresh(mine).state == JobState.SUCCEEDED, timeout=60)
+    back = wait_for(lambda: (j := fresh(ddp_job)).state == JobState.RUNNING and j, timeout=60)
+    assert back.evictions == 1 and fresh(own).evictions == 0
+    assert (
+        len(list(kube.list_all("PyTorchJob", label_selector=f"{JOB_ID_LABEL}={ddp_job.pk}"))) == 1
+    )
