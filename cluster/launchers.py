@@ -66,25 +66,21 @@ def served_launchers() -> frozenset[str]:
     return result
 
 
-def launchers_offered() -> list[str]:
-    """What the portal offers: the launchers the admin enabled that the cluster serves, in
-    the order of ``TRAINING_LAUNCHERS``."""
-    served = served_launchers()
-    return [name for name in settings.TRAINING_LAUNCHERS if name in served]
-
-
 # The launchers the portal builds manifests for (Trainer's TrainJob is not built yet), and
 # those Kueue manages (its Kubeflow v1 integration is on its way out: not PyTorchJob).
 BUILT = (JOB, PYTORCHJOB)
 ON_KUEUE = (JOB,)
 
 
+def _offered(served: frozenset[str]) -> list[str]:
+    usable = ON_KUEUE if settings.QUEUEING == "kueue" else BUILT
+    return [n for n in settings.TRAINING_LAUNCHERS if n in served and n in usable]
+
+
 def launchers_offered_now() -> list[str]:
-    """What a training job may use now: enabled, served, built and, on Kueue, managed."""
-    offered = [n for n in launchers_offered() if n in BUILT]
-    if settings.QUEUEING == "kueue":
-        offered = [n for n in offered if n in ON_KUEUE]
-    return offered
+    """What a training job may use now: enabled (in the order of ``TRAINING_LAUNCHERS``),
+    served by the cluster, built by the portal and, on Kueue, managed by it."""
+    return _offered(served_launchers())
 
 
 def launchers_list() -> list[dict[str, object]]:
@@ -93,7 +89,6 @@ def launchers_list() -> list[dict[str, object]]:
     ``ClusterUnavailable`` (a 503 naming the cluster's trouble) when it cannot be asked."""
     try:
         served = served_launchers()
-        offered = launchers_offered_now()
     except kube.ClusterError as exc:
         raise ClusterUnavailable(cluster_error_text(exc)) from exc
     return [
@@ -103,7 +98,7 @@ def launchers_list() -> list[dict[str, object]]:
             "api": launcher.api,
             "served": launcher.name in served,
             "enabled": launcher.name in settings.TRAINING_LAUNCHERS,
-            "offered": launcher.name in offered,
+            "offered": launcher.name in _offered(served),
             "default": launcher.name == settings.DEFAULT_TRAINING_LAUNCHER,
         }
         for launcher in LAUNCHERS.values()

@@ -18,9 +18,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from cluster import kube
-from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from cluster.labels import MANAGED_BY_SELECTOR
 from jobs.models import Job, JobState
 from jobs.tracking.progress import progress_from_log
+from jobs.tracking.reconcile import by_job
 
 logger = logging.getLogger(__name__)
 
@@ -84,9 +85,5 @@ def jobs_progress_refresh() -> int:
     )
     if not jobs:
         return 0
-    pods: dict[int, list[Obj]] = {}
-    for pod in kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR):
-        job_id = (pod["metadata"].get("labels") or {}).get(JOB_ID_LABEL, "")
-        if job_id.isdigit():
-            pods.setdefault(int(job_id), []).append(pod)
+    pods = by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
     return sum(job_progress_refresh(job=job, pods=pods.get(job.pk, [])) for job in jobs)

@@ -144,14 +144,13 @@ class _Informer:
                     pods[job_id].append(obj)
         return owners, pods
 
-    def kueue_view(self, job_ids: set[int] | None = None) -> dict[int, list[Obj]]:
-        """Kueue's Workloads of each job (of every job the portal has in the cluster with
-        ``job_ids`` None)."""
+    def kueue_view(self) -> dict[int, list[Obj]]:
+        """Kueue's Workloads of each job the portal has in the cluster."""
         found: dict[int, list[Obj]] = defaultdict(list)
         with self.lock:
             for obj in self.objects["Workload"].values():
                 job_id = self._job_of("Workload", obj)
-                if job_id is not None and (job_ids is None or job_id in job_ids):
+                if job_id is not None:
                     found[job_id].append(obj)
         return found
 
@@ -330,12 +329,14 @@ class ClusterTracker:
             jobs = list(tracked_jobs().filter(pk__in=dirty).only(*TRACKED_FIELDS))
             if jobs:
                 owners, pods = informer.view({j.pk for j in jobs})
-                kueue = informer.kueue_view({j.pk for j in jobs})
+                # Every job's Workloads, in one scan: the marked jobs' own, and the others'
+                # for who preempted whom (told by the victims' Workloads).
+                kueue = informer.kueue_view()
                 events = EventIndex(informer.events_in({j.namespace for j in jobs}))
                 known = known_event_keys(Job.objects.filter(pk__in=[j.pk for j in jobs]))
                 advisor, now = Advisor(), timezone.now()
-                # Who preempted whom is told by the victims' Workloads: all of them.
-                words = kueue_words_for(informer.kueue_view()) if kueue else None
+                followed = any(kueue.get(j.pk) for j in jobs)
+                words = kueue_words_for(kueue) if followed else None
                 for job in jobs:
                     job_observe(
                         job,
