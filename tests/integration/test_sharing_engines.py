@@ -226,9 +226,10 @@ def test_a_higher_priority_job_preempts_its_own_teams_lower_priority_job(
     urgent = submit(alice, "vision", 8, "urgent", env=LONG, priority="high")
     running(urgent, timeout=90)
     # Then the low one was evicted for it, saying by which job (and, as when it was
-    # evicted, behind it in the queue)
-    evicted = fresh(low)
-    assert evicted.evictions == 1 and evicted.state == JobState.QUEUED
+    # evicted, behind it in the queue). On Kueue the urgent job's pods may run on the
+    # cluster's free GPUs before the tracker has seen the victim suspended: wait for it.
+    evicted = wait_for(lambda: (j := fresh(low)).evictions == 1 and j, timeout=30)
+    assert evicted.state == JobState.QUEUED
     assert re.fullmatch(
         rf"evicted at \d\d:\d\d: job #{urgent.pk} of priority gpu-high needed 8 "
         r"nvidia.com/gpu of team vision's quota; re-queued, position 2",
@@ -251,7 +252,7 @@ def test_gpu_low_and_equal_priority_wait_instead_of_preempting(
     # Then the gpu-normal job preempts the lower-priority one, never its equal, and the
     # gpu-low job waits: it has no lower class to preempt
     running(same, timeout=90)
-    assert fresh(first).evictions == 1
+    wait_for(lambda: fresh(first).evictions == 1, timeout=30)
     assert engine.words(waiting(low)).startswith("team vision uses 8 of 8 nvidia.com/gpu; ")
     stays_queued(low)
     assert fresh(second).evictions == 0 and fresh(second).state == JobState.RUNNING
