@@ -1,8 +1,9 @@
 """Where a queued job stands: its place in the team's queue and when it may start.
 
 The rules of the estimate (which jobs are ahead, what frees when running jobs reach their
-deadlines) are read from job rows only; in Kueue mode the team's place is asked of Kueue's
-visibility API (one request per look at a queued job, whatever the number of jobs).
+deadlines) are read from job rows; in Kueue mode the team's place and the jobs ahead of it
+are asked of Kueue's visibility API (one request per look at a queued job, whatever the
+number of jobs).
 """
 
 from __future__ import annotations
@@ -129,10 +130,17 @@ def _start_estimate(job: Job, ahead: list[Job]) -> tuple[str | None, datetime | 
     )
 
 
-def _kueue_place(job: Job) -> int | None:
-    """Kueue mode: the job's 1-based place in its ClusterQueue, as Kueue's visibility API
-    gives it; None when Kueue does not list it (not pending there yet) or cannot be asked
-    (the portal's own count stands in, and the page says nothing false)."""
+@dataclass(frozen=True)
+class _KueueQueue:
+    place: int  # 1-based, in the job's ClusterQueue
+    ahead: list[str]  # the Workloads Kueue will consider before the job's, in its team
+
+
+def _kueue_queue(job: Job) -> _KueueQueue | None:
+    """Kueue mode: the job's place in its ClusterQueue and the Workloads ahead of it in its
+    LocalQueue, as Kueue's visibility API gives them; None when Kueue does not list it (not
+    pending there yet) or cannot be asked (the portal's own order stands in, and the page
+    says nothing false)."""
     names = (job.placement or {}).get("kueue") or {}
     if not names.get("local_queue"):
         return None
@@ -141,25 +149,33 @@ def _kueue_place(job: Job) -> int | None:
     except kube.ClusterError as exc:
         logger.warning("job %s: Kueue's queue position not read: %s", job.pk, exc)
         return None
-    for item in pending:
+    for index, item in enumerate(pending):
         if item["metadata"]["name"] == names.get("workload"):
-            return int(item.get("positionInClusterQueue", 0)) + 1
+            return _KueueQueue(
+                place=int(item.get("positionInClusterQueue", 0)) + 1,
+                ahead=[ahead["metadata"]["name"] for ahead in pending[:index]],
+            )
     return None
 
 
 def job_queue_position(*, job: Job) -> QueuePosition | None:
     """Position of a queued, not yet admitted job in its team's queue and cluster-wide,
-    with a rough start estimate; None for any other job. In Kueue mode the team's place
-    is Kueue's (its visibility API), the rest the portal's estimate on its own rows."""
+    with a rough start estimate; None for any other job. In Kueue mode the team's place,
+    and the jobs the estimate counts ahead of it, are Kueue's (its visibility API); the
+    rest is the portal's estimate on its own rows."""
     if job.state != JobState.QUEUED or job.admitted_at is not None:
         return None
     queued = _queued_not_admitted()
-    ahead_in_team = list(queued.filter(_ahead_of(job), team_id=job.team_id).only("pk", "demand"))
+    in_team = queued.filter(team_id=job.team_id).only("pk", "demand")
+    kueue = _kueue_queue(job) if job.queueing == Job.Queueing.KUEUE else None
+    if kueue is None:
+        ahead_in_team = list(in_team.filter(_ahead_of(job)))
+    else:
+        ahead_in_team = list(in_team.filter(placement__kueue__workload__in=kueue.ahead))
     cluster = queued.filter(_ahead_of(job)).count() + 1
     blocking, estimated_start, estimate = _start_estimate(job, ahead_in_team)
-    place = _kueue_place(job) if job.queueing == Job.Queueing.KUEUE else None
     return QueuePosition(
-        team=place or len(ahead_in_team) + 1,
+        team=kueue.place if kueue else len(ahead_in_team) + 1,
         cluster=cluster,
         blocking_resource=blocking,
         estimated_start=estimated_start,

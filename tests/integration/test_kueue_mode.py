@@ -13,6 +13,7 @@ import collections
 import re
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -243,30 +244,39 @@ def test_on_kueue_a_reclaim_evicts_the_lowest_priority_job_not_the_one_flagged_b
 def test_a_queued_jobs_place_is_kueues_not_the_portals(
     cluster: SandboxProcess, settings: Any
 ) -> None:
-    # Given Kueue, vision's quota and all it may borrow taken by one job
+    # Given Kueue, vision's quota and all it may borrow taken by two jobs: 6 GPUs for at
+    # most an hour, 4 for at most two
     settings.QUEUEING = "kueue"
     users = seed(vision=6, robotics=4)
     call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
     alice = users["alice"]
-    full = submit(alice, "vision", 5, "full", env=LONG, workers=2)
+    hour = submit(alice, "vision", 6, "hour", env=LONG, max_runtime_seconds=3600)
+    two_hours = submit(alice, "vision", 4, "two-hours", env=LONG, max_runtime_seconds=7200)
     # ...and two jobs submitted first and second, that reached Kueue the other way round
     first = submit(alice, "vision", 2, "first", env=LONG)
     second = submit(alice, "vision", 2, "second", env=LONG)
-    for job in (full, second, first):
+    for job in (hour, two_hours, second, first):
         assert job_apply(job_id=job.pk) is ApplyOutcome.APPLIED
         time.sleep(1.1)  # Kueue orders by creation time, to the second
 
     def placed() -> bool:
         cluster_reconcile()
         rows = [fresh(j) for j in (first, second)]
-        return all((r.placement or {}).get("kueue") for r in rows) and all(
-            r.reason == "QuotaExceeded" for r in rows
+        return (
+            all(fresh(j).started_at for j in (hour, two_hours))
+            and all((r.placement or {}).get("kueue") for r in rows)
+            and all(r.reason == "QuotaExceeded" for r in rows)
         )
 
     wait_for(placed, timeout=60)
-    # Then each one's place in the team's queue is where Kueue has it
-    assert job_queue_position(job=fresh(second)).team == 1  # type: ignore[union-attr]
-    assert job_queue_position(job=fresh(first)).team == 2  # type: ignore[union-attr]
+    # Then each one's place in the team's queue is where Kueue has it, and so is its start
+    # estimate: the second job, first in Kueue's queue, starts when the hour's 6 GPUs free;
+    # the first, behind it, needs the two-hour job's GPUs too
+    ahead, behind = job_queue_position(job=fresh(second)), job_queue_position(job=fresh(first))
+    assert ahead is not None and behind is not None
+    assert (ahead.team, behind.team) == (1, 2)
+    assert ahead.estimated_start == fresh(hour).started_at + timedelta(hours=1)
+    assert behind.estimated_start == fresh(two_hours).started_at + timedelta(hours=2)
     for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             kube.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
