@@ -29,7 +29,7 @@ import yaml
 
 from sandbox import faults, history
 from sandbox.api import crds
-from sandbox.bootstrap import bootstrap, install_crds
+from sandbox.bootstrap import bootstrap, install_crds, install_training_runtimes
 from sandbox.controllers import faultplan
 from sandbox.controllers.manager import ControllerManager
 from sandbox.profiles import load_profile
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     crds.load(store.list(crds.CRD_KEY))
     bootstrap(cluster, profile)
     install_crds(cluster)
+    install_training_runtimes(cluster)
     certs = None if args.insecure_http else certificates(Path(args.state).parent / "pki", args.host)
     api = ApiServer((args.host, args.port), cluster, certs.server_context() if certs else None)
     metrics = MetricsServer((args.host, args.metrics_port), cluster)

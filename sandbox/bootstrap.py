@@ -115,3 +115,78 @@ def install_crds(cluster: Cluster, directory: Path = CRD_DIR) -> list[str]:
 
 def _kept(meta: dict[str, Any]) -> dict[str, Any]:
     return {"resourceVersion": meta["resourceVersion"]}
+
+
+TRAINER_VERSION = "v2.3.0"
+# Trainer's shipped runtime (manifests/base/runtimes/torch_distributed.yaml in
+# kubeflow/trainer v2.3): one replicated job, ``node``, whose container ``node`` the
+# TrainJob's trainer fills in.
+TORCH_DISTRIBUTED: dict[str, Any] = {
+    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+    "kind": "ClusterTrainingRuntime",
+    "metadata": {
+        "name": "torch-distributed",
+        "labels": {"trainer.kubeflow.org/framework": "torch"},
+    },
+    "spec": {
+        "mlPolicy": {"numNodes": 1, "torch": {}},
+        "template": {
+            "spec": {
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "template": {
+                            "metadata": {
+                                "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+                            },
+                            "spec": {
+                                "template": {
+                                    "spec": {
+                                        "containers": [
+                                            {
+                                                "name": "node",
+                                                "image": "pytorch/pytorch:2.13.0-cuda13.0-"
+                                                "cudnn9-runtime",
+                                            }
+                                        ]
+                                    }
+                                }
+                            },
+                        },
+                    }
+                ]
+            }
+        },
+    },
+}
+
+
+def install_training_runtimes(cluster: Cluster) -> bool:
+    """Trainer's install puts ``torch-distributed`` in place once; a platform team may
+    delete or change it afterwards, and a restart leaves it as they did. True when made."""
+    key = "clustertrainingruntimes.trainer.kubeflow.org"
+    with cluster.store.lock:
+        if key not in BY_KEY or cluster.store.meta_get("training_runtimes_installed"):
+            return False
+        if cluster.store.get(key, "", "torch-distributed") is None:
+            objects.create(cluster, BY_KEY[key], "", TORCH_DISTRIBUTED, check_schema=False)
+        # The install's namespace and the ConfigMap Kubeflow's SDK reads Trainer's version
+        # from (it only warns without it).
+        if cluster.store.get("namespaces", "", "kubeflow-system") is None:
+            objects.create(
+                cluster,
+                BY_KEY["namespaces"],
+                "",
+                {"metadata": {"name": "kubeflow-system"}},
+                check_schema=False,
+            )
+        public = {
+            "metadata": {"name": "kubeflow-trainer-public", "namespace": "kubeflow-system"},
+            "data": {"kubeflow_trainer_version": TRAINER_VERSION},
+        }
+        if cluster.store.get("configmaps", "kubeflow-system", "kubeflow-trainer-public") is None:
+            objects.create(
+                cluster, BY_KEY["configmaps"], "kubeflow-system", public, check_schema=False
+            )
+        cluster.store.meta_set("training_runtimes_installed", True)
+        return True

@@ -189,14 +189,15 @@ class Store:
             self._sorted[(res, ns)] = cached
         return cached
 
-    def encoded_item(self, res: str, key: str, obj: Obj) -> bytes:
-        """``obj`` (stored under etcd ``key``) as list-item JSON, re-encoded only when changed."""
+    def encoded_item(self, res: str, key: str, obj: Obj, *, custom: bool = False) -> bytes:
+        """``obj`` (stored under etcd ``key``) as list-item JSON, re-encoded only when changed:
+        without ``apiVersion``/``kind`` but for a ``custom`` resource's (which keeps them)."""
         cache = self._encoded.setdefault(res, {})
         rv = obj["metadata"].get("resourceVersion", "")
         hit = cache.get(key)
         if hit is not None and hit[0] == rv:
             return hit[1]
-        item = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        item = obj if custom else {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
         data = json.dumps(item, separators=(",", ":")).encode()
         cache[key] = (rv, data)
         return data

@@ -12,12 +12,13 @@ hits one records it as a ``FailedCreate`` event, exactly as on a real cluster.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
 from sandbox import quantity
 from sandbox.api import crds
-from sandbox.errors import forbidden
+from sandbox.errors import ApiError, forbidden
 from sandbox.state import Cluster
 
 Pod = dict[str, Any]
@@ -491,3 +492,55 @@ def jobset_defaults(jobset: dict[str, Any]) -> None:
         pod = job.setdefault("template", {}).setdefault("spec", {})
         if not pod.get("restartPolicy"):
             pod["restartPolicy"] = "OnFailure"
+
+
+TRAINER_RESERVED_ENV = (
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+)
+
+
+def trainjob_admission(cluster: Cluster, trainjob: dict[str, Any]) -> None:
+    """Trainer's TrainJob webhook (on create): its runtime must exist, and a torch runtime's
+    trainer may not set torchrun's env, which the controller owns. Refusals read as the
+    webhook's (``admission webhook "validate.trainjob.trainer.kubeflow.org" denied the
+    request: …``)."""
+    spec = trainjob.setdefault("spec", {})
+    ref = spec.setdefault("runtimeRef", {})
+    ref.setdefault("apiGroup", "trainer.kubeflow.org")
+    ref.setdefault("kind", "ClusterTrainingRuntime")
+    kind, name = ref["kind"], ref.get("name", "")
+    if kind == "ClusterTrainingRuntime":
+        runtime = cluster.store.get("clustertrainingruntimes.trainer.kubeflow.org", "", name)
+        what = "clusterTrainingRuntime"
+    else:
+        ns = trainjob["metadata"]["namespace"]
+        runtime = cluster.store.get("trainingruntimes.trainer.kubeflow.org", ns, name)
+        what = "trainingRuntime"
+    if runtime is None:
+        _trainjob_denied(
+            f"spec.RuntimeRef: Invalid value: {json.dumps(ref, sort_keys=True)}: "
+            f'{what.lower()}s.trainer.kubeflow.org "{name}" not found: specified {what} must '
+            "be created before the TrainJob is created"
+        )
+    assert runtime is not None
+    torch = "torch" in ((runtime.get("spec") or {}).get("mlPolicy") or {})
+    env = [e.get("name") for e in (spec.get("trainer") or {}).get("env") or []]
+    reserved = [e for e in env if e in TRAINER_RESERVED_ENV]
+    if torch and reserved:
+        _trainjob_denied(
+            "spec.trainer.env: Invalid value: "
+            f"{json.dumps([{'name': e} for e in reserved])}: must not have reserved envs, "
+            f"invalid envs configured: [{' '.join(reserved)}]"
+        )
+
+
+def _trainjob_denied(message: str) -> None:
+    raise ApiError(
+        422,
+        "Invalid",
+        f'admission webhook "validate.trainjob.trainer.kubeflow.org" denied the request: {message}',
+    )

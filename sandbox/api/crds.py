@@ -215,7 +215,9 @@ def _type_name(value: Any) -> str:
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):
-        return "number"
+        # go-openapi's rule: a JSON number with no fraction is an integer (2.0, as Python
+        # clients send whole quantities, passes an integer or int-or-string field).
+        return "integer" if value.is_integer() else "number"
     if isinstance(value, str):
         return "string"
     if isinstance(value, dict):
@@ -249,12 +251,9 @@ def _validate(schema: Obj, value: Any, path: str, causes: list[Cause]) -> None:
             )
             return
     elif "type" in schema:
-        wanted = schema["type"]
-        ok = isinstance(value, _TYPES.get(wanted, (object,))) and not (
-            isinstance(value, bool) and wanted in ("integer", "number")
-        )
+        wanted, actual = schema["type"], _type_name(value)
+        ok = wanted not in _TYPES or actual == wanted or (wanted, actual) == ("number", "integer")
         if not ok:
-            actual = _type_name(value)
             causes.append(
                 Cause(
                     path,

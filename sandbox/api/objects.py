@@ -108,6 +108,8 @@ def _prepare_kind(cluster: Cluster, rt: ResourceType, obj: Obj) -> list[str]:
         )
     elif rt.key == "jobsets.jobset.x-k8s.io":
         admission.jobset_defaults(obj)
+    elif rt.key == "trainjobs.trainer.kubeflow.org":
+        admission.trainjob_admission(cluster, obj)
     elif rt.plural in ("deployments", "replicasets") and isinstance(spec, dict):
         obj["status"] = {}
         if rt.plural == "deployments":
@@ -588,13 +590,17 @@ def _select(
 
 
 def list_objects(cluster: Cluster, rt: ResourceType, ns: str | None, query: dict[str, str]) -> Obj:
-    """A ``<Kind>List`` as a dict; its items carry no ``apiVersion``/``kind``, as served."""
+    """A ``<Kind>List`` as a dict. A built-in type's items carry no ``apiVersion``/``kind``,
+    as served; a custom resource's keep them (the API server stores and lists them as
+    unstructured objects, and clients such as Kubeflow's SDK read each item's ``kind``)."""
     selected, list_meta = _select(cluster, rt, ns, query)
+    custom = rt.key in crds.SERVED
     out_items = []
     for _, obj in selected:
         item = dict(obj)
-        item.pop("apiVersion", None)
-        item.pop("kind", None)
+        if not custom:
+            item.pop("apiVersion", None)
+            item.pop("kind", None)
         out_items.append(item)
     return {
         "kind": f"{rt.kind}List",
@@ -618,7 +624,10 @@ def list_encoded(
         {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": list_meta},
         separators=(",", ":"),
     ).encode()
-    items = b",".join(cluster.store.encoded_item(rt.key, key, obj) for key, obj in selected)
+    custom = rt.key in crds.SERVED
+    items = b",".join(
+        cluster.store.encoded_item(rt.key, key, obj, custom=custom) for key, obj in selected
+    )
     return head[:-1] + b',"items":[' + items + b"]}"
 
 

@@ -17,9 +17,16 @@ from sandbox.errors import ApiError
 from sandbox.state import Cluster
 
 OWNER_KINDS = ("jobs.batch", "replicasets.apps", "deployments.apps")
-# Operators' objects that own pods and Services directly (where their CRDs are served).
-OPERATOR_KINDS = ("pytorchjobs.kubeflow.org",)
-TRACKED_OWNERS = ("Job", "ReplicaSet", "Deployment", "PyTorchJob")
+# Operators' objects that own others (where their CRDs are served): a PyTorchJob its pods
+# and Services, a JobSet its Jobs and Service, a TrainJob its JobSet.
+OPERATOR_KINDS = (
+    "pytorchjobs.kubeflow.org",
+    "jobsets.jobset.x-k8s.io",
+    "trainjobs.trainer.kubeflow.org",
+)
+TRACKED_OWNERS = ("Job", "ReplicaSet", "Deployment", "PyTorchJob", "JobSet", "TrainJob")
+# What the collector deletes once its owner is gone (operators' kinds where served).
+DEPENDENT_KINDS = ("pods", "replicasets.apps", "services", "jobs.batch", "jobsets.jobset.x-k8s.io")
 
 
 def _delete(cluster: Cluster, key: str, ns: str, name: str, policy: str = "Background") -> None:
@@ -43,7 +50,7 @@ def _collect(cluster: Cluster) -> None:
     store = cluster.store
     owners = [*OWNER_KINDS, *(k for k in OPERATOR_KINDS if k in BY_KEY)]
     live_uids = {o["metadata"]["uid"] for key in owners for o in store.iter(key)}
-    for key in ("pods", "replicasets.apps", "services"):
+    for key in (k for k in DEPENDENT_KINDS if k in BY_KEY):
         for obj in store.iter(key):
             refs = obj["metadata"].get("ownerReferences") or []
             tracked = [r for r in refs if r.get("kind") in TRACKED_OWNERS]

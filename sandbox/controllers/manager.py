@@ -23,6 +23,7 @@ from sandbox.controllers import (
     lease,
     nodelifecycle,
     pytorchjob,
+    trainjob,
 )
 from sandbox.controllers.scheduler import Scheduler
 from sandbox.state import Cluster
@@ -53,6 +54,7 @@ class ControllerManager:
         # waits for one object's sync, not for a step (tens of ms at 10,000 pods).
         steps = (
             lambda: kueue.reconcile(self.cluster),
+            lambda: trainjob.reconcile(self.cluster),
             lambda: jobset.reconcile(self.cluster),
             lambda: pytorchjob.reconcile(self.cluster),
             lambda: job.reconcile(self.cluster),
