@@ -96,6 +96,7 @@ KINDS: dict[str, Kind] = {
     "Event": Kind(client.CoreV1Api, "event"),
     "ResourceQuota": Kind(client.CoreV1Api, "resource_quota"),
     "LimitRange": Kind(client.CoreV1Api, "limit_range"),
+    "ServiceAccount": Kind(client.CoreV1Api, "service_account"),
     "Job": Kind(client.BatchV1Api, "job"),
     "Deployment": Kind(client.AppsV1Api, "deployment"),
     "PriorityClass": Kind(client.SchedulingV1Api, "priority_class", namespaced=False),
@@ -109,6 +110,16 @@ KINDS: dict[str, Kind] = {
     "WorkloadPriorityClass": _kueue("workloadpriorityclasses", namespaced=False),
     # Kubeflow's training operator (v1), where the cluster runs it
     "PyTorchJob": Kind(client.CustomObjectsApi, "pytorchjobs", True, ("kubeflow.org", "v1")),
+    # Kubeflow Trainer v2, where the cluster runs it
+    "TrainJob": Kind(
+        client.CustomObjectsApi, "trainjobs", True, ("trainer.kubeflow.org", "v1alpha1")
+    ),
+    "ClusterTrainingRuntime": Kind(
+        client.CustomObjectsApi,
+        "clustertrainingruntimes",
+        False,
+        ("trainer.kubeflow.org", "v1alpha1"),
+    ),
 }
 
 _local = threading.local()

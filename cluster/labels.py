@@ -14,3 +14,6 @@ JOB_ID_LABEL = "gpu-portal.dev/job-id"
 TEAM_LABEL = "gpu-portal.dev/team"
 
 MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+# The ServiceAccount of every team namespace that mounts no API token: the pods of a
+# workload whose pod spec the portal cannot write in full (a TrainJob's) run as it.
+WORKLOAD_SERVICE_ACCOUNT = "gpu-portal-workload"

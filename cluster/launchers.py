@@ -1,6 +1,7 @@
 """Which training launchers the cluster can run (docs/jobs.md, "Launchers"): the Indexed
 Job always; Kubeflow's PyTorchJob and Trainer's TrainJob where the cluster serves their
-APIs and the admin enabled them (``TRAINING_LAUNCHERS``).
+APIs (and, for TrainJob, has the runtime ``TRAINJOB_RUNTIME``) and the admin enabled them
+(``TRAINING_LAUNCHERS``).
 
 Discovery is asked at most once a minute per process: the answer changes when an operator
 is installed, not between two submissions.
@@ -60,14 +61,25 @@ def served_launchers() -> frozenset[str]:
         group, version = launcher.api.split("/")
         if launcher.plural in kube.served_resources(group, version):
             served.add(launcher.name)
+    if TRAINJOB in served and not _runtime_exists(settings.TRAINJOB_RUNTIME):
+        served.discard(TRAINJOB)  # Trainer without the portal's runtime cannot run its jobs
     result = frozenset(served)
     with _lock:
         _cache[key] = (time.monotonic(), result)
     return result
 
 
-# The launchers the portal builds manifests for (Trainer's TrainJob is not built yet), and
-# those Kueue manages (its Kubeflow v1 integration is on its way out: not PyTorchJob).
+def _runtime_exists(name: str) -> bool:
+    try:
+        kube.get("ClusterTrainingRuntime", name, None)
+    except kube.ObjectNotFound:
+        return False
+    return True
+
+
+# The launchers a job may use (Trainer's TrainJob: its manifests are built and checked,
+# its tracking is not wired yet, so it is not offered), and those the portal runs on Kueue
+# (Kueue's Kubeflow v1 integration is on its way out: not PyTorchJob).
 BUILT = (JOB, PYTORCHJOB)
 ON_KUEUE = (JOB,)
 
@@ -112,7 +124,7 @@ def owner_kinds() -> tuple[str, ...]:
         served = served_launchers()
     except kube.ClusterError:
         return ()
-    return tuple(LAUNCHERS[n].kind for n in sorted(served) if n not in (JOB, TRAINJOB))
+    return tuple(LAUNCHERS[n].kind for n in sorted(served) if n in BUILT and n != JOB)
 
 
 def launchers_forget() -> None:

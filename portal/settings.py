@@ -232,6 +232,9 @@ if unknown := [n for n in [*TRAINING_LAUNCHERS, DEFAULT_TRAINING_LAUNCHER] if n 
         f"TRAINING_LAUNCHERS / DEFAULT_TRAINING_LAUNCHER: unknown {', '.join(unknown)}; use "
         f"{', '.join(_LAUNCHERS)}"
     )
+# The ClusterTrainingRuntime the portal's TrainJobs run on (launcher trainjob): offered only
+# where the cluster serves Trainer's API and has this runtime.
+TRAINJOB_RUNTIME = env_str("TRAINJOB_RUNTIME", "torch-distributed") or "torch-distributed"
 # Training progress and time to finish, from the running jobs' rank-0 logs (docs/jobs.md):
 # how often beat reads them, and at most how many logs per pass.
 PROGRESS_INTERVAL_SECONDS = env_float("PROGRESS_INTERVAL_SECONDS", 30.0)

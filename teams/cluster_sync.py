@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from cluster import kube
-from cluster.labels import MANAGED_BY_LABEL, TEAM_LABEL
+from cluster.labels import MANAGED_BY_LABEL, TEAM_LABEL, WORKLOAD_SERVICE_ACCOUNT
 from cluster.priority_classes import priority_classes
 from cluster.selectors import Catalog, catalog_get
 from scheduling import parse_quantity
@@ -114,6 +114,25 @@ def limit_range_manifest(team: Team) -> dict[str, Any]:
             ]
         },
     }
+
+
+def workload_service_account_manifest(team: Team) -> dict[str, Any]:
+    """A ServiceAccount that mounts no API token, for pods whose ``automountServiceAccountToken``
+    the portal cannot set itself (a TrainJob's: Trainer's runtime patches do not reach it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": WORKLOAD_SERVICE_ACCOUNT,
+            "namespace": team.namespace,
+            "labels": {MANAGED_BY_LABEL: "gpu-portal", TEAM_LABEL: team.slug},
+        },
+        "automountServiceAccountToken": False,
+    }
+
+
+def _service_account_same(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return existing.get("automountServiceAccountToken") is False
 
 
 def network_policy_manifest(
@@ -267,8 +286,8 @@ def team_quota_ceilings(*, team: Team) -> dict[str, int]:
 
 
 def team_cluster_sync(*, team_id: int) -> dict[str, str]:
-    """Namespace, ResourceQuota, LimitRange and NetworkPolicy of one team, plus the
-    PriorityClasses.
+    """Namespace, ResourceQuota, LimitRange, the workloads' ServiceAccount and NetworkPolicy
+    of one team, plus the PriorityClasses.
 
     Returns what happened to each object (``created``/``updated``/``unchanged``; the
     NetworkPolicy may also be ``deleted`` or ``absent`` when ``TEAM_NETWORK_POLICY`` is off).
@@ -287,6 +306,9 @@ def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     )
     outcome[f"LimitRange/{LIMIT_RANGE_NAME}"] = kube.ensure(
         limit_range_manifest(team), compare=_limit_range_same
+    )
+    outcome[f"ServiceAccount/{WORKLOAD_SERVICE_ACCOUNT}"] = kube.ensure(
+        workload_service_account_manifest(team), compare=_service_account_same
     )
     outcome[f"NetworkPolicy/{NETWORK_POLICY_NAME}"] = _network_policy_sync(team)
     for name, result in priority_classes_sync().items():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from cluster.labels import WORKLOAD_SERVICE_ACCOUNT
 from cluster.priority_classes import priority_class_name
 from jobs.manifests.context import ManifestContext
 from jobs.manifests.naming import object_labels, object_name, selector_labels
@@ -76,6 +77,8 @@ def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
         manifests = [_deployment(spec, ctx), _inference_service(spec, ctx)]
     elif spec.launcher == "pytorchjob":
         manifests = [_pytorchjob(spec, ctx)]  # its operator makes the pods' Services
+    elif spec.launcher == "trainjob":
+        manifests = [_trainjob(spec, ctx)]  # Trainer makes its JobSet, JobSet the rest
     elif spec.workers > 1:
         # The Service goes first so worker 0's DNS name exists by the time
         # the other workers try to reach it.
@@ -217,6 +220,77 @@ def _pytorchjob(spec: JobSpec, ctx: ManifestContext) -> Manifest:
             "nprocPerNode": str(spec.gpu.count if whole else 1),
             "pytorchReplicaSpecs": replicas,
         },
+    }
+
+
+# Kubeflow Trainer v2: the runtime the portal's TrainJobs run on, its trainer's replicated
+# job and container (Trainer's shipped torch runtimes name both ``node``), and the manager
+# the portal's runtime patch is filed under.
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+TRAINER_JOB = "node"
+TRAINER_CONTAINER = "node"
+TRAINER_PATCH_MANAGER = "gpu-portal.dev/manager"
+# What a runtime patch may set on a pod (Trainer v2.3's PodSpecPatch, beside the trainer's
+# own fields): the portal's pod template gives these; the rest is the runtime's.
+_POD_PATCH_FIELDS = ("affinity", "tolerations", "volumes", "securityContext", "nodeSelector")
+
+
+def _trainjob(spec: JobSpec, ctx: ManifestContext) -> Manifest:
+    """Kubeflow Trainer's TrainJob on the ``ctx.training_runtime`` ClusterTrainingRuntime:
+    the trainer (image, command, env, ``numNodes`` = workers, ``resourcesPerNode``) and a
+    runtime patch giving the trainer's pods the portal's labels, GPU placement, volumes and
+    restricted security context. Trainer sets torchrun's env (``PET_*``) itself.
+
+    What a patch cannot set stays the runtime's: the pods' PriorityClass (admission order
+    is the portal's or Kueue's either way), ``enableServiceLinks`` and
+    ``automountServiceAccountToken`` (the pods run as the team's tokenless ServiceAccount
+    instead; docs/jobs.md, "TrainJob")."""
+    template = _pod_template(spec, ctx)
+    pod, container = template["spec"], template["spec"]["containers"][0]
+    trainer: dict[str, Any] = {
+        "image": container["image"],
+        "numNodes": spec.workers,
+        "resourcesPerNode": container["resources"],
+    }
+    for field in ("command", "args", "env"):
+        if container.get(field):
+            trainer[field] = container[field]
+    container_patch: dict[str, Any] = {
+        "name": TRAINER_CONTAINER,
+        "securityContext": container["securityContext"],
+    }
+    if container.get("volumeMounts"):
+        container_patch["volumeMounts"] = container["volumeMounts"]
+    pod_patch = {f: pod[f] for f in _POD_PATCH_FIELDS if f in pod}
+    # A patch cannot turn the API token off: the pods run as the team's ServiceAccount that
+    # mounts none (teams.cluster_sync), unless the runtime itself asks for one.
+    pod_patch["serviceAccountName"] = WORKLOAD_SERVICE_ACCOUNT
+    pod_patch["containers"] = [container_patch]
+    replicated_job = {
+        "name": TRAINER_JOB,
+        "template": {"spec": {"template": {"metadata": template["metadata"], "spec": pod_patch}}},
+    }
+    trainjob_spec: dict[str, Any] = {
+        "runtimeRef": {
+            "name": ctx.training_runtime,
+            "kind": "ClusterTrainingRuntime",
+            "apiGroup": "trainer.kubeflow.org",
+        },
+        "trainer": trainer,
+        "runtimePatches": [
+            {
+                "manager": TRAINER_PATCH_MANAGER,
+                "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [replicated_job]}}},
+            }
+        ],
+    }
+    if spec.max_runtime_seconds is not None:
+        trainjob_spec["activeDeadlineSeconds"] = spec.max_runtime_seconds
+    return {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": _metadata(spec, ctx),
+        "spec": trainjob_spec,
     }
 
 

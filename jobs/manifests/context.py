@@ -31,3 +31,5 @@ class ManifestContext:
     node_failure_toleration_seconds: int | None = None
     # With QUEUEING=kueue: the LocalQueue the job goes to (empty: the portal admits it).
     kueue_queue: str = ""
+    # The ClusterTrainingRuntime a TrainJob runs on (TRAINJOB_RUNTIME).
+    training_runtime: str = "torch-distributed"

@@ -24,6 +24,7 @@ choice of schema version. It differs in three ways:
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -33,7 +34,9 @@ from typing import Any
 
 import jsonschema
 import jsonschema_rs
+import pydantic
 import referencing
+from kubeflow_trainer_api import models as trainer_models
 
 _SCHEMA_ROOT = "kubernetes-json-schema"
 _SCHEMA_DIR = re.compile(r"^v(?P<version>\d+\.\d+)\.\d+-local-strict$")
@@ -97,6 +100,8 @@ def _manifest_errors(manifest: Any, schema_version: str) -> list[str]:
         return [f"{label}: apiVersion and kind must both be strings"]
     if (api_version, kind) == ("kubeflow.org/v1", "PyTorchJob"):
         return _pytorchjob_errors(manifest, label, schema_version)
+    if (api_version, kind) == ("trainer.kubeflow.org/v1alpha1", "TrainJob"):
+        return _trainjob_errors(manifest, label, schema_version)
     file_name = _schema_file_name(kind, api_version)
     fast = _fast_validator(schema_version, file_name)
     if fast is not None and _plain_json(manifest) and fast.is_valid(manifest):
@@ -158,6 +163,73 @@ def _pytorchjob_errors(manifest: dict[str, Any], label: str, schema_version: str
             for error in _manifest_errors(template, schema_version)
         ]
     return errors
+
+
+def _trainjob_errors(manifest: dict[str, Any], label: str, schema_version: str) -> list[str]:
+    """A TrainJob against Kubeflow Trainer's published types (``kubeflow-trainer-api``, the
+    models Trainer generates from its Go types: every field's type, required fields, and any
+    field they do not know, which Trainer's API server would prune), and the trainer's pods
+    (the trainer's container with the runtime patch's pod fields) as a Kubernetes
+    ``PodTemplate``."""
+    try:
+        typed = trainer_models.TrainerV1alpha1TrainJob.from_dict(manifest)
+    except pydantic.ValidationError as exc:
+        return [
+            f"{label}: {'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors()
+        ]
+    except ValueError as exc:  # a one-of type (a quantity) none of whose forms fits
+        return [f"{label}: {str(exc).splitlines()[0]}"]
+    assert typed is not None
+    errors = [f"{label}: {path}: unknown field" for path in _unknown(manifest, typed.to_dict())]
+    spec = manifest.get("spec") or {}
+    trainer = spec.get("trainer") or {}
+    container = {
+        "name": "node",
+        "image": trainer.get("image", "runtime's image"),
+        **{k: trainer[k] for k in ("command", "args", "env") if k in trainer},
+        "resources": trainer.get("resourcesPerNode") or {},
+    }
+    for patch in spec.get("runtimePatches") or []:
+        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        for rjob in (template.get("spec") or {}).get("replicatedJobs") or []:
+            pod = copy.deepcopy(((rjob.get("template") or {}).get("spec") or {}).get("template"))
+            pod_spec = (pod or {}).get("spec") or {}
+            patches = pod_spec.get("containers") or []
+            pod_spec["containers"] = [
+                {**container, **c} if c.get("name") == "node" else c for c in patches
+            ] or [container]
+            pod_template = {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": manifest.get("metadata", {}).get("name", "x")},
+                "template": pod,
+            }
+            errors += [
+                error.replace("PodTemplate/", f"TrainJob {rjob.get('name')} ", 1)
+                for error in _manifest_errors(pod_template, schema_version)
+            ]
+    return errors
+
+
+def _unknown(given: Any, known: Any, path: str = "") -> list[str]:
+    """The paths of ``given`` that the typed round trip ``known`` dropped."""
+    if isinstance(given, dict) and isinstance(known, dict):
+        return [
+            found
+            for key, value in given.items()
+            for found in (
+                _unknown(value, known[key], f"{path}.{key}".lstrip("."))
+                if key in known
+                else [f"{path}.{key}".lstrip(".")]
+            )
+        ]
+    if isinstance(given, list) and isinstance(known, list):
+        return [
+            found
+            for i, (a, b) in enumerate(zip(given, known, strict=False))
+            for found in _unknown(a, b, f"{path}[{i}]")
+        ]
+    return []
 
 
 def _plain_json(value: Any) -> bool:

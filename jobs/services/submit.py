@@ -192,6 +192,7 @@ def _context(
             else None
         ),
         kueue_queue=team_local_queue(team) if queueing == Job.Queueing.KUEUE else "",
+        training_runtime=settings.TRAINJOB_RUNTIME,
     )
 
 

@@ -53,17 +53,18 @@ def ddp(user: User, name: str, **env: str) -> Job:
 
 
 def test_the_cluster_offers_the_launchers_it_serves(users: dict[str, User]) -> None:
-    # Given a cluster with the training operator and without Trainer
+    # Given a cluster with the training operator and Trainer (whose TrainJobs the portal does
+    # not run yet)
     api = api_client_for(users["alice"])
     # When alice asks which launchers there are
     found = {row["name"]: row for row in api.get("/api/v1/cluster/launchers/").json()}
-    # Then the Indexed Job and PyTorchJob are offered, TrainJob is not served
+    # Then the Indexed Job and PyTorchJob are offered, TrainJob is served but not offered
     assert found["job"] == {
         "name": "job", "kind": "Job", "api": "batch/v1", "served": True, "enabled": True,
         "offered": True, "default": True,
     }  # fmt: skip
     assert found["pytorchjob"]["served"] and found["pytorchjob"]["offered"]
-    assert not found["trainjob"]["served"] and not found["trainjob"]["offered"]
+    assert found["trainjob"]["served"] and not found["trainjob"]["offered"]
     # When she submits a TrainJob, Then the field is named with what the cluster offers,
     # and nothing is stored
     response = api.post(

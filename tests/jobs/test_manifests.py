@@ -121,6 +121,22 @@ GOLDEN_CASES: dict[str, tuple[JobSpec, ManifestContext]] = {
         ),
         ManifestContext(job_id=404, namespace="team-nlp"),
     ),
+    "trainjob_training": (
+        JobSpec(
+            team="nlp",
+            name="llama-ft",
+            kind="training",
+            image="registry.example.com/nlp/llama:2.1",
+            command=("torchrun",),
+            args=("finetune.py", "--epochs", "3"),
+            env={"NCCL_DEBUG": "INFO"},
+            gpu=GpuRequest(count=2, product=A100_80GB),
+            launcher="trainjob",
+            workers=2,
+            max_runtime_seconds=7200,
+        ),
+        ManifestContext(job_id=505, namespace="team-nlp"),
+    ),
     "mig_inference": (
         JobSpec(
             team="search",
@@ -185,14 +201,33 @@ def pod_templates(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for m in manifests
         if m["kind"] == "PyTorchJob"
     ]
+    found += [trainjob_pod(m) for m in manifests if m["kind"] == "TrainJob"]
     return found
+
+
+def trainjob_pod(trainjob: dict[str, Any]) -> dict[str, Any]:
+    """What the portal gives a TrainJob's trainer pods, as Trainer puts it together: the
+    runtime patch's pod template, its container ``node`` with the trainer's fields."""
+    spec = trainjob["spec"]
+    (patch,) = spec["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    trainer = spec["trainer"]
+    merged = {
+        **container,
+        "image": trainer["image"],
+        **{k: trainer[k] for k in ("command", "args", "env") if k in trainer},
+        "resources": trainer["resourcesPerNode"],
+    }
+    return {**pod, "spec": {**pod["spec"], "containers": [merged]}}
 
 
 def main_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     (template,) = pod_templates(manifests)
     (container,) = template["spec"]["containers"]
-    # (the training operator finds a PyTorchJob's container by its name)
-    assert container["name"] in (CONTAINER_NAME, "pytorch")
+    # (the training operator finds a PyTorchJob's container by its name, Trainer a TrainJob's)
+    assert container["name"] in (CONTAINER_NAME, "pytorch", "node")
     return container
 
 
@@ -316,10 +351,10 @@ def test_priority_classes_are_schema_valid() -> None:
 
 def test_validator_agrees_with_kubernetes_validate() -> None:
     # given the library's own (uncached, first-error) validator, for Kubernetes' own kinds
-    # (a PyTorchJob is checked against its CRD below)
+    # (a PyTorchJob and a TrainJob are checked against their CRDs below)
     for case in GOLDEN_CASES:
         for manifest in build(case):
-            if manifest["apiVersion"] != "kubeflow.org/v1":
+            if manifest["apiVersion"] not in ("kubeflow.org/v1", "trainer.kubeflow.org/v1alpha1"):
                 kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
 
     broken = build("mig_inference")[0]
@@ -715,8 +750,13 @@ def test_every_pod_runs_with_restricted_security_settings(case: str) -> None:
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         }
-        assert pod["automountServiceAccountToken"] is False
-        assert pod["enableServiceLinks"] is False
+        if "serviceAccountName" in pod:
+            # A TrainJob's pods, whose runtime patch cannot set these: they run as the
+            # team's ServiceAccount that mounts no token (teams.cluster_sync)
+            assert pod["serviceAccountName"] == "gpu-portal-workload"
+        else:
+            assert pod["automountServiceAccountToken"] is False
+            assert pod["enableServiceLinks"] is False
         for container in pod["containers"]:
             assert container["securityContext"] == {
                 "allowPrivilegeEscalation": False,
@@ -992,3 +1032,68 @@ def test_a_broken_pytorchjob_is_reported_field_by_field() -> None:
     assert any("Worker.replicas: must be an integer of at least 1" in e for e in errors)
     assert any("needs a container named pytorch" in e for e in errors)
     assert any("PyTorchJob Master" in e and "containerPort" in e for e in errors), errors
+
+
+# --- TrainJob (launcher trainjob) -----------------------------------------------------------
+
+TRAINER_CRD = Path(__file__).parents[2] / "sandbox" / "crds" / "trainer.yaml"
+
+
+def test_the_trainjob_is_valid_against_trainers_crd_schema_and_types() -> None:
+    # Given the TrainJob CRD a cluster with Kubeflow Trainer serves (the sandbox's copy)
+    crd = next(d for d in yaml.safe_load_all(TRAINER_CRD.read_text()) if d["spec"]["names"][
+        "kind"] == "TrainJob")  # fmt: skip
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    # Then the portal's TrainJob satisfies it and Trainer's published types, and the
+    # trainer's pods Kubernetes' own PodTemplate schema
+    (manifest,) = build("trainjob_training")
+    jsonschema.validate(manifest, schema)
+    assert validate_manifests([manifest], K8S_VERSION) == []
+    spec = manifest["spec"]
+    assert spec["runtimeRef"] == {
+        "name": "torch-distributed",
+        "kind": "ClusterTrainingRuntime",
+        "apiGroup": "trainer.kubeflow.org",
+    }
+    assert (spec["trainer"]["numNodes"], spec["activeDeadlineSeconds"]) == (2, 7200)
+    assert spec["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "2"
+    # torchrun's env is Trainer's to set: the portal sets none of it
+    assert not {e["name"] for e in spec["trainer"]["env"]} & DISTRIBUTED_ENV_NAMES
+
+
+def test_the_trainjobs_pods_get_the_portals_labels_placement_and_restricted_context() -> None:
+    (manifest,) = build("trainjob_training")
+    (patch,) = manifest["spec"]["runtimePatches"]
+    assert patch["manager"] == "gpu-portal.dev/manager"
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]
+    assert node["name"] == "node"
+    assert pod["metadata"]["labels"]["gpu-portal.dev/job-id"] == "505"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert {t["key"] for t in pod["spec"]["tolerations"]} >= {"nvidia.com/gpu"}
+    assert "nodeAffinity" in pod["spec"]["affinity"]
+    (container,) = pod["spec"]["containers"]
+    assert container["name"] == "node"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/dev/shm"}
+
+
+def test_a_broken_trainjob_is_reported_field_by_field() -> None:
+    # A field of the wrong type (Trainer's types say which)
+    (manifest,) = build("trainjob_training")
+    manifest["spec"]["trainer"]["numNodes"] = "two"
+    errors = validate_manifests([manifest], K8S_VERSION)
+    assert any("numNodes" in e and "integer" in e for e in errors), errors
+    # A field Trainer does not know (its API server would drop it)
+    (manifest,) = build("trainjob_training")
+    manifest["spec"]["bogus"] = 1
+    errors = validate_manifests([manifest], K8S_VERSION)
+    assert any("spec.bogus: unknown field" in e for e in errors), errors
+    # A pod field of the wrong type, in the runtime patch
+    (manifest,) = build("trainjob_training")
+    pod = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+        "replicatedJobs"][0]["template"]["spec"]["template"]["spec"]  # fmt: skip
+    pod["volumes"].append({"name": "scratch", "emptyDir": {"medium": 7}})
+    errors = validate_manifests([manifest], K8S_VERSION)
+    assert any("medium" in e and "string" in e for e in errors), errors
