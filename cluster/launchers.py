@@ -77,10 +77,9 @@ def _runtime_exists(name: str) -> bool:
     return True
 
 
-# The launchers a job may use (Trainer's TrainJob: its manifests are built and checked,
-# its tracking is not wired yet, so it is not offered), and those the portal runs on Kueue
-# (Kueue's Kubeflow v1 integration is on its way out: not PyTorchJob).
-BUILT = (JOB, PYTORCHJOB)
+# The launchers the portal builds, and those it runs on Kueue (Kueue's Kubeflow v1
+# integration is on its way out: not PyTorchJob).
+BUILT = (JOB, PYTORCHJOB, TRAINJOB)
 ON_KUEUE = (JOB,)
 
 

@@ -232,9 +232,10 @@ if unknown := [n for n in [*TRAINING_LAUNCHERS, DEFAULT_TRAINING_LAUNCHER] if n 
         f"TRAINING_LAUNCHERS / DEFAULT_TRAINING_LAUNCHER: unknown {', '.join(unknown)}; use "
         f"{', '.join(_LAUNCHERS)}"
     )
-# The ClusterTrainingRuntime the portal's TrainJobs run on (launcher trainjob): offered only
-# where the cluster serves Trainer's API and has this runtime.
-TRAINJOB_RUNTIME = env_str("TRAINJOB_RUNTIME", "torch-distributed") or "torch-distributed"
+# The ClusterTrainingRuntime the portal's TrainJobs run on (launcher trainjob; written by the
+# team sync unless a runtime of that name is someone else's): offered only where the
+# cluster serves Trainer's API and has this runtime.
+TRAINJOB_RUNTIME = env_str("TRAINJOB_RUNTIME", "gpu-portal-torch") or "gpu-portal-torch"
 # Training progress and time to finish, from the running jobs' rank-0 logs (docs/jobs.md):
 # how often beat reads them, and at most how many logs per pass.
 PROGRESS_INTERVAL_SECONDS = env_float("PROGRESS_INTERVAL_SECONDS", 30.0)

@@ -16,6 +16,7 @@ from cluster import kube
 from cluster.labels import MANAGED_BY_LABEL, TEAM_LABEL, WORKLOAD_SERVICE_ACCOUNT
 from cluster.priority_classes import priority_classes
 from cluster.selectors import Catalog, catalog_get
+from cluster.training_runtime import training_runtime_sync
 from scheduling import parse_quantity
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.audit import audit_record
@@ -287,7 +288,8 @@ def team_quota_ceilings(*, team: Team) -> dict[str, int]:
 
 def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     """Namespace, ResourceQuota, LimitRange, the workloads' ServiceAccount and NetworkPolicy
-    of one team, plus the PriorityClasses.
+    of one team, plus the PriorityClasses and (where Trainer runs) the portal's
+    ClusterTrainingRuntime.
 
     Returns what happened to each object (``created``/``updated``/``unchanged``; the
     NetworkPolicy may also be ``deleted`` or ``absent`` when ``TEAM_NETWORK_POLICY`` is off).
@@ -313,6 +315,7 @@ def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     outcome[f"NetworkPolicy/{NETWORK_POLICY_NAME}"] = _network_policy_sync(team)
     for name, result in priority_classes_sync().items():
         outcome[f"PriorityClass/{name}"] = result
+    outcome.update(training_runtime_sync())
     changed = {k: v for k, v in outcome.items() if v != "unchanged"}
     if changed:
         logger.info("team %s: cluster objects %s", team.slug, changed)

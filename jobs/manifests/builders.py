@@ -22,6 +22,12 @@ from cluster.priority_classes import priority_class_name
 from jobs.manifests.context import ManifestContext
 from jobs.manifests.naming import object_labels, object_name, selector_labels
 from jobs.manifests.resources import container_resources, gpu_resource_name, shm_size_limit
+from jobs.manifests.trainer import (
+    TRAINER_API,
+    TRAINER_CONTAINER,
+    TRAINER_JOB,
+    TRAINER_PATCH_MANAGER,
+)
 from jobs.spec import JobSpec
 from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL
 
@@ -223,13 +229,6 @@ def _pytorchjob(spec: JobSpec, ctx: ManifestContext) -> Manifest:
     }
 
 
-# Kubeflow Trainer v2: the runtime the portal's TrainJobs run on, its trainer's replicated
-# job and container (Trainer's shipped torch runtimes name both ``node``), and the manager
-# the portal's runtime patch is filed under.
-TRAINER_API = "trainer.kubeflow.org/v1alpha1"
-TRAINER_JOB = "node"
-TRAINER_CONTAINER = "node"
-TRAINER_PATCH_MANAGER = "gpu-portal.dev/manager"
 # What a runtime patch may set on a pod (Trainer v2.3's PodSpecPatch, beside the trainer's
 # own fields): the portal's pod template gives these; the rest is the runtime's.
 _POD_PATCH_FIELDS = ("affinity", "tolerations", "volumes", "securityContext", "nodeSelector")

@@ -32,4 +32,4 @@ class ManifestContext:
     # With QUEUEING=kueue: the LocalQueue the job goes to (empty: the portal admits it).
     kueue_queue: str = ""
     # The ClusterTrainingRuntime a TrainJob runs on (TRAINJOB_RUNTIME).
-    training_runtime: str = "torch-distributed"
+    training_runtime: str = "gpu-portal-torch"

@@ -12,6 +12,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.labels import WORKLOAD_SERVICE_ACCOUNT
+from jobs.manifests.trainer import trainer_pods
+
 Obj = dict[str, Any]
 
 ALLOWED_VOLUME_TYPES = frozenset(
@@ -42,12 +45,14 @@ def image_registry(image: str) -> str:
 
 def _pod_specs(manifest: Obj) -> list[tuple[str, Obj]]:
     """Every pod spec a manifest makes pods from, with its path: one for a Pod, Job or
-    Deployment, one per replica type for a PyTorchJob."""
+    Deployment, one per replica type for a PyTorchJob, the trainer's for a TrainJob."""
     kind, spec = manifest.get("kind"), manifest.get("spec") or {}
     if kind == "Pod":
         return [("spec", spec)]
     if kind in ("Job", "Deployment"):
         return [("spec.template.spec", (spec.get("template") or {}).get("spec") or {})]
+    if kind == "TrainJob":
+        return [(f"{path}.spec", pod["spec"]) for path, pod in trainer_pods(manifest)]
     if kind == "PyTorchJob":
         return [
             (
@@ -69,11 +74,15 @@ def _check_pod(pod: Obj, base: str, allowed_registries: Iterable[str]) -> Iterat
     for field in ("hostNetwork", "hostPID", "hostIPC"):
         if pod.get(field):
             yield Violation("host-namespaces", f"{base}.{field}", "must not be true")
-    if pod.get("automountServiceAccountToken") is not False:
+    tokenless = pod.get("serviceAccountName") == WORKLOAD_SERVICE_ACCOUNT  # mounts none
+    if pod.get("automountServiceAccountToken") is not False and not (
+        tokenless and pod.get("automountServiceAccountToken") is None
+    ):
         yield Violation(
             "automount-service-account-token",
             f"{base}.automountServiceAccountToken",
-            "must be false: jobs get no Kubernetes API credentials",
+            "must be false (or unset with the team's ServiceAccount "
+            f"{WORKLOAD_SERVICE_ACCOUNT}): jobs get no Kubernetes API credentials",
         )
     for index, volume in enumerate(pod.get("volumes") or []):
         types = set(volume) - {"name"}

@@ -24,7 +24,6 @@ choice of schema version. It differs in three ways:
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import math
@@ -37,6 +36,8 @@ import jsonschema_rs
 import pydantic
 import referencing
 from kubeflow_trainer_api import models as trainer_models
+
+from jobs.manifests.trainer import trainer_pods
 
 _SCHEMA_ROOT = "kubernetes-json-schema"
 _SCHEMA_DIR = re.compile(r"^v(?P<version>\d+\.\d+)\.\d+-local-strict$")
@@ -181,33 +182,17 @@ def _trainjob_errors(manifest: dict[str, Any], label: str, schema_version: str) 
         return [f"{label}: {str(exc).splitlines()[0]}"]
     assert typed is not None
     errors = [f"{label}: {path}: unknown field" for path in _unknown(manifest, typed.to_dict())]
-    spec = manifest.get("spec") or {}
-    trainer = spec.get("trainer") or {}
-    container = {
-        "name": "node",
-        "image": trainer.get("image", "runtime's image"),
-        **{k: trainer[k] for k in ("command", "args", "env") if k in trainer},
-        "resources": trainer.get("resourcesPerNode") or {},
-    }
-    for patch in spec.get("runtimePatches") or []:
-        template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
-        for rjob in (template.get("spec") or {}).get("replicatedJobs") or []:
-            pod = copy.deepcopy(((rjob.get("template") or {}).get("spec") or {}).get("template"))
-            pod_spec = (pod or {}).get("spec") or {}
-            patches = pod_spec.get("containers") or []
-            pod_spec["containers"] = [
-                {**container, **c} if c.get("name") == "node" else c for c in patches
-            ] or [container]
-            pod_template = {
-                "apiVersion": "v1",
-                "kind": "PodTemplate",
-                "metadata": {"name": manifest.get("metadata", {}).get("name", "x")},
-                "template": pod,
-            }
-            errors += [
-                error.replace("PodTemplate/", f"TrainJob {rjob.get('name')} ", 1)
-                for error in _manifest_errors(pod_template, schema_version)
-            ]
+    for path, pod in trainer_pods(manifest):
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": manifest.get("metadata", {}).get("name", "x")},
+            "template": pod,
+        }
+        errors += [
+            error.replace("PodTemplate/", f"TrainJob {path} ", 1)
+            for error in _manifest_errors(pod_template, schema_version)
+        ]
     return errors
 
 

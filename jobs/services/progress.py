@@ -1,11 +1,12 @@
-"""A training job's progress and time to finish, read from its rank-0 pod's log
-(``jobs.tracking.progress`` parses it; docs/jobs.md says what a script prints).
+"""A training job's progress and time to finish: what a TrainJob's training code reports
+through Kubeflow Trainer (``trainerStatus``), else what its rank-0 pod's log says
+(``jobs.tracking.progress`` reads both; docs/jobs.md says what a script prints).
 
 Beat reads the running training jobs' logs every ``PROGRESS_INTERVAL_SECONDS``: one list of
-the portal's pods and one tail of one log per job, the least recently read first, at most
-``PROGRESS_BATCH`` per pass, so the API server's load is bounded whatever the number of
-jobs. A log that cannot be read (node down, cluster away) leaves the last figures as they
-were: read again next time.
+the portal's pods (and of its TrainJobs, where Trainer runs) and one tail of one log per
+job, the least recently read first, at most ``PROGRESS_BATCH`` per pass, so the API
+server's load is bounded whatever the number of jobs. A log that cannot be read (node
+down, cluster away) leaves the last figures as they were: read again next time.
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from django.utils import timezone
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
+from cluster.launchers import owner_kinds
 from jobs.models import Job, JobState
-from jobs.tracking.progress import progress_from_log
+from jobs.tracking.progress import (
+    TRAINER_STATUS,
+    progress_from_log,
+    progress_from_trainer_status,
+)
 from jobs.tracking.reconcile import by_job
 
 logger = logging.getLogger(__name__)
@@ -49,21 +55,26 @@ def rank_zero(pods: list[Obj]) -> Obj | None:
     return min(live, key=rank) if live else None
 
 
-def job_progress_refresh(*, job: Job, pods: list[Obj]) -> bool:
-    """Read the job's rank-0 log and store where it stands; True when it says something."""
-    pod = rank_zero(pods)
-    if pod is None:
-        return False
-    try:
-        text = kube.pod_log(
-            pod["metadata"]["name"], job.namespace, tail_lines=LOG_LINES, timestamps=True
-        )
-    except kube.ClusterError as exc:
-        logger.info("job %s: progress not read: %s", job.pk, exc.message)
-        return False
-    found = progress_from_log(text)
+def job_progress_refresh(*, job: Job, pods: list[Obj], trainjob: Obj | None = None) -> bool:
+    """Store where the job stands: from its TrainJob's ``trainerStatus`` when the training
+    code reports there, else from its rank-0 log; True when either says something."""
+    now = timezone.now()
+    status = ((trainjob or {}).get("status") or {}).get(TRAINER_STATUS) or {}
+    found = progress_from_trainer_status(status, now) if status else None
     if found is None:
-        Job.objects.filter(pk=job.pk).update(progress_read_at=timezone.now())
+        pod = rank_zero(pods)
+        if pod is None:
+            return False
+        try:
+            text = kube.pod_log(
+                pod["metadata"]["name"], job.namespace, tail_lines=LOG_LINES, timestamps=True
+            )
+        except kube.ClusterError as exc:
+            logger.info("job %s: progress not read: %s", job.pk, exc.message)
+            return False
+        found = progress_from_log(text)
+    if found is None:
+        Job.objects.filter(pk=job.pk).update(progress_read_at=now)
         return False
     Job.objects.filter(pk=job.pk).update(
         progress=found.as_json(),
@@ -86,4 +97,14 @@ def jobs_progress_refresh() -> int:
     if not jobs:
         return 0
     pods = by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
-    return sum(job_progress_refresh(job=job, pods=pods.get(job.pk, [])) for job in jobs)
+    trainjobs: dict[int, list[Obj]] = {}
+    if "TrainJob" in owner_kinds():  # one list a pass, where the cluster runs Trainer
+        trainjobs = by_job(kube.list_all("TrainJob", label_selector=MANAGED_BY_SELECTOR))
+    return sum(
+        job_progress_refresh(
+            job=job,
+            pods=pods.get(job.pk, []),
+            trainjob=next(iter(trainjobs.get(job.pk, [])), None),
+        )
+        for job in jobs
+    )

@@ -275,30 +275,74 @@ def observe_pytorchjob(job: Obj, pods: list[Obj], events: list[Obj]) -> Observat
     """Kubeflow's PyTorchJob → state: its operator's ``Succeeded`` / ``Failed`` conditions
     (with the failed rank's exit code); running once every replica's pod runs (or the
     operator says ``Running`` / ``Restarting``); otherwise pending, as a Job's pods are."""
-    status = job.get("status") or {}
     conditions = true_conditions(job)
-    placement = placement_of(pods)
-    started = parse_time(status.get("startTime"))
-    if "Succeeded" in conditions:
-        return _succeeded(
-            conditions["Succeeded"], status, started, placement, "PyTorchJob completed."
-        )
-    if "Failed" in conditions:
-        return _failed(conditions["Failed"], pods, started, placement)
     replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    expected = sum(int((r or {}).get("replicas") or 1) for r in replicas.values()) or 1
+    return _observe_operator(
+        job,
+        pods,
+        events,
+        done=conditions.get("Succeeded"),
+        failed=conditions.get("Failed"),
+        said=next((conditions[c] for c in ("Restarting", "Running") if c in conditions), None),
+        expected=sum(int((r or {}).get("replicas") or 1) for r in replicas.values()) or 1,
+        started=parse_time((job.get("status") or {}).get("startTime")),
+        what=("replicas", "PyTorchJob"),
+    )
+
+
+def observe_trainjob(job: Obj, pods: list[Obj], events: list[Obj]) -> Observation:
+    """Kubeflow Trainer's TrainJob → state: ``Complete`` / ``Failed`` (its JobSet's, with the
+    failed node's exit code); Trainer has no running condition (kubeflow/trainer#2713), so
+    running once every node's pod runs; otherwise pending, as a Job's pods are. It started
+    when its first pod did."""
+    conditions = true_conditions(job)
+    starts = [
+        t for p in pods if (t := parse_time((p.get("status") or {}).get("startTime"))) is not None
+    ]
+    return _observe_operator(
+        job,
+        pods,
+        events,
+        done=conditions.get("Complete"),
+        failed=conditions.get("Failed"),
+        said=None,
+        expected=int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1),
+        started=min(starts, default=None),
+        what=("nodes", "TrainJob"),
+    )
+
+
+def _observe_operator(
+    job: Obj,
+    pods: list[Obj],
+    events: list[Obj],
+    *,
+    done: Obj | None,
+    failed: Obj | None,
+    said: Obj | None,
+    expected: int,
+    started: datetime | None,
+    what: tuple[str, str],
+) -> Observation:
+    """A training operator's object → state, from its final conditions (``done``,
+    ``failed``), what it says of a run (``said``) and its pods (``expected`` of them)."""
+    placement = placement_of(pods)
+    status = job.get("status") or {}
+    if done is not None:
+        return _succeeded(done, status, started, placement, f"{what[1]} completed.")
+    if failed is not None:
+        return _failed(failed, pods, started, placement)
     live = [p for p in pods if _phase(p) not in ("Succeeded", "Failed")]
     running = sum(1 for p in live if _phase(p) == "Running")
-    said = next((conditions[c] for c in ("Restarting", "Running") if c in conditions), None)
     if running >= expected or (said is not None and running):
         return Observation(
             JobState.RUNNING,
             str((said or {}).get("reason") or "Running"),
-            f"{running} of {expected} replicas running (PyTorchJob).",
+            f"{running} of {expected} {what[0]} running ({what[1]}).",
             started_at=started,
             placement=placement,
         )
-    observation = _pending(live, expected, "replicas", events)
+    observation = _pending(live, expected, what[0], events)
     observation.placement = placement
     return observation
 

@@ -27,21 +27,57 @@ MIN_SHARE = 0.05
 
 @dataclass(frozen=True)
 class Progress:
-    step: int
-    total: int
-    at: datetime  # the log's timestamp of the newest progress line
+    step: int | None
+    total: int | None
+    at: datetime  # when it was reported: the newest progress line's or status's time
     eta_seconds: float | None
     eta_basis: str
     source: str = "log"
+    percent: float | None = None  # as reported; else from step and total
 
     def as_json(self) -> dict[str, Any]:
         """The API's ``progress`` (exactly these names: clients depend on them)."""
+        percent = self.percent
+        if percent is None and self.step is not None and self.total:
+            percent = 100.0 * self.step / self.total
         return {
-            "percent": round(min(100.0, 100.0 * self.step / self.total), 1),
+            "percent": None if percent is None else round(min(100.0, percent), 1),
             "step": self.step,
             "total": self.total,
             "source": self.source,
         }
+
+
+TRAINER_STATUS = "trainerStatus"
+
+
+def progress_from_trainer_status(status: dict[str, Any], now: datetime) -> Progress | None:
+    """What a TrainJob's training code reported through Kubeflow Trainer (its
+    ``status.trainerStatus``: ``progressPercentage``, ``estimatedRemainingSeconds`` and
+    metrics, ``step`` and ``total`` among them when it sends those), the time left counted
+    down from when it was reported; None when it reported no progress."""
+    percent = status.get("progressPercentage")
+    at = parse_datetime(str(status.get("lastUpdatedTime") or ""))
+    if percent is None or at is None:
+        return None
+    metrics = {m.get("name"): m.get("value") for m in status.get("metrics") or []}
+
+    def whole(name: str) -> int | None:
+        value = str(metrics.get(name) or "")
+        return int(value) if value.isdigit() else None
+
+    remaining = status.get("estimatedRemainingSeconds")
+    if remaining is None:
+        eta, basis = None, "no estimate: the training code reports no time left"
+    else:
+        eta = max(0.0, float(remaining) - max(0.0, (now - at).total_seconds()))
+        basis = (
+            f"reported by the training code through Kubeflow Trainer at {at:%H:%M:%S} "
+            "(trainerStatus), counted down since"
+        )
+    return Progress(
+        whole("step"), whole("total"), at, eta, basis, source=TRAINER_STATUS, percent=float(percent)
+    )
 
 
 def _points(text: str) -> list[tuple[datetime, int, int]]:

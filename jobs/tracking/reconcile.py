@@ -49,6 +49,7 @@ from jobs.tracking.observe import (
     observe_inference,
     observe_pytorchjob,
     observe_training,
+    observe_trainjob,
     true_conditions,
 )
 from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
@@ -449,6 +450,8 @@ def job_observe(
             seen.message = _kueue_message(job, seen, kueue_workload, kueue_words)
     elif "pytorchReplicaSpecs" in (main.get("spec") or {}):
         seen = observe_pytorchjob(main, pods, events)
+    elif "runtimeRef" in (main.get("spec") or {}):
+        seen = observe_trainjob(main, pods, events)
     elif job.kind == Job.Kind.TRAINING:
         seen = observe_training(main, pods, events)
     else:

@@ -56,7 +56,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
 
 WATCHED = ("Job", "Deployment", "Pod")  # the portal's objects, by its label
-OPERATORS = ("PyTorchJob",)  # operators' objects the portal makes, where the cluster serves them
+# Operators' objects the portal makes, where the cluster serves them.
+OPERATORS = ("PyTorchJob", "TrainJob")
 OWNERS = ("Job", "Deployment", *OPERATORS)  # what a portal job's pods belong to
 KUEUE = ("Workload",)  # with QUEUEING=kueue: Kueue's Workloads, all of them
 

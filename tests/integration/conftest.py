@@ -47,7 +47,7 @@ def cluster(sandbox: SandboxProcess, settings: Any) -> Iterator[SandboxProcess]:
 
 def _delete_portal_objects() -> None:
     """Tests share one sandbox per module: free its GPUs for the next test."""
-    for kind in ("Job", "Deployment", "PyTorchJob"):
+    for kind in ("Job", "Deployment", "PyTorchJob", "TrainJob"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             meta = obj["metadata"]
             kube.delete(kind, meta["name"], meta["namespace"], propagation="Background")

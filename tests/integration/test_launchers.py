@@ -1,6 +1,6 @@
-"""Training launchers on a cluster that runs Kubeflow's training operator (the sandbox serves
-PyTorchJob, not Trainer's TrainJob): the portal lists what the cluster offers, refuses a
-launcher it does not, and runs a PyTorchJob end to end — queued, running with the
+"""Training launchers on a cluster that runs Kubeflow's training operator and Trainer (the
+sandbox serves PyTorchJob and TrainJob; TrainJob's own tests: test_trainjob.py): the portal
+lists what the cluster offers, and runs a PyTorchJob end to end — queued, running with the
 operator's pods and torchrun's env, succeeded; a failing rank fails it with the exit code;
 cancel removes every object; its progress comes from the master's log.
 
@@ -53,28 +53,17 @@ def ddp(user: User, name: str, **env: str) -> Job:
 
 
 def test_the_cluster_offers_the_launchers_it_serves(users: dict[str, User]) -> None:
-    # Given a cluster with the training operator and Trainer (whose TrainJobs the portal does
-    # not run yet)
+    # Given a cluster with the training operator and Trainer
     api = api_client_for(users["alice"])
     # When alice asks which launchers there are
     found = {row["name"]: row for row in api.get("/api/v1/cluster/launchers/").json()}
-    # Then the Indexed Job and PyTorchJob are offered, TrainJob is served but not offered
+    # Then the Indexed Job, PyTorchJob and TrainJob are offered
     assert found["job"] == {
         "name": "job", "kind": "Job", "api": "batch/v1", "served": True, "enabled": True,
         "offered": True, "default": True,
     }  # fmt: skip
     assert found["pytorchjob"]["served"] and found["pytorchjob"]["offered"]
-    assert found["trainjob"]["served"] and not found["trainjob"]["offered"]
-    # When she submits a TrainJob, Then the field is named with what the cluster offers,
-    # and nothing is stored
-    response = api.post(
-        "/api/v1/jobs/", training_spec(name="tj", launcher="trainjob"), format="json"
-    )
-    assert response.status_code == 400, response.content
-    message = response.json()["errors"]["launcher"][0]
-    assert "does not offer trainjob (TrainJob (trainer.kubeflow.org/v1alpha1)" in message
-    assert message.endswith("use one of: job, pytorchjob.")
-    assert not Job.objects.filter(name="tj").exists()
+    assert found["trainjob"]["served"] and found["trainjob"]["offered"]
 
 
 def test_a_pytorchjob_runs_with_the_operators_pods_and_succeeds(users: dict[str, User]) -> None:

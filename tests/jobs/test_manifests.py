@@ -1051,7 +1051,7 @@ def test_the_trainjob_is_valid_against_trainers_crd_schema_and_types() -> None:
     assert validate_manifests([manifest], K8S_VERSION) == []
     spec = manifest["spec"]
     assert spec["runtimeRef"] == {
-        "name": "torch-distributed",
+        "name": "gpu-portal-torch",
         "kind": "ClusterTrainingRuntime",
         "apiGroup": "trainer.kubeflow.org",
     }

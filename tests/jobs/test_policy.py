@@ -33,11 +33,30 @@ def pytorchjob_manifest() -> dict[str, Any]:
     return manifest
 
 
+def trainjob_manifest() -> dict[str, Any]:
+    spec = JobSpec(team="vision", name="p", kind="training", image="nvcr.io/x/y:1",
+                   gpu=GpuRequest(count=1), launcher="trainjob", workers=2)  # fmt: skip
+    (manifest,) = build_manifests(spec, ManifestContext(job_id=1, namespace=NS))
+    return manifest
+
+
 def pod(m: dict[str, Any]) -> dict[str, Any]:
-    """The pod spec a mutation breaks: a PyTorchJob's Worker replica's."""
+    """The pod spec a mutation breaks: a PyTorchJob's Worker replica's, a TrainJob's runtime
+    patch's."""
     if m["kind"] == "PyTorchJob":
         return m["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    if m["kind"] == "TrainJob":
+        (node,) = m["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+            "replicatedJobs"]  # fmt: skip
+        return node["template"]["spec"]["template"]["spec"]
     return m["spec"]["template"]["spec"]
+
+
+def no_token_setting(m: dict[str, Any]) -> None:
+    """Neither the pod's own ``automountServiceAccountToken: false`` nor the team's
+    tokenless ServiceAccount: the pod would mount the default account's token."""
+    pod(m).pop("automountServiceAccountToken", None)
+    pod(m).pop("serviceAccountName", None)
 
 
 def container(m: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +68,7 @@ MUTATIONS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("host-namespaces", lambda m: pod(m).update(hostNetwork=True)),
     ("host-namespaces", lambda m: pod(m).update(hostPID=True)),
     ("host-namespaces", lambda m: pod(m).update(hostIPC=True)),
-    ("automount-service-account-token", lambda m: pod(m).pop("automountServiceAccountToken")),
+    ("automount-service-account-token", no_token_setting),
     ("automount-service-account-token",
      lambda m: pod(m).update(automountServiceAccountToken=True)),
     ("host-path", lambda m: pod(m)["volumes"].append({"name": "h", "hostPath": {"path": "/"}})),
@@ -70,7 +89,7 @@ MUTATIONS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
 ]  # fmt: skip
 
 
-LAUNCHERS = {"job": job_manifest, "pytorchjob": pytorchjob_manifest}
+LAUNCHERS = {"job": job_manifest, "pytorchjob": pytorchjob_manifest, "trainjob": trainjob_manifest}
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
