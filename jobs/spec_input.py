@@ -491,6 +491,12 @@ class JobSpecInput(StrictSerializer):
             ]
         if len(attrs.get("volumes", [])) > MAX_VOLUMES:
             errors["volumes"] = [f"At most {MAX_VOLUMES} volumes."]
+        if attrs.get("launcher") == "trainjob" and attrs.get("retries"):
+            errors["retries"] = [
+                "A TrainJob takes no retries: its runtime fails it at the first failed node "
+                "(the portal still runs it again after a GPU or node failure). Use 0, or "
+                "launcher job or pytorchjob."
+            ]
         sizes = {
             "command": sum(len(item.encode()) for item in attrs.get("command", [])),
             "args": sum(len(item.encode()) for item in attrs.get("args", [])),

@@ -66,6 +66,7 @@ def rejected(client: APIClient, spec: dict[str, Any]) -> dict[str, list[str]]:
         (training_spec(memory="lots"), "memory", ["16Gi"]),
         (training_spec(workers=0), "workers", ["greater than or equal to 1"]),
         (training_spec(retries=100), "retries", ["less than or equal to 10"]),
+        (training_spec(launcher="trainjob", retries=2), "retries", ["TrainJob", "Use 0"]),
         (training_spec(max_runtime_seconds=5), "max_runtime_seconds", ["60"]),
         (training_spec(replicas=2), "replicas", ["inference jobs only"]),
         (inference_spec(workers=2), "workers", ["training jobs only"]),

@@ -2,7 +2,7 @@
 sandbox GPU reports XID 79 under a running job (run by a real worker), Prometheus scrapes the
 exporter, and the check explains the failure; a job that fails on its own (exit 1, healthy
 GPUs) is left as it is; a node whose kubelet stops has its job evicted, explained and
-resumed on another node."""
+resumed on another node; a TrainJob's failed GPU is handled as a Job's."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 from kubernetes import client, config
 
+from cluster.launchers import launchers_forget
 from jobs.models import Job, JobEvent, JobState
 from jobs.services.submit import job_submit
 from monitoring.gpu_failures import gpu_failures_check
@@ -283,3 +285,46 @@ def test_a_job_whose_node_stops_responding_runs_again_elsewhere_from_its_checkpo
         ] == ["NodeFailure", "Retrying", "Requeued"]
     finally:
         inject(sandbox, node=node, down=False)
+
+
+def test_a_trainjob_whose_gpu_fails_runs_again_from_its_checkpoint(
+    users: dict[str, User], metrics: PrometheusProcess, sandbox: SandboxProcess
+) -> None:
+    # Given a running one-node TrainJob (Kubeflow Trainer's, on the portal's runtime) that
+    # keeps checkpoints on its claim
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    launchers_forget()
+    submitted = job_submit(
+        user=users["alice"],
+        data=training_spec(
+            name="tj-ft",
+            launcher="trainjob",
+            env={"SANDBOX_DURATION": "1h"},
+            gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
+            checkpoint={"claim": "ckpt-tj", "mount_path": "/checkpoints"},
+        ),
+    )
+    job = running(submitted.pk)
+    assert [m["kind"] for m in job.manifests] == ["TrainJob"]
+    pod = job.placement["pods"][0]["name"]
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(sandbox.kubeconfig)))
+    wait_for(
+        lambda: "GPU_PORTAL_CHECKPOINT step=" in core.read_namespaced_pod_log(pod, job.namespace),
+        timeout=30,
+    )
+    held = wait_for(lambda: instant(metrics, f'DCGM_FI_DEV_GPU_UTIL{{pod="{pod}"}}'), timeout=20)
+    node, gpu = held[0]["metric"]["Hostname"], held[0]["metric"]["gpu"]
+    # When its GPU falls off the bus
+    inject(sandbox, node=node, gpu=int(gpu), xid=79)
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.FAILED, timeout=40)
+    wait_for(
+        lambda: instant(metrics, f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}",gpu="{gpu}"}} == 79'),
+        timeout=20,
+    )
+    # Then the check explains it, and the TrainJob runs again elsewhere from its checkpoint
+    try:
+        assert gpu_failures_check() == [job.pk]
+        step = _explained_with_its_checkpoint(job, pod=pod, node=node, gpu=gpu)
+        _runs_again_from(job, step=step, node=node, sandbox=sandbox)
+    finally:
+        inject(sandbox, node=node, gpu=int(gpu), repair=True)

@@ -43,6 +43,12 @@ DEMO_JOBS: list[tuple[str, dict[str, Any]]] = [
     ("carol", {"team": "nlp", "name": "gpt2-ddp", "kind": "training", "image": PYTORCH,
                "launcher": "pytorchjob", "gpu": {"count": 1, "product": "NVIDIA-A100-SXM4-80GB"},
                "workers": 2, "env": {"SANDBOX_DURATION": "45m"}}),
+    # Kubeflow Trainer's TrainJob (where the cluster runs Trainer): two nodes on time-sliced
+    # T4s; its progress and time to finish are what the trainer reports (trainerStatus).
+    ("admin", {"team": "speech", "name": "whisper-finetune", "kind": "training",
+               "image": PYTORCH, "command": ["torchrun", "finetune.py"], "launcher": "trainjob",
+               "gpu": {"count": 1, "sharing": "shared"}, "workers": 2,
+               "env": {"SANDBOX_DURATION": "40m"}}),
     ("alice", {"team": "vision", "name": "detector-mig", "kind": "inference",
                "image": TRITON, "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb"},
                "replicas": 2, "port": 8000, "health_path": "/v2/health/ready"}),
