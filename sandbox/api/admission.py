@@ -536,6 +536,23 @@ def trainjob_admission(cluster: Cluster, trainjob: dict[str, Any]) -> None:
             f"{json.dumps([{'name': e} for e in reserved])}: must not have reserved envs, "
             f"invalid envs configured: [{' '.join(reserved)}]"
         )
+    kueue_trainjob_defaults(trainjob)
+
+
+def kueue_trainjob_defaults(trainjob: dict[str, Any]) -> None:
+    """Kueue's TrainJob webhook (Kueue ≥ 0.17), when Kueue is installed: a TrainJob for a
+    queue is created suspended, and every TrainJob gets Kueue's (empty) runtime patch, which
+    Kueue fills with each pod set's placement when it admits the job."""
+    if "workloads.kueue.x-k8s.io" not in crds.SERVED:
+        return
+    spec = trainjob["spec"]
+    if "kueue.x-k8s.io/queue-name" in (trainjob["metadata"].get("labels") or {}):
+        spec["suspend"] = True
+    patches = spec.setdefault("runtimePatches", [])
+    if not any(p.get("manager") == "kueue.x-k8s.io/manager" for p in patches):
+        patches.append(
+            {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {"template": {"spec": {}}}}
+        )
 
 
 def _trainjob_denied(message: str) -> None:

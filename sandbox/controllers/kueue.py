@@ -22,7 +22,14 @@
 5. ClusterQueue and LocalQueue statuses: quota reserved and used per flavor (``borrowed``
    above nominal), workload counts, ``Active``.
 
-Simplified (``sandbox/README.md``): Jobs and the pod integration (no JobSet, TrainJob);
+The TrainJob integration (``trainer.kubeflow.org/trainjob``, Kueue ≥ 0.17): a TrainJob for
+a queue is created suspended with Kueue's runtime patch (the webhook), gets a Workload
+(``trainjob-<name>-<hash>``) with a pod set per replicated job of the JobSet its runtime
+makes; admission writes the flavors' node labels, tolerations and the ``podset`` label into
+that patch and unsuspends it; eviction suspends it (Trainer suspends its JobSet), and once
+its Jobs have no active pods it is requeued and the patch emptied.
+
+Simplified (``sandbox/README.md``): Jobs, TrainJobs and the pod integration (no JobSet);
 no admission checks, topology, partial admission, fair-sharing preemption strategies or
 hierarchical cohorts; the pending reason is ``Pending`` (Kueue 0.19's default).
 """
@@ -38,6 +45,7 @@ from typing import Any
 from sandbox.api import crds, objects
 from sandbox.api.admission import KUEUE_GATE
 from sandbox.api.resources import BY_KEY
+from sandbox.controllers import trainjob as trainer
 from sandbox.controllers.common import condition, get_condition, owner_ref, set_condition
 from sandbox.label_selectors import match_label_selector_obj
 from sandbox.state import Cluster
@@ -60,6 +68,12 @@ CLUSTER_QUEUES = "clusterqueues.kueue.x-k8s.io"
 LOCAL_QUEUES = "localqueues.kueue.x-k8s.io"
 FLAVORS = "resourceflavors.kueue.x-k8s.io"
 COMPONENT = "kueue-admission"
+TRAINJOBS = "trainjobs.trainer.kubeflow.org"
+# What a Workload's owner is stored under, by kind (the integrations the sandbox runs).
+OWNER_KEYS = {"Job": "jobs.batch", "TrainJob": TRAINJOBS, "Pod": "pods"}
+# The runtime patch Kueue's TrainJob integration owns (Kueue ≥ 0.17, Trainer ≥ 2.2).
+KUEUE_MANAGER = "kueue.x-k8s.io/manager"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
 REASONS = {
     "InClusterQueue": "prioritization in the ClusterQueue",
     "InCohortReclamation": "reclamation within the cohort",
@@ -71,11 +85,12 @@ def installed() -> bool:
 
 
 def workload_name(owner: Obj) -> str:
-    """Kueue's name for a Job's or a Pod's Workload: ``job-<name>-`` (``pod-<name>-``) and
-    5 hex digits of a SHA-1 of the owner's kind, group, name and UID."""
+    """Kueue's name for a Job's, TrainJob's or Pod's Workload: ``job-<name>-``
+    (``trainjob-``, ``pod-``) and 5 hex digits of a SHA-1 of the owner's kind, group, name
+    and UID."""
     meta = owner["metadata"]
     kind = owner.get("kind", "Job")
-    group = "batch" if kind == "Job" else ""
+    group = {"Job": "batch", "TrainJob": "trainer.kubeflow.org"}.get(kind, "")
     digest = hashlib.sha1(  # noqa: S324 - a name, not a secret: Kueue's own scheme
         f"{kind}\n{group}\n{meta['name']}\n{meta['uid']}".encode()
     ).hexdigest()[:5]
@@ -94,6 +109,7 @@ def reconcile(cluster: Cluster) -> None:
     if cluster.settled.get("kueue") == {"": _inputs(cluster)}:
         return
     _sync_jobs(cluster)
+    _sync_trainjobs(cluster)
     _sync_pods(cluster)
     _collect_orphans(cluster)
     _schedule(cluster)
@@ -105,7 +121,7 @@ def _inputs(cluster: Cluster) -> tuple[int, ...]:
     """The versions of what the controllers read (pods only once a LocalQueue exists: the
     kubelet updates them all the time, and without a queue no pod of Kueue's can run)."""
     store = cluster.store
-    keys = ["jobs.batch", WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS]
+    keys = ["jobs.batch", TRAINJOBS, WORKLOADS, CLUSTER_QUEUES, LOCAL_QUEUES, FLAVORS]
     if store.count(LOCAL_QUEUES):
         keys.append("pods")
     return tuple(store.version(key) for key in keys)
@@ -136,11 +152,20 @@ def _create_workload(cluster: Cluster, job: Obj, queue: str) -> Obj:
     return _new_workload(cluster, job, queue, spec["template"], count)
 
 
-def _new_workload(cluster: Cluster, owner: Obj, queue: str, template: Obj, count: int) -> Obj:
-    """One pod set ``main`` of ``count`` pods, its priority from the PriorityClass."""
+def _new_workload(
+    cluster: Cluster,
+    owner: Obj,
+    queue: str,
+    template: Obj,
+    count: int,
+    pod_sets: list[Obj] | None = None,
+) -> Obj:
+    """One pod set ``main`` of ``count`` pods (or the ``pod_sets`` given), its priority from
+    the first pod set's PriorityClass."""
     job = owner
+    pod_sets = pod_sets or [{"name": "main", "count": count, "template": copy.deepcopy(template)}]
     priority, ref = 0, None
-    klass = (template.get("spec") or {}).get("priorityClassName")
+    klass = (pod_sets[0]["template"].get("spec") or {}).get("priorityClassName")
     if klass:
         found = cluster.store.get("priorityclasses.scheduling.k8s.io", "", klass)
         priority = int(found["value"]) if found else 0
@@ -159,7 +184,7 @@ def _new_workload(cluster: Cluster, owner: Obj, queue: str, template: Obj, count
             "generation": 1,
         },
         "spec": {
-            "podSets": [{"name": "main", "count": count, "template": copy.deepcopy(template)}],
+            "podSets": pod_sets,
             "queueName": queue,
             "priority": priority,
             "active": True,
@@ -199,23 +224,156 @@ def _follow_job(cluster: Cluster, workload: Obj, job: Obj) -> None:
         and reserved["status"] == "True"
         and not int((job.get("status") or {}).get("active", 0))
     ):
-        message = evicted["message"]
-        set_condition(workload, condition("Requeued", "True", "Preempted", message, ts, None))
-        set_condition(workload, condition("QuotaReserved", "False", "Pending", message, ts, None))
-        set_condition(
-            workload,
-            condition(
-                "Admitted", "False", "NoReservation", "The workload has no reservation", ts, None
-            ),
+        _requeue(workload, evicted["message"], ts)
+
+
+def _requeue(workload: Obj, message: str, ts: str) -> None:
+    """An evicted workload whose pods are gone goes back to its queue, its eviction counted."""
+    set_condition(workload, condition("Requeued", "True", "Preempted", message, ts, None))
+    set_condition(workload, condition("QuotaReserved", "False", "Pending", message, ts, None))
+    set_condition(
+        workload,
+        condition(
+            "Admitted", "False", "NoReservation", "The workload has no reservation", ts, None
+        ),
+    )
+    status = workload["status"]
+    status.pop("admission", None)
+    stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+    entry = next((e for e in stats if e["reason"] == "Preempted"), None)
+    if entry is None:
+        stats.append({"reason": "Preempted", "underlyingCause": "", "count": 1})
+    else:
+        entry["count"] += 1
+
+
+# -- 1b. TrainJobs (the ``trainer.kubeflow.org/trainjob`` integration) -------------------
+def _sync_trainjobs(cluster: Cluster) -> None:
+    """A TrainJob for a queue gets one Workload, a pod set per replicated job of the JobSet
+    its runtime makes (``count`` = replicas × pods per Job); finished with it; requeued once
+    an evicted one's pods are gone."""
+    store = cluster.store
+    if TRAINJOBS not in crds.SERVED:
+        return
+    for trainjob in store.list(TRAINJOBS):
+        labels = trainjob["metadata"].get("labels") or {}
+        if QUEUE_LABEL not in labels or trainjob["metadata"].get("deletionTimestamp"):
+            continue
+        ns = trainjob["metadata"]["namespace"]
+        workload = store.get(WORKLOADS, ns, workload_name(trainjob))
+        if workload is None:
+            pod_sets = _trainjob_pod_sets(cluster, trainjob)
+            if not pod_sets:
+                continue  # its runtime is gone: Trainer says so on the TrainJob
+            workload = _new_workload(cluster, trainjob, labels[QUEUE_LABEL], {}, 0, pod_sets)
+        before = copy.deepcopy(workload.get("status"))
+        _follow_trainjob(cluster, workload, trainjob)
+        if workload.get("status") != before:
+            store.put(WORKLOADS, workload)
+
+
+def _trainjob_pod_sets(cluster: Cluster, trainjob: Obj) -> list[Obj]:
+    _, runtime = trainer.runtime_of(cluster, trainjob)
+    if runtime is None:
+        return []
+    jobset = trainer.build_jobset(trainjob, runtime)
+    pod_sets = []
+    for rjob in jobset["spec"].get("replicatedJobs") or []:
+        job = (rjob.get("template") or {}).get("spec") or {}
+        parallelism = int(job.get("parallelism", 1))
+        completions = job.get("completions")
+        per_job = min(parallelism, int(completions)) if completions is not None else parallelism
+        pod_sets.append(
+            {
+                "name": rjob["name"],
+                "count": int(rjob.get("replicas", 1)) * per_job,
+                "template": copy.deepcopy(job.get("template") or {}),
+            }
         )
-        status = workload["status"]
-        status.pop("admission", None)
-        stats = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
-        entry = next((e for e in stats if e["reason"] == "Preempted"), None)
-        if entry is None:
-            stats.append({"reason": "Preempted", "underlyingCause": "", "count": 1})
-        else:
-            entry["count"] += 1
+    return pod_sets
+
+
+def _follow_trainjob(cluster: Cluster, workload: Obj, trainjob: Obj) -> None:
+    """The TrainJob integration's ``Finished`` and requeue (as ``_follow_job`` for Jobs);
+    once requeued, Kueue's patch loses what the admission wrote."""
+    ts = cluster.timestamp()
+    if get_condition(workload, "Finished"):
+        return
+    for kind, reason in (("Complete", "Succeeded"), ("Failed", "Failed")):
+        done = get_condition(trainjob, kind)
+        if done and done["status"] == "True":
+            set_condition(
+                workload, condition("Finished", "True", reason, done.get("message", ""), ts, None)
+            )
+            return
+    evicted = get_condition(workload, "Evicted")
+    reserved = get_condition(workload, "QuotaReserved")
+    active = sum(
+        int(j.get("active", 0)) for j in (trainjob.get("status") or {}).get("jobsStatus") or []
+    )
+    if not (evicted and evicted["status"] == "True" and reserved and reserved["status"] == "True"):
+        return
+    if active or not trainjob["spec"].get("suspend"):
+        return
+    _requeue(workload, evicted["message"], ts)
+    _kueue_patch(trainjob)["trainingRuntimeSpec"] = {"template": {"spec": {}}}
+    cluster.store.put(TRAINJOBS, trainjob)
+
+
+def _kueue_patch(trainjob: Obj) -> Obj:
+    """The TrainJob's runtime patch of Kueue's manager (its webhook adds it on create)."""
+    patches = trainjob["spec"].setdefault("runtimePatches", [])
+    found = next((p for p in patches if p.get("manager") == KUEUE_MANAGER), None)
+    if found is None:
+        found = {"manager": KUEUE_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
+        patches.append(found)
+    return found  # type: ignore[no-any-return]
+
+
+def _start_trainjob(
+    cluster: Cluster, trainjob: Obj, workload: Obj, assignment: _Assignment, snapshot: _Snapshot
+) -> None:
+    """Kueue's ``RunWithPodSetsInfo`` for a TrainJob: its patch gives each pod set's pods
+    the flavors' node labels and tolerations and the ``kueue.x-k8s.io/podset`` label, then
+    the TrainJob is unsuspended (Trainer then builds its JobSet again, running)."""
+    node_labels: dict[str, str] = {}
+    tolerations: list[Obj] = []
+    for flavor_name in sorted(set(assignment.flavors.values())):
+        flavor = (snapshot.flavors.get(flavor_name) or {}).get("spec") or {}
+        node_labels.update(flavor.get("nodeLabels") or {})
+        tolerations.extend(copy.deepcopy(flavor.get("tolerations") or []))
+    replicated_jobs = []
+    for pod_set in (workload.get("spec") or {}).get("podSets") or []:
+        pod_spec: Obj = {}
+        if node_labels:
+            pod_spec["nodeSelector"] = dict(node_labels)
+        if tolerations:
+            pod_spec["tolerations"] = copy.deepcopy(tolerations)
+        replicated_jobs.append(
+            {
+                "name": pod_set["name"],
+                "template": {
+                    "spec": {
+                        "template": {
+                            "metadata": {"labels": {PODSET_LABEL: pod_set["name"]}},
+                            "spec": pod_spec,
+                        }
+                    }
+                },
+            }
+        )
+    _kueue_patch(trainjob)["trainingRuntimeSpec"] = {
+        "template": {"spec": {"replicatedJobs": replicated_jobs}}
+    }
+    trainjob["spec"]["suspend"] = False
+    cluster.store.put(TRAINJOBS, trainjob)
+    cluster.record_event(
+        trainjob,
+        "Normal",
+        "Started",
+        f"Admitted by clusterQueue {assignment_queue(workload)}",
+        "kueue-trainjob-controller",
+    )
 
 
 def _sync_pods(cluster: Cluster) -> None:
@@ -257,7 +415,7 @@ def _collect_orphans(cluster: Cluster) -> None:
         owner = next(iter(workload["metadata"].get("ownerReferences") or []), None)
         if owner is None:
             continue
-        key = "jobs.batch" if owner["kind"] == "Job" else "pods"
+        key = OWNER_KEYS.get(owner["kind"], "pods")
         found = store.get(key, workload["metadata"]["namespace"], owner["name"])
         if found is None or found["metadata"].get("uid") != owner.get("uid"):
             meta = workload["metadata"]
@@ -388,12 +546,8 @@ def _pending(cluster: Cluster, snapshot: _Snapshot) -> list[_Pending]:
             continue
         demand: dict[str, int] = {}
         for pod_set in spec.get("podSets") or []:
-            per_pod = pod_requests((pod_set.get("template") or {}).get("spec") or {})
-            for resource, amount in per_pod.items():
-                if amount and resource != "pods":
-                    demand[resource] = demand.get(resource, 0) + amount * int(
-                        pod_set.get("count", 1)
-                    )
+            for resource, amount in _pod_set_demand(pod_set).items():
+                demand[resource] = demand.get(resource, 0) + amount
         pending.append(
             _Pending(
                 workload,
@@ -405,6 +559,13 @@ def _pending(cluster: Cluster, snapshot: _Snapshot) -> list[_Pending]:
         )
     pending.sort(key=lambda p: (-p.priority, p.created, p.workload["metadata"]["uid"]))
     return pending
+
+
+def _pod_set_demand(pod_set: Obj) -> dict[str, int]:
+    """What a pod set asks for: each pod's requests times its count (pods not counted)."""
+    per_pod = pod_requests((pod_set.get("template") or {}).get("spec") or {})
+    count = int(pod_set.get("count", 1))
+    return {r: a * count for r, a in per_pod.items() if a and r != "pods"}
 
 
 def pending_in(cluster: Cluster, queue: str) -> list[Obj]:
@@ -625,18 +786,19 @@ def _evicting(workload: Obj) -> bool:
 def _admit(cluster: Cluster, snapshot: _Snapshot, item: _Pending, assignment: _Assignment) -> None:
     ts = cluster.timestamp()
     workload, queue = item.workload, item.queue
-    count = int(((workload.get("spec") or {}).get("podSets") or [{}])[0].get("count", 1))
     workload["status"]["admission"] = {
         "clusterQueue": queue.name,
         "podSetAssignments": [
             {
-                "name": "main",
+                "name": pod_set.get("name", "main"),
                 "flavors": dict(sorted(assignment.flavors.items())),
                 "resourceUsage": {
-                    r: format_quantity(item.demand[r], r) for r in sorted(assignment.flavors)
+                    r: format_quantity(used[r], r) for r in sorted(assignment.flavors) if r in used
                 },
-                "count": count,
+                "count": int(pod_set.get("count", 1)),
             }
+            for pod_set in (workload.get("spec") or {}).get("podSets") or [{}]
+            for used in [_pod_set_demand(pod_set)]
         ],
     }
     for ctype in ("Evicted", "Preempted"):
@@ -670,11 +832,11 @@ def _admit(cluster: Cluster, snapshot: _Snapshot, item: _Pending, assignment: _A
 
 
 def _owner_of(cluster: Cluster, workload: Obj) -> tuple[str, Obj] | None:
-    """The Workload's Job or Pod: (store key, object)."""
+    """The Workload's Job, TrainJob or Pod: (store key, object)."""
     owner = next(iter(workload["metadata"].get("ownerReferences") or []), None)
-    if owner is None or owner.get("kind") not in ("Job", "Pod"):
+    if owner is None or owner.get("kind") not in OWNER_KEYS:
         return None
-    key = "jobs.batch" if owner["kind"] == "Job" else "pods"
+    key = OWNER_KEYS[owner["kind"]]
     found = cluster.store.get(key, workload["metadata"]["namespace"], owner["name"])
     return (key, found) if found is not None else None
 
@@ -692,6 +854,9 @@ def _start_job(
     owned = _owner_of(cluster, workload)
     if owned is not None and owned[0] == "pods":
         _ungate(cluster, owned[1], assignment, snapshot)
+        return
+    if owned is not None and owned[0] == TRAINJOBS:
+        _start_trainjob(cluster, owned[1], workload, assignment, snapshot)
         return
     job = _job_of(cluster, workload)
     if job is None:
@@ -829,6 +994,11 @@ def _evict(cluster: Cluster, victim: Obj, preemptor: _Pending, reason: str) -> N
         # A pod is stopped by deleting it; its ReplicaSet makes a new, gated one.
         meta = owned[1]["metadata"]
         objects.delete(cluster, BY_KEY["pods"], meta["namespace"], meta["name"], {})
+        return
+    if owned is not None and owned[0] == TRAINJOBS:
+        if not owned[1]["spec"].get("suspend"):
+            owned[1]["spec"]["suspend"] = True
+            cluster.store.put(TRAINJOBS, owned[1])
         return
     job = _job_of(cluster, victim)
     if job is not None and not job["spec"].get("suspend"):

@@ -359,3 +359,79 @@ def test_a_deployments_pods_wait_gated_until_kueue_admits_each(kubectl, teams) -
     assert until(
         lambda: len(json.loads(kubectl("get", "workloads", "-n", ns, "-o", "json"))["items"]) == 4
     )
+
+
+TRAINJOB = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: {name}
+  labels: {{kueue.x-k8s.io/queue-name: {queue}}}
+spec:
+  runtimeRef: {{name: torch-distributed}}
+  trainer:
+    image: busybox
+    numNodes: 2
+    env: [{{name: SANDBOX_DURATION, value: "600s"}}]
+    resourcesPerNode:
+      limits: {{nvidia.com/gpu: {gpus}, cpu: "1", memory: 1Gi}}
+      requests: {{cpu: "1", memory: 1Gi}}
+"""
+
+
+def test_a_trainjob_is_admitted_by_kueue_and_a_reclaim_suspends_and_requeues_it(
+    kubectl, teams
+) -> None:  # type: ignore[no-untyped-def]
+    vision, robotics = teams["vision"], teams["robotics"]
+    # Given vision's own 8 GPUs taken, and a TrainJob of 2 nodes × 2 GPUs for its queue
+    submit(kubectl, vision, "own", 8, "kq-high")
+    assert until(
+        lambda: condition(workload(kubectl, vision, "own"), "Admitted").get("status") == "True"
+    )
+    kubectl(
+        "apply", "-n", vision, "-f", "-", stdin=TRAINJOB.format(name="tj", queue="vision", gpus=2)
+    )
+    # Then Kueue's webhook suspended it, and its Workload has a pod set per replicated job
+    wl = until(lambda: workload(kubectl, vision, "tj"))
+    assert wl["metadata"]["name"].startswith("trainjob-tj-")
+    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("node", 2)]
+    # ...admitted on robotics' idle 4 GPUs: its pods run with the flavor's node labels
+    admitted = until(
+        lambda: condition(workload(kubectl, vision, "tj"), "Admitted").get("status") == "True"
+    )
+    assert admitted
+    pods = until(
+        lambda: (
+            len(
+                p := [
+                    x
+                    for x in json.loads(kubectl("get", "pods", "-n", vision, "-o", "json"))["items"]
+                    if x["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == "tj"
+                    and x["status"].get("phase") == "Running"
+                ]
+            )
+            == 2
+            and p
+        )
+    )
+    assert pods[0]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    trainjob = json.loads(kubectl("get", "trainjob", "tj", "-n", vision, "-o", "json"))
+    (patch,) = [
+        p for p in trainjob["spec"]["runtimePatches"] if p["manager"] == "kueue.x-k8s.io/manager"
+    ]
+    assert patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["name"] == "node"
+    # When robotics reclaims its 4 GPUs
+    submit(kubectl, robotics, "mine", 4, "kq-low")
+    # Then the TrainJob is evicted (suspended: its pods go), requeued, and waits
+    assert until(
+        lambda: condition(workload(kubectl, vision, "tj"), "Requeued").get("status") == "True", 30
+    )
+    trainjob = json.loads(kubectl("get", "trainjob", "tj", "-n", vision, "-o", "json"))
+    assert trainjob["spec"]["suspend"] is True
+    assert condition(trainjob, "Suspended")["reason"] == "Suspended"
+    assert condition(workload(kubectl, vision, "tj"), "Preempted")["reason"] == (
+        "InCohortReclamation"
+    )
+    assert until(
+        lambda: condition(workload(kubectl, robotics, "mine"), "Admitted").get("status") == "True"
+    )
