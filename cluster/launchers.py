@@ -78,9 +78,10 @@ def _runtime_exists(name: str) -> bool:
 
 
 # The launchers the portal builds, and those it runs on Kueue (Kueue's Kubeflow v1
-# integration is on its way out: not PyTorchJob).
+# integration is on its way out: not PyTorchJob; TrainJob through Kueue's
+# trainer.kubeflow.org/trainjob integration).
 BUILT = (JOB, PYTORCHJOB, TRAINJOB)
-ON_KUEUE = (JOB,)
+ON_KUEUE = (JOB, TRAINJOB)
 
 
 def _offered(served: frozenset[str]) -> list[str]:

@@ -98,11 +98,11 @@ def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
 
 
 def _for_kueue(manifest: Manifest, queue: str) -> None:
-    """Hand the job to Kueue (QUEUEING-NOTES, "Running on Kueue"): a Job names its
-    LocalQueue and is created suspended, for Kueue to unsuspend once admitted; a
+    """Hand the job to Kueue (QUEUEING-NOTES, "Running on Kueue"): a Job or a TrainJob names
+    its LocalQueue and is created suspended, for Kueue to unsuspend once admitted; a
     Deployment's pods name it too (Kueue's pod integration gates each until admitted).
     Services are not Kueue's business."""
-    if manifest["kind"] == "Job":
+    if manifest["kind"] in ("Job", "TrainJob"):
         manifest["metadata"]["labels"][KUEUE_QUEUE_LABEL] = queue
         manifest["spec"]["suspend"] = True
     elif manifest["kind"] == "Deployment":

@@ -23,7 +23,8 @@ from django.core.management import call_command
 from django.db import transaction
 
 from cluster import kube
-from cluster.labels import MANAGED_BY_SELECTOR
+from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from cluster.launchers import launchers_forget
 from jobs.models import Job, JobState
 from jobs.services.submit import job_cancel
 from teams.models import Cohort, GpuQuota, Membership, Team
@@ -206,6 +207,42 @@ def test_a_reclaim_evicts_the_borrowing_teams_lowest_priority_job_once(
     assert fresh(normal).state == fresh(high).state == JobState.RUNNING
     stays_queued(low)
     assert fresh(low).evictions == 1
+
+
+def test_a_borrowing_trainjob_is_reclaimed_and_runs_again(
+    engine: Engine, cluster: SandboxProcess
+) -> None:
+    # Given vision (6 GPUs) running 6 of its own and a low-priority Kubeflow TrainJob of two
+    # 1-GPU nodes on the quota idle robotics (4) lends
+    users = seed(vision=6, robotics=4)
+    engine.sync()
+    launchers_forget()
+    alice, dave = users["alice"], users["dave"]
+    own = submit(alice, "vision", 6, "own", env=LONG)
+    running(own)
+    borrower = submit(alice, "vision", 1, "tj", env=LONG, launcher="trainjob", workers=2,
+                      priority="low")  # fmt: skip
+    assert [m["kind"] for m in borrower.manifests] == ["TrainJob"]
+    running(borrower)
+    wait_for(lambda: fresh(borrower).borrowing, timeout=30)
+    # When robotics takes its 4 GPUs back
+    mine = submit(dave, "robotics", 4, "mine", env={"SANDBOX_DURATION": "120s"})
+    # Then the TrainJob is evicted once, in the reclaim's words
+    evicted = wait_for(lambda: (j := fresh(borrower)).evictions == 1 and j, timeout=60)
+    assert re.fullmatch(
+        r"evicted at \d\d:\d\d: team robotics reclaimed 2 nvidia.com/gpu it had lent to "
+        r"vision; re-queued, position 1",
+        engine.words(evicted),
+    ), evicted.message
+    running(mine, timeout=90)
+    # And once robotics is done, it is admitted again and runs, one TrainJob throughout
+    back = wait_for(
+        lambda: (j := fresh(borrower)).state == JobState.RUNNING and j.evictions == 1 and j,
+        timeout=120,
+    )
+    assert back.evictions == 1 and fresh(own).evictions == 0
+    selector = f"{JOB_ID_LABEL}={borrower.pk}"
+    assert len(list(kube.list_all("TrainJob", label_selector=selector))) == 1
 
 
 def _without_cohort(vision: int) -> dict[str, User]:

@@ -2,8 +2,9 @@
 (the sandbox): queued, running on Trainer's pods with torchrun's env and the portal's
 restricted pod settings, its progress and time to finish from what the training code reports
 through Trainer (``trainerStatus``), succeeded; a failing node fails it with the exit code;
-cancel removes the TrainJob, its JobSet and pods; a borrowing TrainJob is reclaimed and runs
-again; the portal writes its runtime, and without it TrainJob is not offered.
+cancel removes the TrainJob, its JobSet and pods; the portal writes its runtime, and without
+it TrainJob is not offered. (A borrowing TrainJob reclaimed and run again, on both queueing
+engines: test_sharing_engines.py.)
 
 Real processes: PostgreSQL, Redis, a Celery worker with beat, the sandbox (30× real time).
 """
@@ -24,7 +25,6 @@ from jobs.services.submit import job_cancel, job_submit
 from teams.models import Team
 from teams.services import team_save
 from tests.conftest import api_client_for, training_spec
-from tests.integration.test_reclaim import LONG, seed, submit
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -151,34 +151,3 @@ def test_the_portals_runtime_is_written_and_trainjob_needs_it(
     assert message.endswith("use one of: job, pytorchjob.")
     assert not Job.objects.filter(name="tj").exists()
     launchers_forget()
-
-
-def test_a_borrowing_trainjob_is_reclaimed_and_runs_again(worker: WorkerProcess) -> None:
-    # Given vision (6 GPUs) running 6 of its own and a low-priority TrainJob of 2 on quota
-    # idle robotics (4) lends
-    users = seed(vision=6, robotics=4)
-    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
-    launchers_forget()
-    alice, dave = users["alice"], users["dave"]
-    own = submit(alice, "vision", 6, "own", env=LONG)
-    wait_for(lambda: fresh(own).state == JobState.RUNNING, timeout=60)
-    borrower = job_submit(
-        user=alice,
-        data=training_spec(
-            name="tj", launcher="trainjob", workers=2, gpu={"count": 1}, env=LONG,
-            priority="low",
-        ),
-    )  # fmt: skip
-    wait_for(lambda: (j := fresh(borrower)).state == JobState.RUNNING and j.borrowing, timeout=60)
-    # When robotics takes its 4 GPUs back
-    mine = submit(dave, "robotics", 4, "mine", env={"SANDBOX_DURATION": "90s"})
-    # Then the TrainJob is evicted (its objects deleted), in the reclaim's words, once
-    evicted = wait_for(lambda: (j := fresh(borrower)).evictions == 1 and j, timeout=60)
-    assert "team robotics reclaimed 2 nvidia.com/gpu it had lent to vision" in (
-        evicted.events.get(reason="Preempted").message
-    )
-    # And once robotics is done, it is admitted again and runs as one new TrainJob
-    wait_for(lambda: fresh(mine).state == JobState.SUCCEEDED, timeout=90)
-    back = wait_for(lambda: (j := fresh(borrower)).state == JobState.RUNNING and j, timeout=60)
-    assert back.evictions == 1 and fresh(own).evictions == 0
-    assert len(list(kube.list_all("TrainJob", label_selector=selector(borrower)))) == 1
