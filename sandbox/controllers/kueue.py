@@ -327,7 +327,7 @@ def _kueue_patch(trainjob: Obj) -> Obj:
     if found is None:
         found = {"manager": KUEUE_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
         patches.append(found)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def _start_trainjob(
