@@ -107,6 +107,10 @@ spec_options = [
     click.option("--gpu-product", help="e.g. NVIDIA-A100-SXM4-80GB (gpu.product)."),
     click.option("--image", help="The container image."),
     click.option(
+        "--launcher",
+        help="What runs a training job: job, pytorchjob or trainjob (gpuportal launchers).",
+    ),
+    click.option(
         "--set",
         "sets",
         multiple=True,
@@ -147,6 +151,7 @@ def submit(
     Examples:
       gpuportal submit -f job.yaml
       gpuportal submit -f job.yaml --gpus 4 --set env.SEED=7 --wait
+      gpuportal submit -f job.yaml --launcher trainjob
       gpuportal submit --template vision/a100-base --name run-42
     """
     if not path and not template:
@@ -598,6 +603,29 @@ def gpus(output: str) -> None:
         ],
         output,
         raw=nodes if output in ("json", "yaml") else None,
+    )
+
+
+@cli.command()
+@output_option
+def launchers(output: str) -> None:
+    """Training launchers: which the cluster serves and which a job may use now (--launcher).
+
+    \b
+    Example:
+      gpuportal launchers
+    """
+    found = api().get("cluster/launchers/")
+    show(
+        found,
+        [
+            Column("name", lambda r: r["name"] + (" (default)" if r["default"] else "")),
+            Column("kind", lambda r: r["kind"]),
+            Column("served", lambda r: "yes" if r["served"] else "no"),
+            Column("offered", lambda r: "yes" if r["offered"] else "no"),
+            Column("api", lambda r: r["api"], wide=True),
+        ],
+        output,
     )
 
 

@@ -65,6 +65,7 @@ def apply_overrides(spec: dict[str, Any], sets: tuple[str, ...], **fields: Any) 
         "image": "image",
         "gpus": "gpu.count",
         "gpu_product": "gpu.product",
+        "launcher": "launcher",
     }
     for option, path in paths.items():
         if fields.get(option) is not None:

@@ -196,6 +196,7 @@ def test_listings_in_every_output_format(
     none_running = run(home, "ls", "--state", "running", "-o", "json", env=env)
     quota = run(home, "quota", env=env)
     gpus = run(home, "gpus", env=env)
+    launchers = run(home, "launchers", env=env)
 
     assert table.stdout.split()[:4] == ["ID", "NAME", "TEAM", "KIND"]
     assert "cli-train" in table.stdout and "OWNER" not in table.stdout
@@ -206,6 +207,9 @@ def test_listings_in_every_output_format(
     assert quota_rows[1][:3] == ["vision", "nvidia.com/gpu", "16"]
     a100 = next(line.split() for line in gpus.stdout.splitlines() if "A100" in line)
     assert a100[0] == "NVIDIA-A100-SXM4-80GB" and int(a100[-1]) >= int(a100[-2]) > 0
+    launcher_rows = {line.split()[0]: line.split() for line in launchers.stdout.splitlines()[1:]}
+    assert launcher_rows["job"][1:3] == ["(default)", "Job"]
+    assert launcher_rows["pytorchjob"][1:] == ["PyTorchJob", "yes", "yes"]
 
 
 def test_templates_and_clone_from_the_command_line(
@@ -237,7 +241,7 @@ def test_templates_and_clone_from_the_command_line(
 def test_every_command_has_help_with_examples(home: Path) -> None:
     commands = [
         "login", "whoami", "submit", "preview", "ls", "describe", "logs", "cancel", "clone",
-        "quota", "gpus", "templates",
+        "quota", "gpus", "templates", "launchers",
     ]  # fmt: skip
     for command in commands:
         result = run(home, command, "--help")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from jobs.tracking.progress import progress_from_log
+from jobs.tracking.progress import progress_from_log, progress_from_trainer_status
 
 START = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
@@ -63,3 +63,35 @@ def test_a_restart_starts_a_new_run_for_the_rate() -> None:
 def test_a_finished_run_has_nothing_left() -> None:
     found = progress_from_log(log((0, 900), (60, 1000)))
     assert found is not None and found.eta_seconds == 0.0 and found.as_json()["percent"] == 100.0
+
+
+# --- from Kubeflow Trainer's trainerStatus ------------------------------------------------
+
+
+def test_trainer_status_gives_the_percent_its_steps_and_the_time_left_counted_down() -> None:
+    reported = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+    status = {
+        "progressPercentage": 42,
+        "estimatedRemainingSeconds": 600,
+        "metrics": [{"name": "step", "value": "420"}, {"name": "total", "value": "1000"}],
+        "lastUpdatedTime": "2026-11-27T12:00:00Z",
+    }
+    found = progress_from_trainer_status(status, reported + timedelta(seconds=90))
+    assert found is not None
+    assert found.as_json() == {"percent": 42.0, "step": 420, "total": 1000,
+                               "source": "trainerStatus"}  # fmt: skip
+    assert found.eta_seconds == 510  # 600 s when reported, 90 s ago
+    assert found.eta_basis.startswith("reported by the training code through Kubeflow Trainer")
+
+
+def test_trainer_status_without_steps_or_an_estimate_says_so() -> None:
+    now = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+    found = progress_from_trainer_status(
+        {"progressPercentage": 7, "lastUpdatedTime": "2026-11-27T11:59:00Z"}, now
+    )
+    assert found is not None
+    assert found.as_json() == {"percent": 7.0, "step": None, "total": None,
+                               "source": "trainerStatus"}  # fmt: skip
+    assert found.eta_seconds is None and found.eta_basis.startswith("no estimate")
+    # No progress reported (only metrics): nothing to show, the log is read instead
+    assert progress_from_trainer_status({"metrics": [], "lastUpdatedTime": "x"}, now) is None
