@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -46,27 +47,47 @@ _cache: dict[str, tuple[float, frozenset[str]]] = {}
 _lock = threading.Lock()
 
 
-def served_launchers() -> frozenset[str]:
-    """The launchers whose API the cluster serves (``job`` always). Raises
-    ``kube.ClusterError`` when the cluster cannot be asked."""
-    key = str(settings.KUBECONFIG) + "|" + str(settings.KUBE_CONTEXT)
+def _cached(what: str, ask: Callable[[], frozenset[str]]) -> frozenset[str]:
+    key = f"{settings.KUBECONFIG}|{settings.KUBE_CONTEXT}|{what}"
     with _lock:
         found = _cache.get(key)
         if found is not None and time.monotonic() - found[0] < CACHE_SECONDS:
             return found[1]
-    served = {JOB}
-    for launcher in LAUNCHERS.values():
-        if launcher.name == JOB:
-            continue
-        group, version = launcher.api.split("/")
-        if launcher.plural in kube.served_resources(group, version):
-            served.add(launcher.name)
-    if TRAINJOB in served and not _runtime_exists(settings.TRAINJOB_RUNTIME):
-        served.discard(TRAINJOB)  # Trainer without the portal's runtime cannot run its jobs
-    result = frozenset(served)
+    result = ask()
     with _lock:
         _cache[key] = (time.monotonic(), result)
     return result
+
+
+def served_apis() -> frozenset[str]:
+    """The launchers whose API the cluster serves (``job`` always), by discovery. Raises
+    ``kube.ClusterError`` when the cluster cannot be asked."""
+
+    def ask() -> frozenset[str]:
+        served = {JOB}
+        for launcher in LAUNCHERS.values():
+            if launcher.name == JOB:
+                continue
+            group, version = launcher.api.split("/")
+            if launcher.plural in kube.served_resources(group, version):
+                served.add(launcher.name)
+        return frozenset(served)
+
+    return _cached("apis", ask)
+
+
+def served_launchers() -> frozenset[str]:
+    """The launchers the cluster can run: its API served, and for TrainJob the runtime
+    ``TRAINJOB_RUNTIME`` in place (Trainer without it cannot run the portal's jobs).
+    Raises ``kube.ClusterError`` when the cluster cannot be asked."""
+
+    def ask() -> frozenset[str]:
+        served = set(served_apis())
+        if TRAINJOB in served and not _runtime_exists(settings.TRAINJOB_RUNTIME):
+            served.discard(TRAINJOB)
+        return frozenset(served)
+
+    return _cached(f"launchers|{settings.TRAINJOB_RUNTIME}", ask)
 
 
 def _runtime_exists(name: str) -> bool:
@@ -118,10 +139,11 @@ def launchers_list() -> list[dict[str, object]]:
 
 
 def owner_kinds() -> tuple[str, ...]:
-    """The operator kinds beyond Job and Deployment the portal's jobs may be, that the
-    cluster serves (what tracking lists and watches)."""
+    """The operator kinds beyond Job and Deployment the portal's jobs may be, whose API the
+    cluster serves (what tracking lists and watches, whether or not a job may use them now:
+    jobs made earlier are followed to their end)."""
     try:
-        served = served_launchers()
+        served = served_apis()
     except kube.ClusterError:
         return ()
     return tuple(LAUNCHERS[n].kind for n in sorted(served) if n in BUILT and n != JOB)

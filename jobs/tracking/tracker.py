@@ -259,9 +259,10 @@ class ClusterTracker:
             logger.info("tracker %s leads", self.lease.identity)
             term = threading.Event()
             informer = _Informer()
+            operators = owner_kinds()
             threads = [
                 threading.Thread(target=self._watch_loop, args=(kind, informer, term), daemon=True)
-                for kind in (*WATCHED, *owner_kinds(), *_kueue_kinds(), "Event")
+                for kind in (*WATCHED, *operators, *_kueue_kinds(), "Event")
             ]
             for thread in threads:
                 thread.start()
@@ -273,6 +274,11 @@ class ClusterTracker:
                     if time.monotonic() >= next_renewal:
                         if not self._hold():
                             logger.warning("tracker %s lost the lease", self.lease.identity)
+                            break
+                        if owner_kinds() != operators:
+                            # An operator was installed or removed: watch what is served now.
+                            logger.info("tracker %s: operators now %s", self.lease.identity,
+                                        owner_kinds())  # fmt: skip
                             break
                         next_renewal = time.monotonic() + renew_every
             finally:

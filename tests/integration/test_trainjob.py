@@ -91,13 +91,13 @@ def test_a_trainjob_runs_on_trainers_pods_reports_progress_and_succeeds(
     assert reported.progress["step"] < reported.progress["total"]
     assert reported.eta_seconds is not None and reported.eta_seconds > 0
     assert "through Kubeflow Trainer" in reported.eta_basis
-    # ...and its logs are its nodes' (rank 0's says its rank)
+    # ...and its logs are its nodes' (rank 0's, its training steps)
     logs = api_client_for(users["alice"]).get(f"/api/v1/jobs/{job.pk}/logs/?tail=50").json()
     by_pod = {p["pod"]: p["log"] for p in logs["pods"]}
     rank_zero = next(p["metadata"]["name"] for p in pods if p["metadata"]["annotations"][
         "batch.kubernetes.io/job-completion-index"] == "0")  # fmt: skip
     assert set(by_pod) == {p["metadata"]["name"] for p in pods}
-    assert "GPU_PORTAL_PROGRESS step=" in by_pod[rank_zero]
+    assert "loss=" in by_pod[rank_zero]
     # Then it succeeds as its JobSet does
     done = wait_for(lambda: (j := fresh(job)).state == JobState.SUCCEEDED and j, timeout=90)
     assert done.reason == "AllJobsCompleted" and done.exit_code == 0
