@@ -19,6 +19,7 @@ from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from cluster.nodes import cluster_snapshot
 from cluster.priority_classes import PRIORITY_CLASSES
+from jobs.manifests.trainer import trainer_pods
 from jobs.models import Job
 from jobs.services.admission import admission_preview
 from scheduling import (
@@ -55,28 +56,35 @@ def recent_cluster_snapshot() -> ClusterSnapshot:
     return ClusterSnapshot(snapshot.nodes, snapshot.pods)
 
 
-def _pod_template(manifest: dict[str, Any]) -> dict[str, Any] | None:
-    if manifest.get("kind") not in ("Job", "Deployment"):
-        return None
-    template: dict[str, Any] = manifest["spec"]["template"]
-    return template
+def _pod_templates(manifest: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
+    """(pod template, how many pods) of each kind of pod a manifest makes: a Job's
+    workers, a Deployment's replicas, a PyTorchJob's replicas of each type, a TrainJob's
+    nodes (the trainer's pod as Trainer makes it)."""
+    kind, spec = manifest.get("kind"), manifest.get("spec") or {}
+    if kind in ("Job", "Deployment"):
+        return [(spec["template"], int(spec.get("parallelism") or spec.get("replicas") or 1))]
+    if kind == "PyTorchJob":
+        return [
+            (replica["template"], int(replica.get("replicas") or 1))
+            for replica in (spec.get("pytorchReplicaSpecs") or {}).values()
+        ]
+    if kind == "TrainJob":
+        nodes = int((spec.get("trainer") or {}).get("numNodes") or 1)
+        return [(pod, nodes) for _, pod in trainer_pods(manifest)]
+    return []
 
 
 def job_pods(manifests: list[dict[str, Any]]) -> list[Pod]:
-    """The pods the job's workload will create (one per worker or replica)."""
+    """The pods the job's workload will create (one per worker, replica or node)."""
     pods: list[Pod] = []
     for manifest in manifests:
-        template = _pod_template(manifest)
-        if template is None:
-            continue
-        spec = manifest["spec"]
-        count = int(spec.get("parallelism") or spec.get("replicas") or 1)
-        for index in range(count):
-            obj = copy.deepcopy(template)
-            obj.setdefault("metadata", {})
-            obj["metadata"]["name"] = f"{manifest['metadata']['name']}-preview-{index}"
-            obj["metadata"]["namespace"] = manifest["metadata"].get("namespace", "default")
-            pods.append(pod_from_k8s(obj, PRIORITY_CLASSES))
+        for template, count in _pod_templates(manifest):
+            for _ in range(count):
+                obj = copy.deepcopy(template)
+                obj.setdefault("metadata", {})
+                obj["metadata"]["name"] = f"{manifest['metadata']['name']}-preview-{len(pods)}"
+                obj["metadata"]["namespace"] = manifest["metadata"].get("namespace", "default")
+                pods.append(pod_from_k8s(obj, PRIORITY_CLASSES))
     return pods
 
 

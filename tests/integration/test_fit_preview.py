@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
+from cluster.launchers import launchers_forget
 from jobs.models import Job
 from jobs.services.admission import admission_run
 from jobs.services.apply import job_apply
@@ -108,3 +109,18 @@ def test_a_time_sliced_job_on_a_named_product_fits_the_shared_nodes(
 
     assert fit["verdict"] == "fits", fit
     assert fit["nodes"][0].startswith("gpu-t4-shared-")
+
+
+@pytest.mark.parametrize("launcher", ["job", "pytorchjob", "trainjob"])
+def test_every_launchers_pods_are_the_ones_previewed(
+    cluster: SandboxProcess, alice_api: APIClient, settings: Any, launcher: str
+) -> None:
+    # Given Trainer's shipped runtime as the portal's (no team sync here)
+    settings.TRAINJOB_RUNTIME = "torch-distributed"
+    launchers_forget()
+    # When alice previews two workers of 8 GPUs each, Then both whole A100 nodes are taken,
+    # one per worker, whatever object runs them (not "nothing to schedule")
+    fit = preview(alice_api, name=f"p-{launcher}", launcher=launcher, workers=2, gpu={"count": 8})
+    launchers_forget()
+    assert fit["verdict"] == "fits", fit
+    assert len(set(fit["nodes"])) == 2 and all(n.startswith("gpu-a100-") for n in fit["nodes"])
