@@ -203,18 +203,26 @@ def _new_workload(
     return stored
 
 
-def _follow_job(cluster: Cluster, workload: Obj, job: Obj) -> None:
-    """Finished when the Job is; requeued once an evicted Job's pods are gone."""
-    ts = cluster.timestamp()
+def _finished_with(workload: Obj, owner: Obj, ts: str) -> bool:
+    """The Workload is ``Finished`` (already, or now as its Job or TrainJob is: its
+    ``Complete`` / ``Failed`` condition's message)."""
     if get_condition(workload, "Finished"):
-        return
+        return True
     for kind, reason in (("Complete", "Succeeded"), ("Failed", "Failed")):
-        done = get_condition(job, kind)
+        done = get_condition(owner, kind)
         if done and done["status"] == "True":
             set_condition(
                 workload, condition("Finished", "True", reason, done.get("message", ""), ts, None)
             )
-            return
+            return True
+    return False
+
+
+def _follow_job(cluster: Cluster, workload: Obj, job: Obj) -> None:
+    """Finished when the Job is; requeued once an evicted Job's pods are gone."""
+    ts = cluster.timestamp()
+    if _finished_with(workload, job, ts):
+        return
     evicted = get_condition(workload, "Evicted")
     reserved = get_condition(workload, "QuotaReserved")
     if (
@@ -297,15 +305,8 @@ def _follow_trainjob(cluster: Cluster, workload: Obj, trainjob: Obj) -> None:
     """The TrainJob integration's ``Finished`` and requeue (as ``_follow_job`` for Jobs);
     once requeued, Kueue's patch loses what the admission wrote."""
     ts = cluster.timestamp()
-    if get_condition(workload, "Finished"):
+    if _finished_with(workload, trainjob, ts):
         return
-    for kind, reason in (("Complete", "Succeeded"), ("Failed", "Failed")):
-        done = get_condition(trainjob, kind)
-        if done and done["status"] == "True":
-            set_condition(
-                workload, condition("Finished", "True", reason, done.get("message", ""), ts, None)
-            )
-            return
     evicted = get_condition(workload, "Evicted")
     reserved = get_condition(workload, "QuotaReserved")
     active = sum(

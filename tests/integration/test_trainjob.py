@@ -25,6 +25,7 @@ from jobs.services.submit import job_cancel, job_submit
 from teams.models import Team
 from teams.services import team_save
 from tests.conftest import api_client_for, training_spec
+from tests.integration.test_reclaim import fresh
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,10 +41,6 @@ def users(worker: WorkerProcess) -> dict[str, User]:
     call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
     launchers_forget()
     return {u.username: u for u in User.objects.all()}
-
-
-def fresh(job: Job) -> Job:
-    return Job.objects.get(pk=job.pk)
 
 
 def trainjob(user: User, name: str, **env: str) -> Job:
