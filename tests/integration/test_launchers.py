@@ -35,6 +35,8 @@ def users(worker: WorkerProcess) -> dict[str, User]:
     vision = Team.objects.get(slug="vision")
     vision.cohort = None
     team_save(actor=None, team=vision)
+    # The teams in the cluster (and the portal's Trainer runtime) before anything is asked
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
     launchers_forget()
     return {u.username: u for u in User.objects.all()}
 
