@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         event_ttl=args.event_ttl,
         default_training_seconds=args.default_duration,
         faults=fault_rates,
+        workdir=str(Path(args.state).parent),
     )
     cluster = Cluster(store, options)
     crds.load(store.list(crds.CRD_KEY))
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         server.shutdown()
         server.server_close()
     manager.stop()
+    cluster.jupyter.stop_all()
     store.close()
     print("SANDBOX STOPPED", flush=True)
     return 0

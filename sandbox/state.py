@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 import string
+import tempfile
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sandbox.clock import SimClock, parse_rfc3339, rfc3339, rfc3339_micro
+from sandbox.jupyter import Servers
 from sandbox.profiles import Device
 from sandbox.store import Obj, Store
 
@@ -25,6 +28,7 @@ class Options:
     default_training_seconds: float = 60.0
     continue_ttl: float = 300.0  # simulated seconds before a continue token is "compacted"
     faults: dict[str, Any] | None = None  # the profile's fault rates (controllers.faultplan)
+    workdir: str = ""  # where real processes keep their files (beside the state file)
 
 
 def _involved_object(obj: Obj, component: str) -> Obj:
@@ -53,6 +57,9 @@ class Cluster:
     def __init__(self, store: Store, options: Options) -> None:
         self.store = store
         self.options = options
+        workdir = Path(options.workdir) if options.workdir else Path(tempfile.mkdtemp("-sandbox"))
+        # The real JupyterLab servers of Jupyter images' pods (sandbox.jupyter).
+        self.jupyter = Servers(workdir)
         start = store.meta_get("clock")
         self.clock = SimClock(float(start) if start is not None else time.time(), options.speed)
         store.clock_fn = self.clock.now

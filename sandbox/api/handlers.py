@@ -323,6 +323,14 @@ def _scale(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _tail(text: str, tail_lines: str) -> str:
+    """The last ``tail_lines`` lines of a log (all of it when not a count)."""
+    output = text.splitlines()
+    if tail_lines.isdigit():
+        output = output[-int(tail_lines) :] if int(tail_lines) else []
+    return "".join(line + "\n" for line in output)
+
+
 def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
     """``GET …/pods/<name>/log`` with ``container``, ``tailLines``, ``timestamps``,
     ``sinceSeconds``/``sinceTime``, ``limitBytes`` and ``previous``."""
@@ -356,6 +364,9 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
         raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
     if q.get("previous", "").lower() == "true" and not life.get("restarts"):
         raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+    real = cluster.jupyter.log_text(pod["metadata"]["uid"]) if life.get("real") else None
+    if real is not None:  # a real server's own output (sandbox.jupyter)
+        return _tail(real, q.get("tailLines") or "")
     spec_c = next(c for c in pod["spec"]["containers"] if c["name"] == container)
     env: dict[str, str] = {}
     annotations = pod["metadata"].get("annotations") or {}

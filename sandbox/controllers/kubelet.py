@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import annotations as ann
-from sandbox import checkpoints, faults, logs
+from sandbox import checkpoints, faults, jupyter, logs
 from sandbox.clock import parse_duration
 from sandbox.dcgm import bank_energy
 from sandbox.state import Cluster
@@ -213,6 +213,8 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
         _create_containers(tick, node)
     elif life["state"] in ("creating", "backoff") and now >= life["start_at"]:
         _start_containers(tick, life, node)
+    elif life["state"] == "running" and life.get("real"):
+        _follow_server(tick, life)
     elif (
         life["state"] == "running"
         and (life["kind"] == "training" or life.get("xid") is not None)
@@ -234,6 +236,7 @@ def _terminate(tick: _Tick, life: dict[str, Any]) -> None:
         life["kill_at"] = now + min(grace, parse_duration(stop) if stop else STOP_SECONDS)
         tick.save_life(life)
     if now >= life["kill_at"]:
+        tick.cluster.jupyter.stop(tick.uid)
         tick.cluster.store.delete("pods", tick.ns, tick.name)
         release_devices(tick.cluster, pod)
         tick.cluster.store.meta_delete(tick.life_key)
@@ -301,16 +304,22 @@ def _start_containers(tick: _Tick, life: dict[str, Any], node: Obj | None) -> No
             )
         tick.event("Normal", "Created", f"Created container: {c['name']}")
         tick.event("Normal", "Started", f"Started container {c['name']}")
-    life.update({"state": "running", "started": tick.now, "finished": None})
+    real = jupyter.is_jupyter(pod)
+    life.update({"state": "running", "started": tick.now, "finished": None, "real": real})
     tick.save_life(life)
     _, pod_ip = _ip(pod, node, tick.cluster)
+    if real:
+        pod_ip = jupyter.pod_ip(tick.uid)
+        _start_server(tick)
     status = pod["status"]
     status.update({"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]})
+    # A real server is ready once it answers (``_follow_server``); a simulated one at once.
+    ready_reason = "ContainersNotReady" if real else None
     tick.conditions(
         ("PodReadyToStartContainers", True, None),
         ("Initialized", True, None),
-        ("Ready", True, None),
-        ("ContainersReady", True, None),
+        ("Ready", not real, ready_reason),
+        ("ContainersReady", not real, ready_reason),
         ("PodScheduled", True, None),
     )
     last = [cs.get("lastState", {}) for cs in status.get("containerStatuses") or []]
@@ -318,7 +327,7 @@ def _start_containers(tick: _Tick, life: dict[str, Any], node: Obj | None) -> No
         _container_status(
             c,
             {"running": {"startedAt": ts}},
-            True,
+            not real,
             life["restarts"],
             tick.uid,
             last[i] if i < len(last) else None,
@@ -326,6 +335,50 @@ def _start_containers(tick: _Tick, life: dict[str, Any], node: Obj | None) -> No
         for i, c in enumerate(tick.containers)
     ]
     tick.cluster.store.put("pods", pod)
+
+
+def _start_server(tick: _Tick) -> None:
+    env = jupyter.container_env(tick.cluster.store.get, tick.pod)
+    tick.cluster.jupyter.start(tick.pod, env, jupyter.home_claim(tick.pod, env))
+
+
+def _follow_server(tick: _Tick, life: dict[str, Any]) -> None:
+    """A real server's container: ready once it answers; terminated when its process
+    exits (then restarted after a back-off, as ``restartPolicy: Always`` has it); started
+    again when the sandbox itself was restarted under it."""
+    servers, uid = tick.cluster.jupyter, tick.uid
+    if servers.get(uid) is None:
+        _start_server(tick)
+        return
+    code = servers.exit_code(uid)
+    if code is not None:
+        servers.stop(uid, remove=False)
+        terminated = {
+            "terminated": {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": tick.cluster.stamp(life["started"]),
+                "finishedAt": tick.ts,
+                "containerID": f"containerd://{uid.replace('-', '')}",
+            }
+        }
+        _back_off(tick, life, tick.now, terminated)
+        return
+    ready = servers.ready(uid)
+    statuses = tick.pod["status"].get("containerStatuses") or []
+    if all(cs.get("ready") == ready for cs in statuses):
+        return
+    for cs in statuses:
+        cs["ready"] = ready
+    reason = None if ready else "ContainersNotReady"
+    tick.conditions(
+        ("PodReadyToStartContainers", True, None),
+        ("Initialized", True, None),
+        ("Ready", ready, reason),
+        ("ContainersReady", ready, reason),
+        ("PodScheduled", True, None),
+    )
+    tick.cluster.store.put("pods", tick.pod)
 
 
 def _exit_containers(tick: _Tick, life: dict[str, Any]) -> None:
@@ -422,6 +475,8 @@ def _next_due(pod: Obj, life: dict[str, Any] | None) -> float:
         return math.inf
     if life["state"] in ("creating", "backoff"):
         return float(life["start_at"])
+    if life["state"] == "running" and life.get("real"):
+        return -math.inf  # a real process: looked at every pass (it may answer or exit)
     if life["state"] == "running" and (life["kind"] == "training" or life.get("xid") is not None):
         return float(life["started"]) + float(life["duration"])
     return math.inf
@@ -459,3 +514,5 @@ def reconcile(cluster: Cluster) -> None:
         elif meta.get("deletionTimestamp"):
             store.delete("pods", meta["namespace"], meta["name"])
     cluster.settled["kubelet"] = still
+    if cluster.jupyter:
+        cluster.jupyter.stop_gone({p["metadata"]["uid"] for p in store.iter("pods")})

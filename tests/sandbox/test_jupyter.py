@@ -1,0 +1,170 @@
+"""Pods of Jupyter images run a real JupyterLab in the sandbox (driven with the official
+client, as the portal will): on the pod's own loopback address and its container port,
+ready once it answers, refusing requests without the container's token (taken from a
+Secret), running a cell over its kernel WebSocket, its home folder a claim's that outlives
+the pod, its output the pod's log, and gone with the pod."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+import websocket
+from kubernetes import client
+
+from tests.sandbox.conftest import wait_for
+
+IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-24"
+TOKEN = "portal-secret-" + uuid.uuid4().hex[:8]
+
+
+def notebook_pod(name: str, claim: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Always",
+            "containers": [
+                {
+                    "name": "notebook",
+                    "image": IMAGE,
+                    "args": ["start-notebook.py", "--ServerApp.base_url=/workspaces/7/"],
+                    "ports": [{"name": "http", "containerPort": 8888}],
+                    "env": [
+                        {
+                            "name": "JUPYTER_TOKEN",
+                            "valueFrom": {"secretKeyRef": {"name": "ws-7", "key": "token"}},
+                        }
+                    ],
+                    "resources": {"requests": {"cpu": "100m"}},
+                    "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}],
+                }
+            ],
+            "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+
+
+def get(url: str, token: str | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def running_server(core: client.CoreV1Api, ns: str, name: str, claim: str) -> str:
+    """Create the pod and return its base URL once it is Ready."""
+    core.create_namespaced_pod(ns, notebook_pod(name, claim))
+
+    def ready() -> Any:
+        pod = core.read_namespaced_pod(name, ns)
+        conditions = {c.type: c.status for c in pod.status.conditions or []}
+        return conditions.get("Ready") == "True" and pod
+
+    pod = wait_for(ready, timeout=60)
+    return f"http://{pod.status.pod_ip}:8888/workspaces/7"
+
+
+def run_cell(base: str, code: str) -> str:
+    """Start a kernel and run ``code`` over its channels WebSocket: its result, as text."""
+    request = urllib.request.Request(
+        f"{base}/api/kernels", data=b"{}", method="POST",
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        kernel = json.load(response)["id"]
+    session = uuid.uuid4().hex
+    ws = websocket.create_connection(
+        f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel}/channels?session_id={session}",
+        header=[f"Authorization: token {TOKEN}"],
+        timeout=30,
+    )
+    msg_id = uuid.uuid4().hex
+    ws.send(json.dumps({
+        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "",
+                   "session": session, "date": "", "version": "5.3"},
+        "parent_header": {}, "metadata": {}, "channel": "shell",
+        "content": {"code": code, "silent": False, "store_history": True,
+                    "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+    }))  # fmt: skip
+    result = ""
+    try:
+        while True:
+            message = json.loads(ws.recv())
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "execute_result":
+                result = message["content"]["data"]["text/plain"]
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                return result
+    finally:
+        ws.close()
+
+
+@pytest.fixture
+def secret(core: client.CoreV1Api, namespace: str) -> str:
+    core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": "ws-7"},
+            "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
+        },
+    )
+    return namespace
+
+
+def test_a_jupyter_pod_runs_a_real_jupyterlab_on_its_own_address(
+    core: client.CoreV1Api, secret: str
+) -> None:
+    ns = secret
+    base = running_server(core, ns, "ws-7", claim=f"home-{ns}")
+    ip = base.split("//")[1].split(":")[0]
+    assert ip.startswith("127.") and not ip.startswith("127.0.0.")
+    # Without the token it refuses; with it, its status
+    assert get(f"{base}/api/status")[0] == 403
+    status, body = get(f"{base}/api/status", TOKEN)
+    assert status == 200 and set(body) >= {"started", "last_activity", "kernels", "connections"}
+    # A cell runs over the kernel's WebSocket
+    assert run_cell(base, "1 + 1") == "2"
+    # Its log is the server's own output
+    log = core.read_namespaced_pod_log("ws-7", ns, tail_lines=200)
+    assert "Jupyter Server" in log and "/workspaces/7/" in log
+
+
+def test_the_home_folder_outlives_the_pod(core: client.CoreV1Api, secret: str) -> None:
+    ns, claim = secret, f"home-{secret}"
+    base = running_server(core, ns, "first", claim)
+    # Given a file written into the home folder through Jupyter's contents API
+    request = urllib.request.Request(
+        f"{base}/api/contents/notes.txt",
+        data=json.dumps({"type": "file", "format": "text", "content": "kept"}).encode(),
+        method="PUT",
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status in (200, 201)
+    # When the pod goes (its server with it) and another starts on the same claim
+    core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
+    wait_for(lambda: not _answers(base), timeout=30)
+    again = running_server(core, ns, "second", claim)
+    # Then the file is there
+    status, body = get(f"{again}/api/contents/notes.txt?content=1", TOKEN)
+    assert status == 200 and body["content"] == "kept"
+
+
+def _answers(base: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{base}/api", timeout=1)
+    except (OSError, urllib.error.URLError):
+        return False
+    return True
