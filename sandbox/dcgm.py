@@ -84,11 +84,15 @@ def noise(seed: int, key: str, t: float) -> float:
 class Holder:
     """A pod holding a device, with what the simulation needs to know about it."""
 
-    def __init__(self, pod: Obj, life: dict[str, Any]) -> None:
+    def __init__(self, pod: Obj, life: dict[str, Any], busy: bool | None = None) -> None:
         self.pod = pod
         self.life = life
         self.kind = life.get("kind", "training")
-        self.idle = ann.flag(pod, ann.IDLE)
+        # A real notebook server's GPU (sandbox.jupyter) is busy while a kernel executes,
+        # and idle otherwise; a simulated workload follows its kind.
+        self.idle = ann.flag(pod, ann.IDLE) or busy is False
+        if busy:
+            self.kind = "training"
         self.hot = ann.flag(pod, ann.HOT)
         self.fb_full = ann.flag(pod, ann.FB_FULL)
 
@@ -169,7 +173,10 @@ def render(cluster: Cluster) -> str:
             if pod is None or life is None or life.get("state") == "done":
                 continue
             for dev_id in entry.get("devices", []):
-                holders_by_dev.setdefault((entry["node"], dev_id), []).append(Holder(pod, life))
+                busy = cluster.jupyter.busy(uid) if life.get("real") else None
+                holders_by_dev.setdefault((entry["node"], dev_id), []).append(
+                    Holder(pod, life, busy)
+                )
         samples: dict[str, list[str]] = {name: [] for name, _, _ in FAMILIES}
         for node in cluster.store.list("nodes"):
             node_name = node["metadata"]["name"]

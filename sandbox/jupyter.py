@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -66,21 +67,40 @@ class Server:
     port: int
     base_url: str
     log: Path
+    token: str = ""
     answering: threading.Event = field(default_factory=threading.Event)
+    busy: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def api(self) -> str:
+        return f"http://{self.ip}:{self.port}{self.base_url.rstrip('/')}/api"
 
     def watch(self) -> None:
-        """Until the server answers HTTP (``GET <base_url>api``, its one route without a
-        token) or exits: asked off the controllers' thread, which holds the store's lock."""
-        url = f"http://{self.ip}:{self.port}{self.base_url.rstrip('/')}/api"
-        while self.process.poll() is None:
+        """Off the controllers' thread (which holds the store's lock): until the server
+        answers HTTP (``GET <base_url>api``, its one route without a token), then, while it
+        runs, whether a kernel is executing (``/api/kernels``, not counted as activity):
+        the GPU the notebook holds is busy while it does."""
+        while self.process.poll() is None and not self.answering.is_set():
             try:
-                with urllib.request.urlopen(url, timeout=1) as response:  # loopback only
+                # http on the pod's own loopback address, never a user-given URL
+                with urllib.request.urlopen(self.api, timeout=1) as response:  # noqa: S310
                     if response.status == 200:
                         self.answering.set()
-                        return
             except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(0.1)
+                time.sleep(0.1)
+        request = urllib.request.Request(  # noqa: S310 - the pod's loopback address
+            f"{self.api}/kernels?no_track_activity=1",
+            headers={"Authorization": f"token {self.token}"},
+        )
+        while self.process.poll() is None:
+            try:
+                with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310
+                    kernels = json.load(response)
+                busy = any(k.get("execution_state") == "busy" for k in kernels)
+                (self.busy.set if busy else self.busy.clear)()
+            except (OSError, urllib.error.URLError, ValueError):
+                self.busy.clear()
+            time.sleep(0.5)
 
 
 def _die_with_parent() -> None:
@@ -146,7 +166,7 @@ class Servers:
                 cwd=root,
                 preexec_fn=_die_with_parent,
             )
-        server = Server(uid, process, ip, port, base_url, log)
+        server = Server(uid, process, ip, port, base_url, log, env.get("JUPYTER_TOKEN", ""))
         threading.Thread(target=server.watch, name=f"jupyter-{uid[:8]}", daemon=True).start()
         with self._lock:
             self._servers[uid] = server
@@ -175,6 +195,11 @@ class Servers:
         """The server runs and has answered HTTP."""
         server = self.get(uid)
         return server is not None and server.process.poll() is None and server.answering.is_set()
+
+    def busy(self, uid: str) -> bool:
+        """A kernel of the pod's server is executing now."""
+        server = self.get(uid)
+        return server is not None and server.busy.is_set()
 
     def stop(self, uid: str, *, remove: bool = True) -> None:
         """SIGTERM (the server stops its kernels), SIGKILL after 5 s; its private files go

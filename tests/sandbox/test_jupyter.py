@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -17,14 +18,15 @@ import pytest
 import websocket
 from kubernetes import client
 
-from tests.sandbox.conftest import wait_for
+from tests.sandbox.conftest import GPU_TOLERATION, wait_for
+from tests.sandbox_process import SandboxProcess
 
 IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-24"
 TOKEN = "portal-secret-" + uuid.uuid4().hex[:8]
 
 
-def notebook_pod(name: str, claim: str) -> dict[str, Any]:
-    return {
+def notebook_pod(name: str, claim: str, gpu: bool = False) -> dict[str, Any]:
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
@@ -49,6 +51,11 @@ def notebook_pod(name: str, claim: str) -> dict[str, Any]:
             "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": claim}}],
         },
     }
+    if gpu:
+        container = pod["spec"]["containers"][0]
+        container["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+        pod["spec"]["tolerations"] = [GPU_TOLERATION]
+    return pod
 
 
 def get(url: str, token: str | None = None) -> tuple[int, Any]:
@@ -62,9 +69,11 @@ def get(url: str, token: str | None = None) -> tuple[int, Any]:
         return exc.code, None
 
 
-def running_server(core: client.CoreV1Api, ns: str, name: str, claim: str) -> str:
+def running_server(
+    core: client.CoreV1Api, ns: str, name: str, claim: str, gpu: bool = False
+) -> str:
     """Create the pod and return its base URL once it is Ready."""
-    core.create_namespaced_pod(ns, notebook_pod(name, claim))
+    core.create_namespaced_pod(ns, notebook_pod(name, claim, gpu))
 
     def ready() -> Any:
         pod = core.read_namespaced_pod(name, ns)
@@ -168,3 +177,25 @@ def _answers(base: str) -> bool:
     except (OSError, urllib.error.URLError):
         return False
     return True
+
+
+def gpu_util(sandbox: SandboxProcess, pod: str) -> float | None:
+    with urllib.request.urlopen(sandbox.metrics_url, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and f'pod="{pod}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_the_notebooks_gpu_is_busy_only_while_a_kernel_executes(
+    core: client.CoreV1Api, secret: str, sandbox: SandboxProcess
+) -> None:
+    # Given a notebook holding a GPU, with nothing running: its GPU idles
+    base = running_server(core, secret, "gpu-nb", claim=f"gpu-{secret}", gpu=True)
+    assert wait_for(lambda: (u := gpu_util(sandbox, "gpu-nb")) is not None and u < 5, timeout=20)
+    # When a cell runs for a while, Then its GPU is busy until the cell ends
+    done = threading.Thread(target=run_cell, args=(base, "import time; time.sleep(6)"))
+    done.start()
+    assert wait_for(lambda: (gpu_util(sandbox, "gpu-nb") or 0) > 80, timeout=10)
+    done.join(timeout=30)
+    assert wait_for(lambda: (gpu_util(sandbox, "gpu-nb") or 100) < 5, timeout=10)
