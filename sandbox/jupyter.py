@@ -182,6 +182,10 @@ class Servers:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def claim_deleted(self, namespace: str, claim: str) -> None:
+        """A deleted claim's volume goes with it (the default reclaim policy, Delete)."""
+        shutil.rmtree(self.workdir / "volumes" / namespace / claim, ignore_errors=True)
+
     def get(self, uid: str) -> Server | None:
         with self._lock:
             return self._servers.get(uid)

@@ -119,6 +119,8 @@ def _prepare_kind(cluster: Cluster, rt: ResourceType, obj: Obj) -> list[str]:
             )
     elif rt.plural == "pods":
         obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj)}
+    elif rt.plural == "persistentvolumeclaims" and isinstance(spec, dict):
+        _bind_claim(obj)
     elif rt.plural == "resourcequotas":
         hard = dict((spec or {}).get("hard") or {})
         used = admission.quota_used(cluster, meta["namespace"], hard)
@@ -188,6 +190,34 @@ def create(
     if rt.key == crds.CRD_KEY:
         crds.register(obj)
     return obj, warnings
+
+
+DEFAULT_STORAGE_CLASS = "standard"
+
+
+def _bind_claim(claim: Obj) -> None:
+    """A claim of the default StorageClass (``standard``, set by the DefaultStorageClass
+    admission plugin when it names none), bound at once to a new volume of its size, as
+    an ``Immediate`` provisioner does. Its files live in the sandbox's state folder
+    (``volumes/<namespace>/<claim>``) while the claim does."""
+    spec = claim["spec"]
+    if spec.get("storageClassName") is None:
+        spec["storageClassName"] = DEFAULT_STORAGE_CLASS
+    spec.setdefault("volumeMode", "Filesystem")
+    spec["volumeName"] = f"pvc-{claim['metadata']['uid']}"
+    size = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+    claim["status"] = {
+        "phase": "Bound",
+        "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
+        "capacity": {"storage": size},
+    }
+    claim["metadata"].setdefault("annotations", {}).update(
+        {
+            "pv.kubernetes.io/bind-completed": "yes",
+            "pv.kubernetes.io/bound-by-controller": "yes",
+            "volume.kubernetes.io/storage-provisioner": "sandbox.gpu-portal.dev/hostpath",
+        }
+    )
 
 
 def _named_in_namespace(cluster: Cluster, rt: ResourceType, ns: str, obj: Obj) -> Obj:
@@ -695,6 +725,8 @@ def delete(
     cluster.store.delete(rt.key, key_ns, name)
     if rt.key == crds.CRD_KEY:
         _delete_custom_objects(cluster, obj)
+    if rt.plural == "persistentvolumeclaims":
+        cluster.jupyter.claim_deleted(ns, name)  # its volume goes (reclaim policy Delete)
     return _status_success(rt, obj), warnings
 
 

@@ -431,6 +431,29 @@ def _secret(obj: Obj, now: float) -> list[Any]:
     return [obj["metadata"]["name"], obj.get("type", "Opaque"), data, _age(obj, now)]
 
 
+def _claim(obj: Obj, now: float) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return [
+        obj["metadata"]["name"],
+        status.get("phase", "Pending"),
+        spec.get("volumeName", ""),
+        (status.get("capacity") or {}).get("storage", ""),
+        ",".join(_ACCESS_MODES.get(m, m) for m in status.get("accessModes") or []),
+        spec.get("storageClassName") or "<unset>",
+        spec.get("volumeAttributesClassName") or "<unset>",
+        _age(obj, now),
+        spec.get("volumeMode", "Filesystem"),
+    ]
+
+
+_ACCESS_MODES = {
+    "ReadWriteOnce": "RWO",
+    "ReadOnlyMany": "ROX",
+    "ReadWriteMany": "RWX",
+    "ReadWriteOncePod": "RWOP",
+}
+
+
 def _service_account(obj: Obj, now: float) -> list[Any]:
     return [obj["metadata"]["name"], len(obj.get("secrets") or []), _age(obj, now)]
 
@@ -481,6 +504,20 @@ PRINTERS: dict[str, Printer] = {
     "ConfigMap": ([NAME, ("Data", "integer", "", 0), AGE], _config_map),
     "Secret": ([NAME, ("Type", "string", "", 0), ("Data", "integer", "", 0), AGE], _secret),
     "ServiceAccount": ([NAME, ("Secrets", "integer", "", 0), AGE], _service_account),
+    "PersistentVolumeClaim": (
+        [
+            NAME,
+            ("Status", "string", "", 0),
+            ("Volume", "string", "", 0),
+            ("Capacity", "string", "", 0),
+            ("Access Modes", "string", "", 0),
+            ("StorageClass", "string", "", 0),
+            ("VolumeAttributesClass", "string", "", 0),
+            AGE,
+            ("VolumeMode", "string", "", 1),
+        ],
+        _claim,
+    ),
 }
 DEFAULT: Printer = ([NAME, ("Created At", "date", "", 0)], _default)
 

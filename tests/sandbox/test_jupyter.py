@@ -18,7 +18,7 @@ import pytest
 import websocket
 from kubernetes import client
 
-from tests.sandbox.conftest import GPU_TOLERATION, wait_for
+from tests.sandbox.conftest import GPU_TOLERATION, rows, wait_for
 from tests.sandbox_process import SandboxProcess
 
 IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-24"
@@ -199,3 +199,42 @@ def test_the_notebooks_gpu_is_busy_only_while_a_kernel_executes(
     assert wait_for(lambda: (gpu_util(sandbox, "gpu-nb") or 0) > 80, timeout=10)
     done.join(timeout=30)
     assert wait_for(lambda: (gpu_util(sandbox, "gpu-nb") or 100) < 5, timeout=10)
+
+
+def test_a_claim_is_bound_at_once_and_its_files_go_with_it(
+    core: client.CoreV1Api, secret: str, kubectl: Any
+) -> None:
+    ns = secret
+    # Given a home claim a platform's default StorageClass provisions
+    core.create_namespaced_persistent_volume_claim(
+        ns,
+        {
+            "metadata": {"name": "home-alice"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+    )
+    table = rows(kubectl("get", "pvc", "-n", ns))
+    assert table[0][:6] == ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS MODES", "STORAGECLASS"]
+    assert table[1][:2] == ["home-alice", "Bound"] and table[1][3:6] == ["10Gi", "RWO", "standard"]
+    # ...with a file a notebook wrote
+    base = running_server(core, ns, "nb", "home-alice")
+    request = urllib.request.Request(
+        f"{base}/api/contents/notes.txt",
+        data=json.dumps({"type": "file", "format": "text", "content": "kept"}).encode(),
+        method="PUT",
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    core.delete_namespaced_pod("nb", ns, grace_period_seconds=0)
+    wait_for(lambda: not _answers(base), timeout=30)
+    # When the claim is deleted and made again, Then the new volume is empty
+    core.delete_namespaced_persistent_volume_claim("home-alice", ns)
+    core.create_namespaced_persistent_volume_claim(
+        ns, {"metadata": {"name": "home-alice"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}},
+    )  # fmt: skip
+    again = running_server(core, ns, "nb2", "home-alice")
+    assert get(f"{again}/api/contents/notes.txt", TOKEN)[0] == 404
