@@ -87,6 +87,18 @@ def running_server(
     return f"http://{pod.status.pod_ip}:8888/workspaces/7"
 
 
+def write_note(base: str) -> None:
+    """Write ``notes.txt`` ("kept") into the server's home through its contents API."""
+    request = urllib.request.Request(
+        f"{base}/api/contents/notes.txt",
+        data=json.dumps({"type": "file", "format": "text", "content": "kept"}).encode(),
+        method="PUT",
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status in (200, 201)
+
+
 def run_cell(base: str, code: str) -> str:
     """Start a kernel and run ``code`` over its channels WebSocket: its result, as text."""
     request = urllib.request.Request(
@@ -157,14 +169,7 @@ def test_the_home_folder_outlives_the_pod(core: client.CoreV1Api, secret: str) -
     ns, claim = secret, f"home-{secret}"
     base = running_server(core, ns, "first", claim)
     # Given a file written into the home folder through Jupyter's contents API
-    request = urllib.request.Request(
-        f"{base}/api/contents/notes.txt",
-        data=json.dumps({"type": "file", "format": "text", "content": "kept"}).encode(),
-        method="PUT",
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status in (200, 201)
+    write_note(base)
     # When the pod goes (its server with it) and another starts on the same claim
     core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
     wait_for(lambda: not _answers(base), timeout=30)
@@ -224,13 +229,7 @@ def test_a_claim_is_bound_at_once_and_its_files_go_with_it(
     assert table[1][:2] == ["home-alice", "Bound"] and table[1][3:6] == ["10Gi", "RWO", "standard"]
     # ...with a file a notebook wrote
     base = running_server(core, ns, "nb", "home-alice")
-    request = urllib.request.Request(
-        f"{base}/api/contents/notes.txt",
-        data=json.dumps({"type": "file", "format": "text", "content": "kept"}).encode(),
-        method="PUT",
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-    )
-    urllib.request.urlopen(request, timeout=10).close()
+    write_note(base)
     core.delete_namespaced_pod("nb", ns, grace_period_seconds=0)
     wait_for(lambda: not _answers(base), timeout=30)
     # When the claim is deleted and made again, Then the new volume is empty
@@ -254,13 +253,7 @@ def test_a_restarted_sandbox_starts_the_server_again_with_its_files(
         core.create_namespaced_secret("keep", {"metadata": {"name": "ws-7"}, "data": {
             "token": base64.b64encode(TOKEN.encode()).decode()}})  # fmt: skip
         base = running_server(core, "keep", "nb", "home-keep")
-        request = urllib.request.Request(
-            f"{base}/api/contents/notes.txt",
-            data=json.dumps({"type": "file", "format": "text", "content": "kept"}).encode(),
-            method="PUT",
-            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+        write_note(base)
         # When the sandbox restarts on its state (its servers die with it)
         proc.restart(hard=hard)
         # Then the pod's server runs again, on the same address, with its files
