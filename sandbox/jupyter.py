@@ -16,13 +16,11 @@ container's log.
 from __future__ import annotations
 
 import base64
-import ctypes
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -103,10 +101,17 @@ class Server:
             time.sleep(0.5)
 
 
-def _die_with_parent() -> None:
-    """In the child: receive SIGTERM when the sandbox exits, however it exits."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+# Started in the child before it becomes jupyter-lab: it gets SIGTERM when the sandbox
+# exits, however it exits (``prctl(PR_SET_PDEATHSIG)``; a ``preexec_fn`` would do it too,
+# but is not safe in a process with threads, as the sandbox is).
+_LAUNCH = f"""
+import ctypes, os, signal, sys
+if sys.platform.startswith("linux"):
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM)
+    if os.getppid() == 1:
+        sys.exit(1)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
 
 
 class Servers:
@@ -135,6 +140,9 @@ class Servers:
             (o.split("=", 1)[1] for o in options if o.startswith("--ServerApp.base_url=")), "/"
         )
         command = [
+            sys.executable,
+            "-c",
+            _LAUNCH,
             str(Path(sys.executable).parent / "jupyter-lab"),
             "--no-browser",
             f"--ServerApp.ip={ip}",
@@ -164,7 +172,6 @@ class Servers:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=root,
-                preexec_fn=_die_with_parent,
             )
         server = Server(uid, process, ip, port, base_url, log, env.get("JUPYTER_TOKEN", ""))
         threading.Thread(target=server.watch, name=f"jupyter-{uid[:8]}", daemon=True).start()
