@@ -146,7 +146,7 @@ def owner_kinds() -> tuple[str, ...]:
         served = served_apis()
     except kube.ClusterError:
         return ()
-    return tuple(LAUNCHERS[n].kind for n in sorted(served) if n in BUILT and n != JOB)
+    return tuple(LAUNCHERS[n].kind for n in sorted(served) if n != JOB)
 
 
 def launchers_forget() -> None:

@@ -337,12 +337,7 @@ def _start_trainjob(
     """Kueue's ``RunWithPodSetsInfo`` for a TrainJob: its patch gives each pod set's pods
     the flavors' node labels and tolerations and the ``kueue.x-k8s.io/podset`` label, then
     the TrainJob is unsuspended (Trainer then builds its JobSet again, running)."""
-    node_labels: dict[str, str] = {}
-    tolerations: list[Obj] = []
-    for flavor_name in sorted(set(assignment.flavors.values())):
-        flavor = (snapshot.flavors.get(flavor_name) or {}).get("spec") or {}
-        node_labels.update(flavor.get("nodeLabels") or {})
-        tolerations.extend(copy.deepcopy(flavor.get("tolerations") or []))
+    node_labels, tolerations = _placement(assignment, snapshot)
     replicated_jobs = []
     for pod_set in (workload.get("spec") or {}).get("podSets") or []:
         pod_spec: Obj = {}
@@ -864,11 +859,7 @@ def _start_job(
         return
     spec = job["spec"]
     pod = spec["template"].setdefault("spec", {})
-    for flavor_name in sorted(set(assignment.flavors.values())):
-        flavor = (snapshot.flavors.get(flavor_name) or {}).get("spec") or {}
-        pod.setdefault("nodeSelector", {}).update(flavor.get("nodeLabels") or {})
-        if flavor.get("tolerations"):
-            pod.setdefault("tolerations", []).extend(copy.deepcopy(flavor["tolerations"]))
+    _place(pod, assignment, snapshot)
     spec["template"].setdefault("metadata", {}).setdefault("labels", {})[
         "kueue.x-k8s.io/podset"
     ] = "main"
@@ -887,17 +878,32 @@ def _ungate(cluster: Cluster, pod: Obj, assignment: _Assignment, snapshot: _Snap
     """The pod integration's start: the flavors' node labels and tolerations, then the
     admission gate removed (the scheduler places it)."""
     spec = pod["spec"]
-    for flavor_name in sorted(set(assignment.flavors.values())):
-        flavor = (snapshot.flavors.get(flavor_name) or {}).get("spec") or {}
-        spec.setdefault("nodeSelector", {}).update(flavor.get("nodeLabels") or {})
-        if flavor.get("tolerations"):
-            spec.setdefault("tolerations", []).extend(copy.deepcopy(flavor["tolerations"]))
+    _place(spec, assignment, snapshot)
     gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != KUEUE_GATE]
     if gates:
         spec["schedulingGates"] = gates
     else:
         spec.pop("schedulingGates", None)
     cluster.store.put("pods", pod)
+
+
+def _placement(assignment: _Assignment, snapshot: _Snapshot) -> tuple[dict[str, str], list[Obj]]:
+    """The node labels and tolerations of the flavors a workload was admitted on."""
+    node_labels: dict[str, str] = {}
+    tolerations: list[Obj] = []
+    for flavor_name in sorted(set(assignment.flavors.values())):
+        flavor = (snapshot.flavors.get(flavor_name) or {}).get("spec") or {}
+        node_labels.update(flavor.get("nodeLabels") or {})
+        tolerations.extend(copy.deepcopy(flavor.get("tolerations") or []))
+    return node_labels, tolerations
+
+
+def _place(pod_spec: Obj, assignment: _Assignment, snapshot: _Snapshot) -> None:
+    """A Job's or a gated pod's spec, given its flavors' placement (``RunWithPodSetsInfo``)."""
+    node_labels, tolerations = _placement(assignment, snapshot)
+    pod_spec.setdefault("nodeSelector", {}).update(node_labels)
+    if tolerations:
+        pod_spec.setdefault("tolerations", []).extend(tolerations)
 
 
 def assignment_queue(workload: Obj) -> str:

@@ -16,6 +16,7 @@ from django.db import connection
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
+from cluster.launchers import launchers_forget
 from portal.services import api_token_create
 from teams.models import Team
 from teams.services import team_save
@@ -120,3 +121,17 @@ def portal(live_server: Any, cluster: Any) -> dict[str, Any]:
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
+
+
+@pytest.fixture
+def users(worker: WorkerProcess) -> dict[str, User]:
+    """The demo's users, vision outside any cohort, and the teams in the cluster (with the
+    portal's Trainer runtime and ServiceAccount) before anything is asked or submitted.
+    Modules with their own ``users`` override it."""
+    call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
+    vision = Team.objects.get(slug="vision")
+    vision.cohort = None
+    team_save(actor=None, team=vision)
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    launchers_forget()
+    return {u.username: u for u in User.objects.all()}

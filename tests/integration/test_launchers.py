@@ -13,32 +13,17 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from cluster.launchers import launchers_forget
 from jobs.models import Job, JobState
 from jobs.services.submit import job_cancel, job_submit
-from teams.models import Team
-from teams.services import team_save
 from tests.conftest import api_client_for, training_spec
 from tests.integration.test_reclaim import LONG, seed, submit
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def users(worker: WorkerProcess) -> dict[str, User]:
-    call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
-    vision = Team.objects.get(slug="vision")
-    vision.cohort = None
-    team_save(actor=None, team=vision)
-    # The teams in the cluster (and the portal's Trainer runtime) before anything is asked
-    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
-    launchers_forget()
-    return {u.username: u for u in User.objects.all()}
 
 
 def fresh(job: Job) -> Job:
