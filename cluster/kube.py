@@ -97,6 +97,8 @@ KINDS: dict[str, Kind] = {
     "ResourceQuota": Kind(client.CoreV1Api, "resource_quota"),
     "LimitRange": Kind(client.CoreV1Api, "limit_range"),
     "ServiceAccount": Kind(client.CoreV1Api, "service_account"),
+    "Secret": Kind(client.CoreV1Api, "secret"),
+    "PersistentVolumeClaim": Kind(client.CoreV1Api, "persistent_volume_claim"),
     "Job": Kind(client.BatchV1Api, "job"),
     "Deployment": Kind(client.AppsV1Api, "deployment"),
     "PriorityClass": Kind(client.SchedulingV1Api, "priority_class", namespaced=False),

@@ -18,6 +18,9 @@ class JobState(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    # A workspace its owner (or the idle policy) stopped: no pods, no quota held, its home
+    # folder kept; started again, it queues for admission like a new job.
+    STOPPED = "stopped", "Stopped"
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
@@ -28,6 +31,7 @@ class Job(models.Model):
     class Kind(models.TextChoices):
         TRAINING = "training", "Training"
         INFERENCE = "inference", "Inference"
+        WORKSPACE = "workspace", "Workspace"
 
     Queueing = Queueing
 
@@ -79,6 +83,9 @@ class Job(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_action_due = models.DateTimeField(null=True, blank=True)
     idle_exempt_reason = models.CharField(max_length=200, blank=True)
+    # A workspace being stopped (with ``evicted_at``: its objects are being deleted): once
+    # they are gone it moves to ``stopped`` rather than back into the queue.
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
     # An inference deployment the idle-GPU policy scaled to zero: the replicas it resumes with.
     scaled_to_zero_from = models.PositiveIntegerField(null=True, blank=True)
     # Where a training job stands (docs/jobs.md, "Progress and time to finish"):
@@ -218,3 +225,31 @@ class JobTemplate(models.Model):
         if self.team is not None:
             return f"team:{self.team.slug}"
         return f"user:{self.owner.username if self.owner else '?'}"
+
+
+class WorkspaceImage(models.Model):
+    """A workspace image a platform admin offers (docs/workspaces.md): what it runs, on
+    which port, and where its home folder is mounted. Users pick one by ``name``."""
+
+    class Flavor(models.TextChoices):
+        JUPYTER = "jupyter", "JupyterLab (Jupyter Server)"
+        CODE_SERVER = "code-server", "code-server (VS Code)"
+
+    name = models.SlugField(max_length=40, unique=True, help_text="What users ask for.")
+    title = models.CharField(max_length=100)
+    description = models.CharField(max_length=300, blank=True)
+    flavor = models.CharField(max_length=12, choices=Flavor.choices, default=Flavor.JUPYTER)
+    image = models.CharField(max_length=255, help_text="The container image, with its tag.")
+    command = models.JSONField(
+        default=list, blank=True, help_text='The start command, e.g. ["start-notebook.py"].'
+    )
+    port = models.PositiveIntegerField(default=8888)
+    home_path = models.CharField(max_length=200, default="/home/jovyan")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["title", "name"]
+
+    def __str__(self) -> str:
+        return self.name

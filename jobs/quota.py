@@ -10,11 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from jobs.spec import JobSpec
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
 
 GIB = 1024**3
+
+
+class BorrowSettings(Protocol):
+    inference_may_borrow: bool
+    workspace_may_borrow: bool
+
+
+def kind_may_borrow(team: BorrowSettings, kind: str) -> bool:
+    """Whether a job of ``kind`` may run on quota its cohort lends (and so be reclaimed):
+    training always; inference and workspaces only where the team allows it (an
+    interactive session or a service should not be cut off by a reclaim)."""
+    if kind == "inference":
+        return team.inference_may_borrow
+    if kind == "workspace":
+        return team.workspace_may_borrow
+    return True
 
 
 def gpu_quota_keys(spec: JobSpec) -> tuple[str, ...]:

@@ -14,10 +14,10 @@ import yaml
 
 from cluster.priority_classes import Priority
 
-Kind = Literal["training", "inference"]
+Kind = Literal["training", "inference", "workspace"]
 Sharing = Literal["exclusive", "mig", "shared"]
 
-KINDS: tuple[Kind, ...] = ("training", "inference")
+KINDS: tuple[Kind, ...] = ("training", "inference", "workspace")
 SHARINGS: tuple[Sharing, ...] = ("exclusive", "mig", "shared")
 
 
@@ -71,6 +71,9 @@ class JobSpec:
     replicas: int = 1
     port: int = 8080
     health_path: str = "/healthz"
+    # workspace only: the admin's workspace image it runs (its image, command and port
+    # are filled in from it when the spec is checked)
+    workspace_image: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form stored on the Job row and returned by the API (``asdict``'s, built
@@ -110,12 +113,32 @@ class JobSpec:
 
     @property
     def pod_count(self) -> int:
+        if self.kind == "workspace":
+            return 1
         return self.workers if self.kind == "training" else self.replicas
 
 
-# The fields of one kind only: a spec of the other kind that sends one is refused.
+# The fields of one kind only: a spec of another kind that sends one is refused.
 TRAINING_ONLY = ("launcher", "checkpoint", "workers", "max_runtime_seconds", "retries")
 INFERENCE_ONLY = ("replicas", "port", "health_path")
+WORKSPACE_ONLY = ("workspace_image",)
+KIND_ONLY: dict[str, tuple[str, ...]] = {
+    "training": TRAINING_ONLY,
+    "inference": INFERENCE_ONLY,
+    "workspace": WORKSPACE_ONLY,
+}
+# What a workspace takes from its workspace image, never from the client.
+FROM_WORKSPACE_IMAGE = ("image", "command", "args", "port")
+
+
+def fields_not_for(kind: str) -> dict[str, str]:
+    """The fields a spec of ``kind`` may not send, each with the kind it belongs to (or
+    ``workspace image`` for what a workspace's image decides)."""
+    refused = {field: other for other, only in KIND_ONLY.items() if other != kind for field in only}
+    if kind == "workspace":
+        refused.update(dict.fromkeys(FROM_WORKSPACE_IMAGE, "workspace image"))
+    return refused
+
 
 _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 _GPU_FIELDS = tuple(f.name for f in fields(GpuRequest))
@@ -128,7 +151,7 @@ def spec_submittable(data: dict[str, Any]) -> dict[str, Any]:
 
     What the API returns as a job's ``spec``, so a GET'd spec can be POSTed back (clone)."""
     kind = data.get("kind")
-    other = INFERENCE_ONLY if kind == "training" else TRAINING_ONLY if kind else ()
+    other = fields_not_for(kind) if kind else {}
     return {k: v for k, v in data.items() if k not in other and v is not None}
 
 

@@ -22,7 +22,7 @@ from rest_framework import serializers
 from cluster.priority_classes import PRIORITIES
 from core.api_errors import flatten_errors
 from core.errors import ApplicationError
-from jobs.spec import INFERENCE_ONLY, KINDS, SHARINGS, TRAINING_ONLY, JobSpec
+from jobs.spec import KINDS, SHARINGS, JobSpec, fields_not_for
 from scheduling import parse_quantity
 
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -336,7 +336,13 @@ class JobSpecInput(StrictSerializer):
     team = serializers.CharField(max_length=40, trim_whitespace=False)
     name = serializers.CharField(max_length=200, trim_whitespace=False)
     kind = serializers.ChoiceField(choices=KINDS)
-    image = serializers.CharField(max_length=255, trim_whitespace=False)
+    image = serializers.CharField(
+        max_length=255,
+        trim_whitespace=False,
+        required=False,
+        help_text="The container image (training and inference; a workspace's comes from its "
+        "workspace_image).",
+    )
     command = _string_list()
     args = _string_list()
     env = serializers.DictField(
@@ -388,6 +394,13 @@ class JobSpecInput(StrictSerializer):
             PrintableAscii("an HTTP path", "/healthz"),
             RegexValidator(HEALTH_PATH_RE, "Use an HTTP path starting with '/', e.g. /healthz."),
         ],
+    )
+
+    workspace_image = serializers.CharField(
+        required=False,
+        max_length=40,
+        help_text="Workspace only: the name of a workspace image the admins offer "
+        "(GET /api/v1/workspace-images/).",
     )
 
     def validate_team(self, value: str) -> str:
@@ -468,18 +481,20 @@ class JobSpecInput(StrictSerializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         raw = self.initial_data if isinstance(self.initial_data, dict) else {}
         kind = attrs.get("kind")
-        wrong: tuple[str, ...] = INFERENCE_ONLY if kind == "training" else TRAINING_ONLY
-        if kind is None:
-            # Only a partial spec (a template) has no kind: it may hold either kind's fields.
-            wrong = ()
+        # Only a partial spec (a template) has no kind: it may hold any kind's fields.
+        wrong = fields_not_for(kind) if kind else {}
         errors = {
-            field: [
-                f"'{field}' applies to {'inference' if kind == 'training' else 'training'} "
-                f"jobs only; remove it for a {kind} job."
-            ]
-            for field in wrong
+            field: [_wrong_kind(field, owner, kind or "")]
+            for field, owner in wrong.items()
             if field in raw and raw[field] is not None
         }
+        if not self.partial and kind == "workspace" and not attrs.get("workspace_image"):
+            errors["workspace_image"] = [
+                "Pick the workspace image to run (GET /api/v1/workspace-images/ lists them), "
+                "e.g. jupyter-pytorch."
+            ]
+        if not self.partial and kind in ("training", "inference") and not attrs.get("image"):
+            errors["image"] = ["This field is required."]
         paths = [v["mount_path"] for v in attrs.get("volumes", [])]
         if len(paths) != len(set(paths)):
             errors["volumes"] = ["Two volumes use the same mount_path; give each its own."]
@@ -512,6 +527,15 @@ class JobSpecInput(StrictSerializer):
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+
+def _wrong_kind(field: str, owner: str, kind: str) -> str:
+    if owner == "workspace image":
+        return (
+            f"A workspace's {field} comes from its workspace image; remove '{field}' and pick "
+            "the image with workspace_image."
+        )
+    return f"'{field}' applies to {owner} jobs only; remove it for a {kind} job."
 
 
 def _check_strings(values: list[str]) -> list[str]:
@@ -554,4 +578,6 @@ def spec_parse(data: Any) -> JobSpec:
             values.pop(field, None)
     if values.get("kind") == "training":
         values.setdefault("launcher", settings.DEFAULT_TRAINING_LAUNCHER)
+    if values.get("kind") == "workspace":
+        values.setdefault("image", "")  # its workspace image's, filled in by job_spec_check
     return JobSpec.from_dict(values)

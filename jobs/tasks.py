@@ -69,7 +69,7 @@ def job_evict_task(self: Any, job_id: int) -> str:
     outcome = job_evict(job_id=job_id)
     if outcome is EvictOutcome.STOPPING:
         raise self.retry(countdown=EVICT_POLL_SECONDS, max_retries=EVICT_POLLS)
-    if outcome is EvictOutcome.REQUEUED:
+    if outcome in (EvictOutcome.REQUEUED, EvictOutcome.STOPPED):
         team_id = Job.objects.filter(pk=job_id).values_list("team_id", flat=True).first()
         if team_id is not None:
             admission_task.delay(team_id)
@@ -156,6 +156,12 @@ def apply_enqueue(*, job_id: int) -> None:
     """Queue a job's apply once the current transaction commits (Kueue mode: Kueue, not the
     portal, admits it, so it goes to the cluster at once and waits there)."""
     transaction.on_commit(lambda: job_apply_task.delay(job_id))
+
+
+def evict_enqueue(*, job_id: int) -> None:
+    """Delete a job's objects (an eviction, or a workspace stop) once the transaction that
+    marked it commits."""
+    transaction.on_commit(lambda: job_evict_task.delay(job_id))
 
 
 def cleanup_enqueue(*, job_id: int) -> None:

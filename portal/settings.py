@@ -281,6 +281,9 @@ TEAM_NETWORK_POLICY = env_bool("TEAM_NETWORK_POLICY", True)
 TEAM_NETWORK_POLICY_INGRESS_NAMESPACES = env_list(
     "TEAM_NETWORK_POLICY_INGRESS_NAMESPACES", ["monitoring", "ingress-nginx"]
 )
+# The namespace the portal (its workspace proxy) runs in: the only one whose pods may reach
+# workspace pods (the Helm chart sets it to the release's namespace).
+PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "gpu-portal") or "gpu-portal"
 # Empty: egress open. Otherwise DNS plus these CIDRs only (e.g. 10.0.0.0/8,0.0.0.0/0 …).
 TEAM_NETWORK_POLICY_EGRESS_CIDRS = env_list("TEAM_NETWORK_POLICY_EGRESS_CIDRS", [])
 for _cidr in TEAM_NETWORK_POLICY_EGRESS_CIDRS:

@@ -13,7 +13,12 @@ from typing import Any
 from django.conf import settings
 
 from cluster import kube
-from cluster.labels import MANAGED_BY_LABEL, TEAM_LABEL, WORKLOAD_SERVICE_ACCOUNT
+from cluster.labels import (
+    COMPONENT_LABEL,
+    MANAGED_BY_LABEL,
+    TEAM_LABEL,
+    WORKLOAD_SERVICE_ACCOUNT,
+)
 from cluster.priority_classes import priority_classes
 from cluster.selectors import Catalog, catalog_get
 from cluster.training_runtime import training_runtime_sync
@@ -28,6 +33,9 @@ logger = logging.getLogger(__name__)
 RESOURCE_QUOTA_NAME = "gpu-portal-quota"
 LIMIT_RANGE_NAME = "gpu-portal-defaults"
 NETWORK_POLICY_NAME = "gpu-portal-isolation"
+WORKSPACE_NETWORK_POLICY_NAME = "gpu-portal-workspaces"
+# The component label value of a workspace's objects (jobs.manifests.naming: the kind).
+WORKSPACE_COMPONENT = "workspace"
 # The label the API server puts on every namespace (its name): what a namespaceSelector
 # can name a namespace by without anyone labelling it.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -148,7 +156,13 @@ def network_policy_manifest(
         for name in ingress_namespaces
     ]
     spec: dict[str, Any] = {
-        "podSelector": {},
+        # Every pod but the workspaces': policies add up, so a workspace pod selected here
+        # would be open to the whole namespace whatever its own policy says.
+        "podSelector": {
+            "matchExpressions": [
+                {"key": COMPONENT_LABEL, "operator": "NotIn", "values": [WORKSPACE_COMPONENT]}
+            ]
+        },
         "policyTypes": ["Ingress"],
         "ingress": [{"from": sources}],
     }
@@ -176,6 +190,36 @@ def network_policy_manifest(
             "labels": {MANAGED_BY_LABEL: "gpu-portal", TEAM_LABEL: team.slug},
         },
         "spec": spec,
+    }
+
+
+def workspace_network_policy_manifest(team: Team, *, portal_namespace: str) -> dict[str, Any]:
+    """Workspace pods take traffic from the portal's namespace only (its proxy): not from
+    the team's other pods, nor another team's (docs/workspaces.md). Their egress is the
+    team's (the isolation policy's egress rules, when set, do not select them: open)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": WORKSPACE_NETWORK_POLICY_NAME,
+            "namespace": team.namespace,
+            "labels": {MANAGED_BY_LABEL: "gpu-portal", TEAM_LABEL: team.slug},
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {COMPONENT_LABEL: WORKSPACE_COMPONENT}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {NAMESPACE_NAME_LABEL: portal_namespace}
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
     }
 
 
@@ -219,32 +263,43 @@ def _network_policy_same(existing: dict[str, Any], wanted: dict[str, Any]) -> bo
     return existing.get("spec") == wanted["spec"] and _labels_present(existing, wanted)
 
 
-def _network_policy_sync(team: Team) -> str:
-    """Create or update the team's NetworkPolicy, or remove the portal's own when
-    ``TEAM_NETWORK_POLICY`` is off; every change is in the audit log."""
-    if settings.TEAM_NETWORK_POLICY:
-        wanted = network_policy_manifest(
+def _network_policies_sync(team: Team) -> dict[str, str]:
+    """Create or update the team's NetworkPolicies (its isolation, and its workspaces'), or
+    remove the portal's own when ``TEAM_NETWORK_POLICY`` is off; every change is audited."""
+    wanted = [
+        network_policy_manifest(
             team,
             ingress_namespaces=list(settings.TEAM_NETWORK_POLICY_INGRESS_NAMESPACES),
             egress_cidrs=list(settings.TEAM_NETWORK_POLICY_EGRESS_CIDRS),
-        )
+        ),
+        workspace_network_policy_manifest(team, portal_namespace=settings.PORTAL_NAMESPACE),
+    ]
+    return {
+        f"NetworkPolicy/{policy['metadata']['name']}": _network_policy_sync(team, policy)
+        for policy in wanted
+    }
+
+
+def _network_policy_sync(team: Team, wanted: dict[str, Any]) -> str:
+    name = wanted["metadata"]["name"]
+    if settings.TEAM_NETWORK_POLICY:
         result = kube.ensure(wanted, compare=_network_policy_same)
         changes: dict[str, Any] = {"spec": wanted["spec"]}
     else:
         try:
-            existing = kube.get("NetworkPolicy", NETWORK_POLICY_NAME, team.namespace)
+            existing = kube.get("NetworkPolicy", name, team.namespace)
         except kube.ObjectNotFound:
             return "absent"
         labels = existing.get("metadata", {}).get("labels") or {}
         if labels.get(MANAGED_BY_LABEL) != "gpu-portal":
             return "unchanged"  # someone else's: not the portal's to remove
-        kube.delete("NetworkPolicy", NETWORK_POLICY_NAME, team.namespace)
+        kube.delete("NetworkPolicy", name, team.namespace)
         result, changes = "deleted", {}
     if result != "unchanged":
         audit_record(
             actor=None,
             action=f"team.network_policy_{result}",
-            target=f"{team.slug}: NetworkPolicy {team.namespace}/{NETWORK_POLICY_NAME}",
+            target=f"{team.slug}: NetworkPolicy {team.namespace}/{name}",
             changes=changes,
         )
     return result
@@ -312,7 +367,7 @@ def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     outcome[f"ServiceAccount/{WORKLOAD_SERVICE_ACCOUNT}"] = kube.ensure(
         workload_service_account_manifest(team), compare=_service_account_same
     )
-    outcome[f"NetworkPolicy/{NETWORK_POLICY_NAME}"] = _network_policy_sync(team)
+    outcome.update(_network_policies_sync(team))
     for name, result in priority_classes_sync().items():
         outcome[f"PriorityClass/{name}"] = result
     outcome.update(training_runtime_sync())

@@ -105,6 +105,58 @@ class Team(models.Model):
         help_text="With 'warn, then act': how long after the warning the job is stopped if "
         "its GPUs stay idle.",
     )
+    # Interactive workspaces (docs/workspaces.md): the home folder's size, who may open a
+    # member's workspace, whether one may borrow, and when an idle one is stopped.
+    workspace_home_size = models.CharField(
+        max_length=20,
+        default="10Gi",
+        validators=[RegexValidator(r"^[1-9][0-9]{0,5}(Mi|Gi|Ti)$", "Use e.g. 10Gi or 500Mi.")],
+        help_text="The size of the home folder (a PersistentVolumeClaim per member) created "
+        "the first time a member starts a workspace in this team.",
+    )
+    workspace_leads_may_open = models.BooleanField(
+        default=False,
+        help_text="Let the team's leads open their members' workspaces through the portal "
+        "(off: only the owner can).",
+    )
+    workspace_may_borrow = models.BooleanField(
+        default=False,
+        help_text="Let workspaces run on borrowed quota (a lender reclaiming its GPUs may then "
+        "stop them). Off: a workspace waits for the team's own quota and is never reclaimed.",
+    )
+
+    class WorkspaceIdle(models.TextChoices):
+        BOTH = "both", "No user activity and GPUs idle"
+        ACTIVITY = "activity", "No user activity"
+        GPU = "gpu", "GPUs idle"
+        OFF = "off", "Never"
+
+    workspace_idle = models.CharField(
+        max_length=10,
+        choices=WorkspaceIdle.choices,
+        default=WorkspaceIdle.BOTH,
+        help_text="When a workspace counts as idle: no activity in its server (typing, "
+        "running cells, open terminals) for the idle minutes AND its GPUs under the team's "
+        "idle threshold for its window (both, the default), one of the two, or never.",
+    )
+    workspace_idle_minutes = models.FloatField(
+        default=60.0,
+        validators=[MinValueValidator(1.0)],
+        help_text="No user activity for this long counts as idle.",
+    )
+    workspace_grace_minutes = models.FloatField(
+        default=15.0,
+        validators=[MinValueValidator(0.0)],
+        help_text="How long after the warning an idle workspace is stopped (home kept).",
+    )
+    workspace_max_hours = models.FloatField(
+        null=True,
+        blank=True,
+        default=168.0,
+        validators=[MinValueValidator(0.1)],
+        help_text="A workspace running this long is warned, then stopped after the grace "
+        "period, busy or not. Empty: no limit.",
+    )
     members: models.ManyToManyField[models.Model, Membership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )

@@ -10,6 +10,8 @@ Shapes:
 - training, ``workers > 1``: a headless Service, then an Indexed Job whose pods
   find worker 0 at ``<job>-0.<service>`` and can start ``torchrun`` with no flags.
 - inference: an ``apps/v1`` Deployment, then a ClusterIP Service in front of it.
+- workspace: its token Secret, a one-pod Deployment with the home claim, a ClusterIP
+  Service (``jobs.manifests.workspace``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ from jobs.manifests.trainer import (
     TRAINER_CONTAINER,
     TRAINER_JOB,
     TRAINER_PATCH_MANAGER,
+)
+from jobs.manifests.workspace import (
+    container_extras as workspace_container_extras,
+)
+from jobs.manifests.workspace import (
+    server_args,
+    token_env,
+    workspace_objects,
 )
 from jobs.spec import JobSpec
 from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL
@@ -81,6 +91,8 @@ def build_manifests(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
     """The objects to apply for one job, in the order to apply them."""
     if spec.kind == "inference":
         manifests = [_deployment(spec, ctx), _inference_service(spec, ctx)]
+    elif spec.kind == "workspace":
+        manifests = _workspace(spec, ctx)
     elif spec.launcher == "pytorchjob":
         manifests = [_pytorchjob(spec, ctx)]  # its operator makes the pods' Services
     elif spec.launcher == "trainjob":
@@ -342,6 +354,31 @@ def _deployment(spec: JobSpec, ctx: ManifestContext) -> Manifest:
             ),
         },
     }
+
+
+def _workspace(spec: JobSpec, ctx: ManifestContext) -> list[Manifest]:
+    """The restricted pod template running the workspace image's server with its token
+    (from the Secret) and the portal's path, then ``workspace_objects`` around it."""
+    ws = ctx.workspace
+    if ws is None:
+        raise ValueError("a workspace needs ctx.workspace (its image, home and path)")
+    name = object_name(spec, ctx)
+    template = _pod_template(
+        spec,
+        ctx,
+        portal_env=[token_env(ws, name)],
+        container_extras=workspace_container_extras(ws),
+    )
+    container = template["spec"]["containers"][0]
+    started = {"command": list(ws.command)} if ws.command else {}
+    started["args"] = server_args(ws)
+    template["spec"]["containers"][0] = {
+        "name": container.pop("name"),
+        "image": container.pop("image"),
+        **started,
+        **container,
+    }
+    return workspace_objects(_metadata(spec, ctx), template, ctx, selector_labels(ctx))
 
 
 def _inference_service(spec: JobSpec, ctx: ManifestContext) -> Manifest:

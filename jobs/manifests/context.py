@@ -8,6 +8,19 @@ from scheduling.resources import SHARED_GPU
 
 
 @dataclass(frozen=True)
+class WorkspaceContext:
+    """What a workspace's objects need beyond its spec: its workspace image's start command,
+    port and home path, the owner's home claim, and the path the portal serves it under."""
+
+    flavor: str  # "jupyter" or "code-server" (WorkspaceImage.Flavor)
+    command: tuple[str, ...]
+    port: int
+    home_path: str
+    home_claim: str
+    base_url: str  # /workspaces/<job id>/
+
+
+@dataclass(frozen=True)
 class ManifestContext:
     """Per-job, per-cluster inputs that are not part of the user's ``JobSpec``.
 
@@ -33,3 +46,5 @@ class ManifestContext:
     kueue_queue: str = ""
     # The ClusterTrainingRuntime a TrainJob runs on (TRAINJOB_RUNTIME).
     training_runtime: str = "gpu-portal-torch"
+    # A workspace's image, home and path (None for the other kinds).
+    workspace: WorkspaceContext | None = None

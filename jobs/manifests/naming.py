@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from cluster.labels import (
     COMPONENT_LABEL,
     JOB_ID_LABEL,
@@ -43,3 +46,15 @@ def object_labels(spec: JobSpec, ctx: ManifestContext) -> dict[str, str]:
 def selector_labels(ctx: ManifestContext) -> dict[str, str]:
     """The one label that picks exactly this job's pods (job ids are unique)."""
     return {JOB_ID_LABEL: str(ctx.job_id)}
+
+
+def home_claim_name(username: str) -> str:
+    """The PersistentVolumeClaim holding a user's workspace home in a team's namespace:
+    ``home-<username>``, the username made a DNS label (an SSO username such as
+    ``Ana.Lopez@corp`` becomes ``home-ana-lopez-corp-<hash>``: a short hash of the original
+    keeps two names that fold to one apart)."""
+    folded = re.sub(r"[^a-z0-9]+", "-", username.lower()).strip("-")[:40] or "user"
+    if folded == username and len(username) <= 40:
+        return f"home-{folded}"
+    digest = hashlib.sha256(username.encode()).hexdigest()[:8]
+    return f"home-{folded}-{digest}"

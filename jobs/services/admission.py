@@ -40,7 +40,7 @@ from django.utils import timezone
 
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
-from jobs.quota import format_amount, quota_capacity
+from jobs.quota import format_amount, kind_may_borrow, quota_capacity
 from jobs.services.timeline import timeline_add_many
 from jobs.services.transitions import job_transition
 from scheduling.sharing import (
@@ -258,7 +258,7 @@ def _amount(resource: str, value: int) -> str:
 
 
 def _may_borrow(team: Team, job: QueuedJob) -> bool:
-    return job.kind != Job.Kind.INFERENCE or team.inference_may_borrow
+    return kind_may_borrow(team, job.kind)
 
 
 def _head(team: Team, job: QueuedJob) -> Head:

@@ -13,12 +13,13 @@ from enum import StrEnum
 from django.utils import timezone
 
 from cluster import kube
-from cluster.labels import JOB_ID_LABEL
+from cluster.labels import JOB_ID_LABEL, MANAGED_BY_LABEL
 from cluster.selectors import catalog_get
 from jobs.manifests.security import check_manifests
 from jobs.models import Job, JobState
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_transition
+from jobs.services.workspaces import workspace_objects_prepare
 from teams.cluster_sync import team_cluster_sync
 
 logger = logging.getLogger(__name__)
@@ -33,15 +34,20 @@ class ApplyOutcome(StrEnum):
 
 
 def _apply_objects(job: Job) -> None:
-    for manifest in job.manifests:
+    manifests = (
+        workspace_objects_prepare(job=job) if job.kind == Job.Kind.WORKSPACE else job.manifests
+    )
+    for manifest in manifests:
+        # A workspace's home claim is the team's (kept across its workspaces), not the job's.
+        owner = MANAGED_BY_LABEL if manifest["kind"] == "PersistentVolumeClaim" else JOB_ID_LABEL
         try:
-            kube.create_idempotent(manifest, owner_label=JOB_ID_LABEL)
+            kube.create_idempotent(manifest, owner_label=owner)
         except kube.ObjectNotFound as exc:
             if "namespaces" not in exc.message:
                 raise
             # The team's namespace is missing (new team, or deleted by hand): bootstrap it.
             team_cluster_sync(team_id=job.team_id)
-            kube.create_idempotent(manifest, owner_label=JOB_ID_LABEL)
+            kube.create_idempotent(manifest, owner_label=owner)
 
 
 def job_apply(*, job_id: int) -> ApplyOutcome:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from django.utils import timezone
 
@@ -29,6 +30,7 @@ class EvictOutcome(StrEnum):
     NOT_DUE = "not-due"
     STOPPING = "stopping"  # deleted; pods still terminating: try again shortly
     REQUEUED = "requeued"
+    STOPPED = "stopped"  # a workspace its owner or the idle policy stopped
 
 
 def _node_lost(name: str, cache: dict[str, bool]) -> bool:
@@ -89,13 +91,27 @@ def runs_ended(job: Job, ended: datetime) -> list[list[str]]:
     return runs
 
 
+# What a released job no longer holds.
+_RELEASED: dict[str, Any] = {
+    "admitted_at": None,
+    "applied_at": None,
+    "started_at": None,
+    "evicted_at": None,
+    "borrowing": False,
+    "placement": {},
+    "advice": "",
+}
+
+
 def job_evict(*, job_id: int) -> EvictOutcome:
     """1. Re-read the job: return unless it is an eviction under way.
     2. Delete its objects (background propagation: the pods follow).
     3. While any object or pod remains, return ``STOPPING`` (the task tries again).
     4. Release it: no longer admitted or applied, back in its team's queue at its
        original place (its submission time), with its eviction on the timeline; the run
-       it ended is kept in ``earlier_runs`` for the GPU-hour accounting.
+       it ended is kept in ``earlier_runs`` for the GPU-hour accounting. A workspace being
+       stopped (``stop_requested_at``) moves to ``stopped`` instead: out of the queue,
+       its home claim kept, until its owner starts it again.
     """
     job = Job.objects.filter(pk=job_id).first()
     if job is None or job.state != JobState.QUEUED or job.evicted_at is None:
@@ -106,19 +122,27 @@ def job_evict(*, job_id: int) -> EvictOutcome:
     if _remaining(job):
         return EvictOutcome.STOPPING
     runs = runs_ended(job, timezone.now())
+    if job.stop_requested_at is not None:
+        stopped = job_transition(
+            job=job,
+            where={"state": JobState.QUEUED, "evicted_at": job.evicted_at},
+            changes={
+                **_RELEASED,
+                "earlier_runs": runs,
+                "state": JobState.STOPPED,
+                "stop_requested_at": None,
+                "reason": "Stopped",
+                "message": "Stopped: its pod is gone and its GPUs are free; the home folder is "
+                "kept. Start it again to resume.",
+            },
+            event_reason="Stopped",
+            event_message="Its pod is gone and its quota is free; the home folder is kept.",
+        )
+        return EvictOutcome.STOPPED if stopped else EvictOutcome.NOT_DUE
     released = job_transition(
         job=job,
         where={"state": JobState.QUEUED, "evicted_at": job.evicted_at},
-        changes={
-            "earlier_runs": runs,
-            "admitted_at": None,
-            "applied_at": None,
-            "started_at": None,
-            "evicted_at": None,
-            "borrowing": False,
-            "placement": {},
-            "advice": "",
-        },
+        changes={**_RELEASED, "earlier_runs": runs},
         event_reason="Requeued",
         event_message="Its objects are gone from the cluster; back in the queue at its place "
         f"(submitted {timezone.localtime(job.created_at):%Y-%m-%d %H:%M}).",

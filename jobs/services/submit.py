@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -25,11 +25,12 @@ from jobs.manifests import (
     validate_manifests,
 )
 from jobs.manifests.security import check_manifests
-from jobs.models import FINAL_STATES, Job, JobState
-from jobs.quota import job_demand, quota_never_fits
+from jobs.models import FINAL_STATES, Job, JobState, WorkspaceImage
+from jobs.quota import job_demand, kind_may_borrow, quota_never_fits
 from jobs.selectors.fit import FitPreview, job_fit_preview
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop
+from jobs.services.workspaces import workspace_context, workspace_image_get
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, apply_enqueue
@@ -57,6 +58,9 @@ class CheckedSpec:
     team: Team
     catalog: Catalog
     demand: dict[str, int]
+    # A workspace's image (resolved from spec.workspace_image) and its owner, for its home.
+    workspace_image: WorkspaceImage | None = None
+    username: str = ""
     # The engine that admits it: settings.QUEUEING at submission, the job's own after.
     queueing: str = Job.Queueing.PORTAL
 
@@ -178,6 +182,8 @@ def _context(
     attempt: int = 0,
     excluded_nodes: tuple[str, ...] = (),
     queueing: str = Job.Queueing.PORTAL,
+    workspace_image: WorkspaceImage | None = None,
+    username: str = "",
 ) -> ManifestContext:
     return ManifestContext(
         job_id=job_id,
@@ -193,6 +199,11 @@ def _context(
         ),
         kueue_queue=team_local_queue(team) if queueing == Job.Queueing.KUEUE else "",
         training_runtime=settings.TRAINJOB_RUNTIME,
+        workspace=(
+            workspace_context(image=workspace_image, username=username, job_id=job_id)
+            if workspace_image is not None
+            else None
+        ),
     )
 
 
@@ -213,6 +224,11 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
         )
     team = found.team
     _check_launcher(spec)
+    image = None
+    if spec.kind == "workspace":
+        image = workspace_image_get(name=spec.workspace_image or "")
+        spec = replace(spec, image=image.image)
+        _check_home_path(spec, image)
     catalog = catalog_get()
     _check_catalog(spec, catalog)
     ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)
@@ -221,7 +237,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     _check_node_capacity(spec, catalog, cpu_millis=pod_cpu, memory_bytes=pod_memory)
     demand = job_demand(spec, cpu_millis=pod_cpu, memory_bytes=pod_memory)
     ceilings, cohort = None, None
-    if team.cohort_id is not None and (spec.kind == "training" or team.inference_may_borrow):
+    if team.cohort_id is not None and kind_may_borrow(team, spec.kind):
         ceilings = found.ceilings(cohort_pool(cohort_id=team.cohort_id))
         cohort = Cohort.objects.filter(pk=team.cohort_id).values_list("slug", flat=True).first()
     problem = quota_never_fits(
@@ -231,8 +247,24 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
         field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
         raise _field_error(field, problem.message)
     return CheckedSpec(
-        spec=spec, team=team, catalog=catalog, demand=demand, queueing=settings.QUEUEING
+        spec=spec,
+        team=team,
+        catalog=catalog,
+        demand=demand,
+        workspace_image=image,
+        username=user.get_username(),
+        queueing=settings.QUEUEING,
     )
+
+
+def _check_home_path(spec: JobSpec, image: WorkspaceImage) -> None:
+    for index, volume in enumerate(spec.volumes):
+        if volume.mount_path.rstrip("/") == image.home_path.rstrip("/"):
+            raise _field_error(
+                f"volumes[{index}].mount_path",
+                f"The home folder is mounted at {image.home_path}; mount this volume "
+                "elsewhere, e.g. /data.",
+            )
 
 
 def _manifests_for(
@@ -246,6 +278,8 @@ def _manifests_for(
         attempt=attempt,
         excluded_nodes=excluded_nodes,
         queueing=checked.queueing,
+        workspace_image=checked.workspace_image,
+        username=checked.username,
     )
     if checked.queueing == Job.Queueing.KUEUE and not ctx.kueue_queue:
         raise _field_error(
@@ -345,7 +379,14 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
         namespace=team.namespace,
         cloned_from=cloned_from,
     )
-    ctx = _context(spec=spec, team=team, catalog=checked.catalog, job_id=job.pk)
+    ctx = _context(
+        spec=spec,
+        team=team,
+        catalog=checked.catalog,
+        job_id=job.pk,
+        workspace_image=checked.workspace_image,
+        username=checked.username,
+    )
     job.manifests = _manifests_for(checked, job.pk)
     job.object_name = object_name(spec, ctx)
     job.save(update_fields=["manifests", "object_name"])

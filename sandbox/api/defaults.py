@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -76,6 +77,15 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
         for port in spec.get("ports") or []:
             port.setdefault("protocol", "TCP")
             port.setdefault("targetPort", port.get("port"))
+    elif rt.plural == "secrets":
+        # stringData is write-only: the API server merges it into data (base64), its keys
+        # winning, and never stores or returns it.
+        plain = obj.pop("stringData", None) or {}
+        if plain:
+            data = obj.setdefault("data", {}) or {}
+            data.update({k: base64.b64encode(str(v).encode()).decode() for k, v in plain.items()})
+            obj["data"] = data
+        obj.setdefault("type", "Opaque")
     elif rt.plural == "priorityclasses":
         obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
     elif rt.plural == "limitranges" and isinstance(spec, dict):

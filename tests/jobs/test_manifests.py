@@ -47,6 +47,7 @@ from jobs.manifests import (
     validate_manifests,
     validation,
 )
+from jobs.manifests.context import WorkspaceContext
 from jobs.spec import GpuRequest, JobSpec, VolumeMount
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
@@ -165,6 +166,31 @@ GOLDEN_CASES: dict[str, tuple[JobSpec, ManifestContext]] = {
         ),
         ManifestContext(
             job_id=505, namespace="team-search", shared_gpu_resource="nvidia.com/gpu.shared"
+        ),
+    ),
+    "shared_t4_workspace": (
+        JobSpec(
+            team="vision",
+            name="explore",
+            kind="workspace",
+            image="quay.io/jupyter/pytorch-notebook:cuda12-2026-11-24",
+            workspace_image="jupyter-pytorch",
+            env={"HF_HOME": "/data/hf"},
+            gpu=GpuRequest(count=1, product="Tesla-T4", sharing="shared"),
+            volumes=(VolumeMount(claim="datasets", mount_path="/data", read_only=True),),
+        ),
+        ManifestContext(
+            job_id=707,
+            namespace="team-vision",
+            shared_gpu_resource="nvidia.com/gpu.shared",
+            workspace=WorkspaceContext(
+                flavor="jupyter",
+                command=("start-notebook.py",),
+                port=8888,
+                home_path="/home/jovyan",
+                home_claim="home-alice",
+                base_url="/workspaces/707/",
+            ),
         ),
     ),
     "cpu_only_job": (
@@ -601,11 +627,15 @@ def test_product_node_affinity_present_iff_product_chosen(case: str) -> None:
     node_affinity = template["spec"].get("affinity", {}).get("nodeAffinity")
 
     if spec.gpu.product:
+        # GPU Feature Discovery labels a time-sliced node's product with "-SHARED".
+        products = [spec.gpu.product]
+        if spec.gpu.sharing == "shared":
+            products.append(f"{spec.gpu.product}-SHARED")
         required = node_affinity["requiredDuringSchedulingIgnoredDuringExecution"]
         assert required["nodeSelectorTerms"] == [
             {
                 "matchExpressions": [
-                    {"key": "nvidia.com/gpu.product", "operator": "In", "values": [A100_80GB]}
+                    {"key": "nvidia.com/gpu.product", "operator": "In", "values": products}
                 ]
             }
         ]
@@ -787,6 +817,39 @@ def test_command_and_args_only_when_given() -> None:
     assert "command" not in neither and "args" not in neither
 
 
+# --- workspaces -----------------------------------------------------------------
+
+
+def test_a_workspace_token_is_never_in_its_stored_manifests() -> None:
+    # given a workspace's manifests (what the portal stores, previews and returns)
+    manifests = build("shared_t4_workspace")
+
+    # then its Secret carries no value (the apply step fills it in), and the server takes
+    # the token from that Secret, never from a literal
+    (secret,) = [m for m in manifests if m["kind"] == "Secret"]
+    assert "data" not in secret and "stringData" not in secret
+    (template,) = pod_templates(manifests)
+    env = {e["name"]: e for e in template["spec"]["containers"][0]["env"]}
+    assert env["JUPYTER_TOKEN"] == {
+        "name": "JUPYTER_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": secret["metadata"]["name"], "key": "token"}},
+    }
+
+
+def test_a_workspace_mounts_its_owners_home_and_serves_under_the_portal_path() -> None:
+    manifests = build("shared_t4_workspace")
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # the claim is RWO
+    assert {"name": "home", "persistentVolumeClaim": {"claimName": "home-alice"}} in pod["volumes"]
+    assert {"name": "home", "mountPath": "/home/jovyan"} in container["volumeMounts"]
+    assert "--ServerApp.base_url=/workspaces/707/" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/workspaces/707/api"
+
+
 # --- metadata and naming -----------------------------------------------------------
 
 
@@ -805,7 +868,11 @@ def test_namespace_and_labels_on_every_object_and_pod(case: str) -> None:
     for manifest in manifests:
         assert manifest["metadata"]["namespace"] == ctx.namespace
         assert manifest["metadata"]["labels"] == expected_labels
-        assert manifest["metadata"]["name"] == object_name(spec, ctx)
+        # one name per job; a workspace's token Secret is the one object named beside it
+        expected_name = object_name(spec, ctx)
+        if manifest["kind"] == "Secret":
+            expected_name += "-token"
+        assert manifest["metadata"]["name"] == expected_name
     for template in pod_templates(manifests):
         assert template["metadata"]["labels"] == expected_labels
 

@@ -1,0 +1,273 @@
+"""Workspaces (docs/workspaces.md): the writes that are theirs alone. A workspace is a job of
+kind ``workspace``: it is checked, admitted, applied and tracked as every job is; here are
+its image, its home claim, its server's token, and stop / start / delete.
+
+- **Stop** (its owner, a lead, or the idle policy): the row goes back to ``queued`` with
+  ``evicted_at`` and ``stop_requested_at`` set, and the eviction path deletes its objects;
+  once they are gone (its quota counted until then) it moves to ``stopped``
+  (``jobs.services.eviction``). The home claim is never part of its objects.
+- **Start**: ``stopped`` → ``queued``, admitted like a new job, applied from its stored
+  manifests, with the same home claim.
+- **Delete**: a cancel; the home claim goes too only when its owner asks and no other
+  workspace of theirs in the team uses it.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
+from django.db import transaction
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
+
+from cluster import kube
+from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TEAM_LABEL
+from cluster.nodes import cluster_error_text
+from core.errors import ApplicationError, ClusterUnavailable, Conflict, PermissionDenied
+from jobs.manifests.context import WorkspaceContext
+from jobs.manifests.naming import home_claim_name
+from jobs.manifests.workspace import TOKEN_KEY, home_claim
+from jobs.models import ACTIVE_STATES, Job, JobState, WorkspaceImage
+from jobs.services.transitions import job_stop, job_transition
+from jobs.tasks import admission_enqueue, apply_enqueue, evict_enqueue
+from teams.models import Membership
+from teams.selectors import membership_role
+from teams.services import audit_record
+
+WORKSPACE_PATH = "/workspaces/{id}/"
+_TOKEN_SALT = "gpu-portal.workspace-token"  # noqa: S105 - an HMAC salt, not a secret
+
+
+def workspace_image_get(*, name: str) -> WorkspaceImage:
+    """The enabled workspace image of that name; an error naming the choices otherwise."""
+    found = WorkspaceImage.objects.filter(name=name, enabled=True).first()
+    if found is None:
+        names = ", ".join(
+            WorkspaceImage.objects.filter(enabled=True).values_list("name", flat=True)
+        )
+        raise ApplicationError(
+            f"workspace_image: there is no workspace image '{name}'; use one of: "
+            f"{names or 'none (ask an admin to add one)'}.",
+            field_errors={"workspace_image": [f"Use one of: {names or 'none'}."]},
+        )
+    return found
+
+
+def workspace_context(*, image: WorkspaceImage, username: str, job_id: int) -> WorkspaceContext:
+    return WorkspaceContext(
+        flavor=image.flavor,
+        command=tuple(str(c) for c in image.command or ()),
+        port=image.port,
+        home_path=image.home_path,
+        home_claim=home_claim_name(username),
+        base_url=WORKSPACE_PATH.format(id=job_id),
+    )
+
+
+def workspace_token(job: Job) -> str:
+    """The secret the workspace's server requires and only the portal's proxy presents:
+    derived from the portal's SECRET_KEY, the job's id and its creation time (so a reused
+    id after a database reset never gets an old token). Rotating SECRET_KEY changes it:
+    a running workspace must then be stopped and started (docs/workspaces.md)."""
+    return salted_hmac(
+        _TOKEN_SALT, f"{job.pk}:{job.created_at.isoformat()}", algorithm="sha256"
+    ).hexdigest()
+
+
+def workspace_objects_prepare(*, job: Job) -> list[dict]:
+    """What applying a workspace creates: its home claim first (created on first use, at
+    the team's size, never replaced), then its stored manifests with the token filled into
+    its Secret. Raises ``kube`` errors as any apply does."""
+    team = job.team
+    claim = home_claim(
+        name=home_claim_name(job.owner.get_username()),
+        namespace=job.namespace,
+        size=team.workspace_home_size,
+        labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE, TEAM_LABEL: team.slug},
+        owner=job.owner.get_username(),
+    )
+    manifests = [claim]
+    for manifest in job.manifests:
+        if manifest["kind"] == "Secret":
+            manifest = {**manifest, "stringData": {TOKEN_KEY: workspace_token(job)}}
+        manifests.append(manifest)
+    return manifests
+
+
+def workspace_can_manage(*, user: User | AnonymousUser, job: Job) -> bool:
+    """Stop, start and delete: the owner, or a lead of its team."""
+    if not user.is_authenticated:
+        return False
+    return job.owner_id == user.pk or membership_role(user=user, team=job.team) == (
+        Membership.Role.LEAD
+    )
+
+
+def workspace_can_open(*, user: User | AnonymousUser, job: Job) -> bool:
+    """Open (through the proxy): the owner; a lead of its team only where the team lets
+    leads in (``Team.workspace_leads_may_open``). Nobody else, platform admins included:
+    a notebook holds its owner's code, data and credentials."""
+    if not user.is_authenticated or job.kind != Job.Kind.WORKSPACE:
+        return False
+    if job.owner_id == user.pk:
+        return True
+    return job.team.workspace_leads_may_open and (
+        membership_role(user=user, team=job.team) == Membership.Role.LEAD
+    )
+
+
+def _workspace_for(user: User, job_id: int) -> Job:
+    job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
+    if job.kind != Job.Kind.WORKSPACE:
+        raise Conflict(f"Job {job.pk} is a {job.kind} job, not a workspace.")
+    if not workspace_can_manage(user=user, job=job):
+        raise PermissionDenied(
+            f"Only the workspace's owner or a lead of team {job.team.slug} can do this."
+        )
+    return job
+
+
+def workspace_stop_begin(
+    *, job: Job, reason: str, message: str, actor: User | None, event_type: str = "Normal"
+) -> bool:
+    """Stop a workspace that is queued or running (the owner's click, or the idle policy).
+
+    1. Not yet in the cluster: straight to ``stopped`` (and out of the queue).
+    2. Otherwise: back to ``queued`` with ``evicted_at`` and ``stop_requested_at``; the
+       eviction task deletes its objects and, once they are gone, moves it to ``stopped``.
+    Returns whether it moved (False: it finished or was stopped first).
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        if job.applied_at is None and job.admitted_at is None:
+            moved = job_transition(
+                job=job,
+                where={"state": JobState.QUEUED, "applied_at__isnull": True},
+                changes={"state": JobState.STOPPED, "reason": "Stopped", "message": message},
+                event_reason=reason,
+                event_message=message,
+                event_type=event_type,
+            )
+        else:
+            moved = job_transition(
+                job=job,
+                where={"state__in": ACTIVE_STATES, "stop_requested_at__isnull": True},
+                changes={
+                    "state": JobState.QUEUED,
+                    "evicted_at": now,
+                    "stop_requested_at": now,
+                    "idle_warned_at": None,
+                    "idle_action_due": None,
+                    "reason": "Stopping",
+                    "message": f"{message} Deleting its pod; the home folder is kept.",
+                },
+                event_reason=reason,
+                event_message=message,
+                event_type=event_type,
+            )
+            if moved:
+                evict_enqueue(job_id=job.pk)
+        if moved:
+            audit_record(
+                actor=actor, action="workspace.stop", target=job, changes={"reason": reason}
+            )
+    return moved
+
+
+@transaction.atomic
+def workspace_stop(*, user: User, job_id: int) -> Job:
+    job = _workspace_for(user, job_id)
+    if job.state not in ACTIVE_STATES or job.stop_requested_at is not None:
+        raise Conflict(f"The workspace is {job.state}; there is nothing to stop.")
+    workspace_stop_begin(
+        job=job, reason="StopRequested", message=f"Stopped by {user.get_username()}.", actor=user
+    )
+    job.refresh_from_db()
+    return job
+
+
+@transaction.atomic
+def workspace_start(*, user: User, job_id: int) -> Job:
+    """A stopped workspace queues again for admission, as a new job would (a running one
+    holds its quota; a stopped one does not)."""
+    job = _workspace_for(user, job_id)
+    if job.state != JobState.STOPPED:
+        raise Conflict(f"The workspace is {job.state}, not stopped; there is nothing to start.")
+    job_transition(
+        job=job,
+        where={"state": JobState.STOPPED},
+        changes={
+            "state": JobState.QUEUED,
+            "reason": "Starting",
+            "message": "Waiting for admission against the team's quota.",
+            "finished_at": None,
+        },
+        event_reason="Started",
+        event_message=f"Started again by {user.get_username()}.",
+    )
+    audit_record(actor=user, action="workspace.start", target=job)
+    if job.queueing == Job.Queueing.KUEUE:
+        apply_enqueue(job_id=job.pk)
+    else:
+        admission_enqueue(team_id=job.team_id)
+    job.refresh_from_db()
+    return job
+
+
+def workspace_delete(*, user: User, job_id: int, delete_home: bool = False) -> Job:
+    """Delete a workspace (a cancel: its objects go, its GPU-hours stay in the report) and,
+    when its owner asks (``delete_home``), its home claim: refused while another of the
+    owner's workspaces in the team still uses it."""
+    with transaction.atomic():
+        job = _workspace_for(user, job_id)
+        claim = home_claim_name(job.owner.get_username())
+        if delete_home:
+            _check_home_unused(job)
+        if job.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+            job_stop(
+                job=job,
+                reason="Deleted",
+                message=f"Deleted by {user.get_username()}.",
+                actor=user,
+                audit_action="workspace.delete",
+                where={"state__in": [*ACTIVE_STATES, JobState.STOPPED]},
+            )
+    if delete_home:
+        try:
+            kube.delete("PersistentVolumeClaim", claim, job.namespace)
+        except kube.ClusterError as exc:
+            raise ClusterUnavailable(
+                f"The workspace is deleted, but the cluster did not delete its home folder "
+                f"{claim} ({cluster_error_text(exc)}); try again."
+            ) from exc
+        audit_record(
+            actor=user, action="workspace.home_delete", target=job, changes={"claim": claim}
+        )
+    job.refresh_from_db()
+    return job
+
+
+def _check_home_unused(job: Job) -> None:
+    others = list(
+        Job.objects.filter(
+            team_id=job.team_id,
+            owner_id=job.owner_id,
+            kind=Job.Kind.WORKSPACE,
+            state__in=[*ACTIVE_STATES, JobState.STOPPED],
+        )
+        .exclude(pk=job.pk)
+        .values_list("name", flat=True)
+    )
+    if others:
+        raise Conflict(
+            f"The home folder is also the home of {', '.join(others)}: delete those first, or "
+            "keep the home folder."
+        )
+
+
+def workspace_url(job: Job) -> str:
+    """Where its owner opens it: the portal's own origin, under ``/workspaces/<id>/``; with
+    PORTAL_URL set, absolute."""
+    path = WORKSPACE_PATH.format(id=job.pk)
+    base = (settings.PORTAL_URL or "").rstrip("/")
+    return f"{base}{path}" if base else path

@@ -1,0 +1,124 @@
+"""Workspaces end to end (docs/workspaces.md): a JupyterLab on a shared T4 slice, run by the
+sandbox as a real Jupyter server on the pod's own loopback address; its home claim created on
+first use and kept across stop and start; its server refusing every request without the
+portal's secret; its quota held while it runs and freed while it is stopped.
+
+Real processes: PostgreSQL, Redis, a Celery worker with beat, the sandbox (30× real time)
+running jupyter-lab.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from cluster import kube
+from cluster.labels import JOB_ID_LABEL
+from jobs.models import Job, JobState
+from jobs.services.submit import job_submit
+from jobs.services.workspaces import (
+    workspace_delete,
+    workspace_start,
+    workspace_stop,
+    workspace_token,
+)
+from tests.integration.test_reclaim import fresh
+from tests.worker_process import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def workspace_spec(**overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "team": "vision",
+        "name": "explore",
+        "kind": "workspace",
+        "workspace_image": "jupyter-pytorch",
+        "gpu": {"count": 1, "product": "Tesla-T4", "sharing": "shared"},
+        "cpu": "1",
+        "memory": "2Gi",
+    }
+    spec.update(overrides)
+    return spec
+
+
+def server_url(job: Job) -> str:
+    """The workspace pod's own address and port (as the portal's proxy reaches it)."""
+    (pod,) = [
+        p
+        for p in kube.list_all(
+            "Pod", namespace=job.namespace, label_selector=f"{JOB_ID_LABEL}={job.pk}"
+        )
+        if (p.get("status") or {}).get("phase") == "Running"
+    ]
+    port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+    return f"http://{pod['status']['podIP']}:{port}/workspaces/{job.pk}/"
+
+
+def http_status(url: str, token: str | None = None) -> tuple[int, Any]:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def running(job: Job) -> Job:
+    return wait_for(lambda: (j := fresh(job)).state == JobState.RUNNING and j, timeout=90)
+
+
+def test_a_workspace_runs_jupyter_keeps_its_home_across_stop_and_start(
+    users: dict[str, User],
+) -> None:
+    alice = users["alice"]
+    # Given alice's workspace on a shared T4 slice
+    job = job_submit(user=alice, data=workspace_spec())
+    assert [m["kind"] for m in job.manifests] == ["Secret", "Deployment", "Service"]
+    # When it runs, Then its home claim exists at the team's size, and its server answers
+    # only with the portal's secret
+    job = running(job)
+    claim = kube.get("PersistentVolumeClaim", "home-alice", job.namespace)
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    url = server_url(job)
+    assert http_status(url + "api/status")[0] == 403
+    status, body = http_status(url + "api/status", workspace_token(job))
+    assert status == 200 and "last_activity" in body
+    # ...a file written in its home folder
+    write = urllib.request.Request(
+        url + "api/contents/notes.txt",
+        data=json.dumps({"type": "file", "format": "text", "content": "kept"}).encode(),
+        method="PUT",
+        headers={"Authorization": f"token {workspace_token(job)}"},
+    )
+    with urllib.request.urlopen(write, timeout=10) as response:
+        assert response.status in (200, 201)
+    # When alice stops it, Then its pod goes, its quota is free, its run is kept for the
+    # GPU-hour report, and the home claim stays
+    workspace_stop(user=alice, job_id=job.pk)
+    stopped = wait_for(lambda: (j := fresh(job)).state == JobState.STOPPED and j, timeout=60)
+    assert not list(
+        kube.list_all("Pod", namespace=job.namespace, label_selector=f"{JOB_ID_LABEL}={job.pk}")
+    )
+    assert stopped.admitted_at is None and len(stopped.earlier_runs) == 1
+    assert kube.get("PersistentVolumeClaim", "home-alice", job.namespace)
+    # When she starts it again, Then it runs with the same home folder
+    workspace_start(user=alice, job_id=job.pk)
+    job = running(job)
+    url = server_url(job)
+    status, body = http_status(url + "api/contents/notes.txt?content=1", workspace_token(job))
+    assert status == 200 and body["content"] == "kept"
+    # When she deletes it with its home folder, Then both are gone
+    workspace_delete(user=alice, job_id=job.pk, delete_home=True)
+    assert fresh(job).state == JobState.CANCELLED
+    wait_for(
+        lambda: not list(kube.list_all("PersistentVolumeClaim", namespace=job.namespace)),
+        timeout=20,
+    )
