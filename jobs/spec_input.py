@@ -336,13 +336,7 @@ class JobSpecInput(StrictSerializer):
     team = serializers.CharField(max_length=40, trim_whitespace=False)
     name = serializers.CharField(max_length=200, trim_whitespace=False)
     kind = serializers.ChoiceField(choices=KINDS)
-    image = serializers.CharField(
-        max_length=255,
-        trim_whitespace=False,
-        required=False,
-        help_text="The container image (training and inference; a workspace's comes from its "
-        "workspace_image).",
-    )
+    image = serializers.CharField(max_length=255, trim_whitespace=False)
     command = _string_list()
     args = _string_list()
     env = serializers.DictField(
@@ -493,8 +487,6 @@ class JobSpecInput(StrictSerializer):
                 "Pick the workspace image to run (GET /api/v1/workspace-images/ lists them), "
                 "e.g. jupyter-pytorch."
             ]
-        if not self.partial and kind in ("training", "inference") and not attrs.get("image"):
-            errors["image"] = ["This field is required."]
         paths = [v["mount_path"] for v in attrs.get("volumes", [])]
         if len(paths) != len(set(paths)):
             errors["volumes"] = ["Two volumes use the same mount_path; give each its own."]
@@ -527,6 +519,17 @@ class JobSpecInput(StrictSerializer):
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+
+class WorkspaceSpecInput(JobSpecInput):
+    """A workspace's spec: its image, command and port come from its ``workspace_image``."""
+
+    image = serializers.CharField(
+        max_length=255,
+        trim_whitespace=False,
+        required=False,
+        help_text="Not for workspaces: the workspace image gives it (refused if sent).",
+    )
 
 
 def _wrong_kind(field: str, owner: str, kind: str) -> str:
@@ -566,7 +569,8 @@ def spec_parse(data: Any) -> JobSpec:
         raise ApplicationError(
             "The job spec must be a JSON object, sent with Content-Type: application/json."
         )
-    serializer = JobSpecInput(data=data)
+    kind_input = WorkspaceSpecInput if data.get("kind") == "workspace" else JobSpecInput
+    serializer = kind_input(data=data)
     if not serializer.is_valid():
         errors = flatten_errors(serializer.errors)
         first = next(iter(errors.items()))

@@ -281,6 +281,10 @@ TEAM_NETWORK_POLICY = env_bool("TEAM_NETWORK_POLICY", True)
 TEAM_NETWORK_POLICY_INGRESS_NAMESPACES = env_list(
     "TEAM_NETWORK_POLICY_INGRESS_NAMESPACES", ["monitoring", "ingress-nginx"]
 )
+# The workspace proxy (portal/proxy/): where it sends every path but /workspaces/<id>/ when
+# it stands in front of the portal (make run, compose); empty: it serves workspaces only
+# (the Helm chart's ingress routes /workspaces/ to it and the rest to the web process).
+WORKSPACE_PROXY_UPSTREAM = (env_str("WORKSPACE_PROXY_UPSTREAM", "") or "").rstrip("/")
 # The namespace the portal (its workspace proxy) runs in: the only one whose pods may reach
 # workspace pods (the Helm chart sets it to the release's namespace).
 PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "gpu-portal") or "gpu-portal"

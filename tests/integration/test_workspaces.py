@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import websocket
 from django.contrib.auth.models import User
+from django.test import Client
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
@@ -27,7 +31,10 @@ from jobs.services.workspaces import (
     workspace_stop,
     workspace_token,
 )
+from teams.models import Team
 from tests.integration.test_reclaim import fresh
+from tests.jupyter_client import run_cell
+from tests.proxy_process import ProxyProcess
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -122,3 +129,84 @@ def test_a_workspace_runs_jupyter_keeps_its_home_across_stop_and_start(
         lambda: not list(kube.list_all("PersistentVolumeClaim", namespace=job.namespace)),
         timeout=20,
     )
+
+
+# --- opened through the portal, by no one else ------------------------------------------
+
+
+@pytest.fixture
+def proxy(worker_env: dict[str, str], live_server: Any, tmp_path: Path) -> Iterator[ProxyProcess]:
+    proc = ProxyProcess(tmp_path / "proxy", worker_env, upstream=live_server.url).start()
+    yield proc
+    proc.stop()
+
+
+def session_cookie(user: User | None) -> dict[str, str]:
+    """The headers of a browser signed in to the portal as ``user`` (None: anonymous)."""
+    if user is None:
+        return {}
+    client = Client()
+    client.force_login(user)
+    return {"Cookie": f"sessionid={client.cookies['sessionid'].value}"}
+
+
+def get(url: str, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def handshake(url: str, headers: dict[str, str]) -> int:
+    """The status a WebSocket handshake gets (101: upgraded)."""
+    try:
+        ws = websocket.create_connection(
+            url.replace("http", "ws", 1),
+            header=[f"{k}: {v}" for k, v in headers.items() if k != "Origin"],
+            origin=headers.get("Origin"),
+            timeout=10,
+        )
+    except websocket.WebSocketBadStatusException as exc:
+        return int(exc.status_code)
+    ws.close()
+    return 101
+
+
+def test_only_the_owner_opens_a_workspace_through_the_proxy(
+    users: dict[str, User], proxy: ProxyProcess
+) -> None:
+    # Given alice's running workspace, and the portal behind the proxy
+    job = running(job_submit(user=users["alice"], data=workspace_spec()))
+    base = f"{proxy.url}/workspaces/{job.pk}"
+    alice = {**session_cookie(users["alice"]), "Origin": proxy.url}
+    wait_for(lambda: get(f"{base}/api/status", alice) == 200, timeout=30)
+    # When alice opens it, Then JupyterLab answers through the portal, and a cell runs over
+    # the proxied kernel WebSocket
+    assert get(f"{base}/lab", alice) == 200
+    assert run_cell(base, "1 + 1", alice) == "2"
+    # ...and the portal's own pages are served through the same proxy
+    assert get(f"{proxy.url}/jobs/{job.pk}/", alice) == 200
+    # When anyone else asks, Then it is 404, over HTTP and on the WebSocket route alike:
+    # carol and dave (other teams), bob (vision's lead: leads are not let in by default),
+    # and an anonymous client
+    kernels = f"{base}/api/kernels/00000000-0000-0000-0000-000000000000/channels"
+    for who in ("carol", "dave", "bob", None):
+        headers = {**session_cookie(users[who] if who else None), "Origin": proxy.url}
+        assert get(f"{base}/lab", headers) == 404, who
+        assert get(f"{base}/api/status", headers) == 404, who
+        assert handshake(kernels, headers) == 404, who
+    # ...and a page of another site cannot drive alice's notebook with her cookie
+    evil = {**alice, "Origin": "http://evil.example"}
+    assert handshake(kernels, evil) == 403
+    request = urllib.request.Request(f"{base}/api/kernels", data=b"{}", method="POST", headers=evil)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403
+    # When vision lets its leads in, Then bob opens it too
+    Team.objects.filter(slug="vision").update(workspace_leads_may_open=True)
+    bob = {**session_cookie(users["bob"]), "Origin": proxy.url}
+    assert get(f"{base}/api/status", bob) == 200
+    # ...and a direct request to the pod, without the portal's secret, is refused
+    assert http_status(server_url(job) + "api/status")[0] == 403

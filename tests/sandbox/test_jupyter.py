@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import websocket
 from kubernetes import client
 
+from tests import jupyter_client
 from tests.sandbox.conftest import GPU_TOLERATION, SPEED, make_client, rows, wait_for
 from tests.sandbox_process import SandboxProcess, start_sandbox
 
@@ -100,39 +100,7 @@ def write_note(base: str) -> None:
 
 
 def run_cell(base: str, code: str) -> str:
-    """Start a kernel and run ``code`` over its channels WebSocket: its result, as text."""
-    request = urllib.request.Request(
-        f"{base}/api/kernels", data=b"{}", method="POST",
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-    )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=10) as response:
-        kernel = json.load(response)["id"]
-    session = uuid.uuid4().hex
-    ws = websocket.create_connection(
-        f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel}/channels?session_id={session}",
-        header=[f"Authorization: token {TOKEN}"],
-        timeout=30,
-    )
-    msg_id = uuid.uuid4().hex
-    ws.send(json.dumps({
-        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "",
-                   "session": session, "date": "", "version": "5.3"},
-        "parent_header": {}, "metadata": {}, "channel": "shell",
-        "content": {"code": code, "silent": False, "store_history": True,
-                    "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
-    }))  # fmt: skip
-    result = ""
-    try:
-        while True:
-            message = json.loads(ws.recv())
-            if message["parent_header"].get("msg_id") != msg_id:
-                continue
-            if message["msg_type"] == "execute_result":
-                result = message["content"]["data"]["text/plain"]
-            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
-                return result
-    finally:
-        ws.close()
+    return jupyter_client.run_cell(base, code, {"Authorization": f"token {TOKEN}"})
 
 
 @pytest.fixture
