@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make run`: the portal on http://127.0.0.1:8000 with a Celery worker and beat and demo data.
+# `make run`: the portal on http://127.0.0.1:8000 (the workspace proxy in front of gunicorn)
+# with a Celery worker and beat and demo data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -101,10 +102,18 @@ pids+=($!)
 $BIN/python manage.py cluster_sync || echo "Teams not mirrored into the cluster (see above)." >&2
 $BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
 
+# The workspace proxy in front (an ASGI process: workspaces' HTTP and WebSockets at
+# /workspaces/<id>/), the portal's gunicorn behind it, as an ingress would route them.
+WEB_ADDR="127.0.0.1:${PORTAL_WEB_PORT:-8001}"
+WORKSPACE_PROXY_UPSTREAM="http://$WEB_ADDR" $BIN/uvicorn portal.proxy.asgi:application \
+  --host 127.0.0.1 --port 8000 --no-access-log >var/log/proxy.log 2>&1 &
+pids+=($!)
+
 cat <<MSG
 
   GPU Portal: http://127.0.0.1:8000/    (API docs: http://127.0.0.1:8000/api/docs/)
-  Served by gunicorn as deployed (gunicorn.conf.py; RELOAD=true make run reloads on code changes)
+  Served by gunicorn as deployed (gunicorn.conf.py, on $WEB_ADDR; RELOAD=true make run reloads
+  on code changes) behind the workspace proxy (uvicorn, logs var/log/proxy.log)
   Users (password "demo"): alice (vision member), bob (vision lead), carol (nlp member), dave (robotics member), admin (platform admin)
   Cluster: $CLUSTER
   Metrics: $METRICS; GPU dashboards at http://127.0.0.1:8000/monitoring/
@@ -112,4 +121,4 @@ cat <<MSG
   Logs: var/log/worker.log, var/log/beat.log, var/log/tracker.log, var/log/access.log. Stop with Ctrl-C.
 
 MSG
-ACCESS_LOG=var/log/access.log bash scripts/serve.sh 127.0.0.1:8000
+ACCESS_LOG=var/log/access.log bash scripts/serve.sh "$WEB_ADDR"

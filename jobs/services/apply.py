@@ -38,16 +38,28 @@ def _apply_objects(job: Job) -> None:
         workspace_objects_prepare(job=job) if job.kind == Job.Kind.WORKSPACE else job.manifests
     )
     for manifest in manifests:
-        # A workspace's home claim is the team's (kept across its workspaces), not the job's.
-        owner = MANAGED_BY_LABEL if manifest["kind"] == "PersistentVolumeClaim" else JOB_ID_LABEL
         try:
-            kube.create_idempotent(manifest, owner_label=owner)
+            _create(manifest)
         except kube.ObjectNotFound as exc:
             if "namespaces" not in exc.message:
                 raise
             # The team's namespace is missing (new team, or deleted by hand): bootstrap it.
             team_cluster_sync(team_id=job.team_id)
-            kube.create_idempotent(manifest, owner_label=owner)
+            _create(manifest)
+
+
+def _create(manifest: dict) -> None:
+    if manifest["kind"] == "Secret":
+        # A workspace's token: the portal may write Secrets but never read them
+        # (deploy/rbac.yaml), so one left by an earlier try is overwritten, not compared.
+        try:
+            kube.create(manifest)
+        except kube.ObjectConflict:
+            kube.replace(manifest)
+        return
+    # A workspace's home claim is the team's (kept across its workspaces), not the job's.
+    owner = MANAGED_BY_LABEL if manifest["kind"] == "PersistentVolumeClaim" else JOB_ID_LABEL
+    kube.create_idempotent(manifest, owner_label=owner)
 
 
 def job_apply(*, job_id: int) -> ApplyOutcome:

@@ -25,7 +25,7 @@ HELM = Path(sys.executable).parent / "helm"
 NAMESPACE = "gpu-portal"
 KUBERNETES_VERSION = "1.33"
 # The portal's pods that talk to the Kubernetes API (with the chart's service account).
-USE_THE_API = {"web", "worker", "tracker", "cluster-sync"}
+USE_THE_API = {"web", "proxy", "worker", "tracker", "cluster-sync"}
 
 
 def helm(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -65,7 +65,8 @@ def test_every_rendered_object_is_valid_and_every_pod_restricted(values: list[st
     docs = render(*values)
     assert validate_manifests(docs, KUBERNETES_VERSION) == []
     pods = [d for d in docs if d["kind"] in ("Deployment", "Job")]
-    assert len(pods) == 6  # web, worker, beat, tracker; migrate and cluster-sync hooks
+    # web, proxy, worker, beat, tracker; migrate and cluster-sync hooks
+    assert len(pods) == 7
     for manifest in pods:
         name = manifest["metadata"]["name"].removeprefix("rel-gpu-portal-")
         broken = {v.rule for v in check_manifest(manifest, namespace=NAMESPACE)}
@@ -116,6 +117,14 @@ def test_the_chart_runs_what_the_portal_needs_with_defaults() -> None:
         "DATABASE_URL": {"name": "gpu-portal", "key": "database-url"},
         "REDIS_URL": {"name": "gpu-portal", "key": "redis-url"},
     }
+    # The workspace proxy: an ASGI process, in the release's namespace, whose pods alone
+    # reach workspace pods (the team NetworkPolicy admits the portal's namespace).
+    proxy = named(docs, "Deployment", "rel-gpu-portal-proxy")
+    assert proxy["spec"]["template"]["spec"]["containers"][0]["args"][:2] == [
+        "uvicorn",
+        "portal.proxy.asgi:application",
+    ]
+    assert named(docs, "ConfigMap", "rel-gpu-portal")["data"]["PORTAL_NAMESPACE"] == NAMESPACE
     # Exactly one beat, never two at a rollout.
     beat = named(docs, "Deployment", "rel-gpu-portal-beat")
     assert beat["spec"]["replicas"] == 1 and beat["spec"]["strategy"] == {"type": "Recreate"}
@@ -152,6 +161,12 @@ def test_full_values_reach_the_objects() -> None:
     assert ingress["spec"]["tls"] == [
         {"hosts": ["gpu.example.com"], "secretName": "gpu-portal-tls"}
     ]
+    # Workspaces (HTTP and WebSocket) go to the workspace proxy, the rest to web.
+    routes = {
+        p["path"]: p["backend"]["service"]["name"]
+        for p in ingress["spec"]["rules"][0]["http"]["paths"]
+    }
+    assert routes == {"/workspaces/": "rel-gpu-portal-proxy", "/": "rel-gpu-portal"}
     web = named(docs, "Deployment", "rel-gpu-portal-web")
     pod = web["spec"]["template"]["spec"]
     oidc_secret = next(e for e in pod["containers"][0]["env"] if e["name"] == "OIDC_CLIENT_SECRET")

@@ -47,6 +47,7 @@ CSRF_TRUSTED_ORIGINS: {{ printf "%s://%s" (urlParse .Values.portal.url).scheme (
 TIME_ZONE: {{ .Values.portal.timeZone | quote }}
 KUBE_IN_CLUSTER: "true"
 TRACKER_LEASE_NAMESPACE: {{ .Release.Namespace | quote }}
+PORTAL_NAMESPACE: {{ .Release.Namespace | quote }}
 PROMETHEUS_URL: {{ .Values.prometheus.url | quote }}
 PROMETHEUS_RECORDING_RULES: {{ .Values.prometheus.recordingRules | quote }}
 TEAM_NETWORK_POLICY: {{ .Values.teamNetworkPolicy.enabled | quote }}
