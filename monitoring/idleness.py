@@ -10,6 +10,10 @@ A team's **rule** is its own threshold and window (``Team.idle_threshold_percent
   (``jobs_idleness``; Prometheus decides both from its own samples). It is **busy** when a
   GPU it holds reached the threshold in the window. With no samples it is neither, and
   nothing acts on it.
+- A running **workspace is idle** by its team's workspace rule (``workspaces_idleness``):
+  no activity in its server for the team's minutes and no kernel executing, AND its GPUs
+  idle as above (the default), or one of the two. A signal that cannot be read makes it
+  unknown, and nothing acts on it.
 - A held GPU-second **is idle** when that GPU's utilisation was under its team's threshold
   (``idle_gpu_seconds``): the panel's "GPU-hours wasted" and the accounting's idle
   GPU-hours both count these.
@@ -18,13 +22,14 @@ A team's **rule** is its own threshold and window (``Team.idle_threshold_percent
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
 
 from jobs.models import Job
+from jobs.selectors.workspaces import Activity, ActivityUnavailable
 from monitoring import prometheus, queries
 from monitoring.selectors.common import PodKey, placement_pods, pods_to_jobs
 from teams.models import Team
@@ -161,3 +166,99 @@ def idle_gpu_seconds(
             if _key(s)[0] in wanted:
                 seconds[_key(s)] = s.value or 0.0
     return seconds
+
+
+@dataclass(frozen=True)
+class WorkspaceIdleness:
+    """One running workspace against its team's workspace rule (``Team.workspace_idle``).
+
+    ``idle``: every signal the rule asks for says idle. ``unknown``: a signal it asks for
+    could not be read (why, in words): nothing is decided from it, in either direction.
+    ``over_lifetime``: it has run ``Team.workspace_max_hours``, busy or not."""
+
+    job: Job
+    idle: bool
+    over_lifetime: bool
+    unknown: str
+    finding: str  # what was seen, in words
+
+
+def _activity_quiet(activity: Activity, team: Team, now: datetime) -> tuple[bool, str]:
+    quiet_for = (now - activity.last_activity).total_seconds() / 60
+    if activity.busy_kernels:
+        return False, f"{activity.busy_kernels} kernel(s) executing"
+    if quiet_for < team.workspace_idle_minutes:
+        return False, f"last activity {quiet_for:.0f} min ago"
+    return True, (
+        f"no activity in its server for {quiet_for:.0f} min (the team's limit: "
+        f"{team.workspace_idle_minutes:g} min), no kernel executing"
+    )
+
+
+def _gpu_quiet(found: Idleness | None) -> tuple[bool | None, str]:
+    """(quiet, words); quiet None: no samples to decide from."""
+    if found is None or (not found.idle and found.peak is None):
+        return None, "no GPU samples yet"
+    rule = found.rule
+    if found.idle:
+        return True, (
+            f"its GPUs under {rule.threshold_percent:g}% for {rule.window_minutes:g} min "
+            f"(peak {found.peak or 0:.1f}%)"
+        )
+    return False, f"its GPUs reached {found.peak or 0:.1f}%"
+
+
+def workspaces_idleness(
+    *,
+    jobs: Iterable[Job],
+    now: datetime,
+    activity_of: Callable[[Job], Activity],
+) -> list[WorkspaceIdleness]:
+    """Each running workspace (``team`` loaded) against its team's rule: both signals by
+    default (no activity in its server for the team's minutes AND its GPUs idle by the
+    team's idle-GPU rule), or one of them; and its maximum lifetime.
+
+    1. GPUs: ``jobs_idleness`` for the workspaces with GPUs whose rule asks for them
+       (Prometheus down: every GPU signal is unknown).
+    2. Activity: ``activity_of`` (its server's API; ``ActivityUnavailable``: unknown).
+    3. A workspace without GPUs has nothing to be busy on: its GPU signal counts as idle.
+    """
+    jobs = list(jobs)
+    modes = {job.pk: job.team.workspace_idle for job in jobs}
+    wants_gpu = [j for j in jobs if modes[j.pk] in ("both", "gpu") and j.gpu_count > 0]
+    gpus: dict[int, Idleness] = {}
+    metrics_problem = ""
+    if wants_gpu:
+        try:
+            gpus = {found.job.pk: found for found in jobs_idleness(jobs=wants_gpu, now=now)}
+        except prometheus.MetricsUnavailable as exc:
+            metrics_problem = f"GPU metrics unavailable ({exc})"
+    verdicts = []
+    for job in jobs:
+        team, mode = job.team, modes[job.pk]
+        hours = team.workspace_max_hours
+        run = (now - job.started_at).total_seconds() / 3600 if job.started_at else 0.0
+        over = hours is not None and run >= hours
+        quiet: list[bool] = []
+        words: list[str] = [f"running {run:.1f} h"] if over else []
+        unknown = ""
+        if mode in ("both", "activity"):
+            try:
+                activity_idle, said = _activity_quiet(activity_of(job), team, now)
+                quiet.append(activity_idle)
+                words.append(said)
+            except ActivityUnavailable as exc:
+                unknown = f"activity unknown: {exc}"
+        if mode in ("both", "gpu") and job.gpu_count > 0:
+            if metrics_problem:
+                unknown = unknown or metrics_problem
+            else:
+                gpu_idle, said = _gpu_quiet(gpus.get(job.pk))
+                words.append(said)
+                if gpu_idle is None:
+                    unknown = unknown or said
+                else:
+                    quiet.append(gpu_idle)
+        idle = mode != "off" and not unknown and bool(quiet) and all(quiet)
+        verdicts.append(WorkspaceIdleness(job, idle, over, unknown, "; ".join(words)))
+    return verdicts

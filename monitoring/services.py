@@ -10,9 +10,17 @@ from django.utils import timezone
 
 from cluster import kube
 from jobs.models import Job, JobState
+from jobs.selectors.workspaces import workspace_activity
 from jobs.services.idle import job_idle_clear, job_idle_scale_down, job_idle_stop, job_idle_warn
 from jobs.services.timeline import timeline_add
-from monitoring.idleness import HeldGpu, IdleRule, jobs_idleness
+from jobs.services.workspaces import workspace_idle_warn, workspace_stop_begin
+from monitoring.idleness import (
+    HeldGpu,
+    IdleRule,
+    WorkspaceIdleness,
+    jobs_idleness,
+    workspaces_idleness,
+)
 from teams.models import Team
 
 logger = logging.getLogger(__name__)
@@ -48,6 +56,7 @@ def idle_policy_run(*, now: datetime | None = None) -> PolicyRun:
     jobs = (
         Job.objects.filter(state=JobState.RUNNING, gpu_count__gt=0, idle_exempt_reason="")
         .exclude(team__idle_policy=Team.IdlePolicy.OFF)
+        .exclude(kind=Job.Kind.WORKSPACE)  # their own rule: workspace_idle_run
         .select_related("team")
     )
     for found in jobs_idleness(jobs=jobs, now=now):
@@ -118,4 +127,68 @@ def _idle(job: Job, gpus: list[HeldGpu], rule: IdleRule, now: datetime, result: 
             )
             stopped = False
     if stopped:
+        result.stopped.append(job.pk)
+
+
+def workspace_idle_run(*, now: datetime | None = None) -> PolicyRun:
+    """One pass of every team's workspace rule (docs/workspaces.md, "Stopped when idle").
+
+    1. Each running workspace, not exempt, against its team's rule and maximum lifetime
+       (``monitoring.idleness.workspaces_idleness``: both signals by default).
+    2. Unknown (a signal could not be read): nothing happens, not even a cleared warning;
+       only the maximum lifetime, which needs no signal, still counts.
+    3. Idle or over its lifetime: the owner is warned (timeline ``WorkspaceIdle``, a
+       notification, the banner on its page) with the time it will be stopped; still so at
+       that time, it is stopped (its pod goes, its home folder stays; ``IdleStopped`` or
+       ``LifetimeStopped``). Active again in between: the countdown stops.
+    """
+    now = now or timezone.now()
+    result = PolicyRun()
+    jobs = Job.objects.filter(
+        kind=Job.Kind.WORKSPACE, state=JobState.RUNNING, idle_exempt_reason=""
+    ).select_related("team", "owner")
+    for found in workspaces_idleness(
+        jobs=jobs, now=now, activity_of=lambda job: workspace_activity(job=job)
+    ):
+        job = found.job
+        if found.unknown and not found.over_lifetime:
+            logger.info("workspace %s: nothing decided (%s)", job.pk, found.unknown)
+            continue
+        if not (found.idle or found.over_lifetime):
+            if job.idle_warned_at is not None and job_idle_clear(
+                job_id=job.pk, message=f"Active again ({found.finding}): the countdown is stopped."
+            ):
+                result.cleared.append(job.pk)
+            continue
+        _workspace_due(job, found, now, result)
+    return result
+
+
+def _workspace_due(job: Job, found: WorkspaceIdleness, now: datetime, result: PolicyRun) -> None:
+    team = job.team
+    why = (
+        f"it has run the team's maximum of {team.workspace_max_hours:g} h"
+        if found.over_lifetime
+        else "it is idle"
+    )
+    if job.idle_warned_at is None:
+        due = now + timedelta(minutes=team.workspace_grace_minutes)
+        message = (
+            f"Team {team.slug} stops this workspace at {due:%H:%M} UTC: {why} ({found.finding}). "
+            "Its home folder is kept; use it to keep it running."
+        )
+        if workspace_idle_warn(job_id=job.pk, now=now, due=due, message=message):
+            result.warned.append(job.pk)
+        return
+    if job.idle_action_due is None or job.idle_action_due > now:
+        return
+    reason = "LifetimeStopped" if found.over_lifetime else "IdleStopped"
+    message = (
+        f"Stopped by team {team.slug}: {why} ({found.finding}); warned at "
+        f"{job.idle_warned_at:%H:%M} UTC. Its home folder is kept: start it again from its "
+        "page, or gpuportal workspace start."
+    )
+    if workspace_stop_begin(
+        job=job, reason=reason, message=message, actor=None, event_type="Warning"
+    ):
         result.stopped.append(job.pk)

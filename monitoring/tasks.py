@@ -33,6 +33,15 @@ def idle_policy_task() -> dict[str, list[int]]:
     }
 
 
+@shared_task(**ROBUST, soft_time_limit=120, time_limit=150)
+def workspace_idle_task() -> dict[str, list[int]]:
+    """Periodic (beat): every team's workspace rule (warn, stop when idle or too old)."""
+    from monitoring.services import workspace_idle_run
+
+    run = workspace_idle_run()
+    return {"warned": run.warned, "cleared": run.cleared, "stopped": run.stopped}
+
+
 @shared_task(**ROBUST, soft_time_limit=1800, time_limit=1900)
 def usage_rollup_task() -> dict[str, Any]:
     """Periodic (beat): the GPU-hour rollup of today and of past days not complete yet.

@@ -36,6 +36,18 @@ EVENTS: tuple[EventType, ...] = (
         default=True,
     ),
     EventType(
+        "workspace.idle",
+        "will be stopped soon (idle, or at its team's maximum lifetime)",
+        on_reason="WorkspaceIdle",
+        default=True,
+    ),
+    EventType(
+        "workspace.lifetime_stopped",
+        "was stopped at its team's maximum lifetime",
+        on_reason="LifetimeStopped",
+        default=True,
+    ),
+    EventType(
         "job.gpu_failed",
         "failed because a GPU failed",
         on_reason="GPUFailure",

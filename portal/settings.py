@@ -207,6 +207,8 @@ STALE_QUEUE_SECONDS = env_float("STALE_QUEUE_SECONDS", 60.0)
 LOST_GRACE_SECONDS = env_float("LOST_GRACE_SECONDS", 30.0)
 # How often the idle-GPU policy looks at the running jobs (report, warn, stop).
 IDLE_POLICY_INTERVAL_SECONDS = env_float("IDLE_POLICY_INTERVAL_SECONDS", 60.0)
+# How often running workspaces are checked against their team's idle rule and lifetime.
+WORKSPACE_IDLE_INTERVAL_SECONDS = env_float("WORKSPACE_IDLE_INTERVAL_SECONDS", 60.0)
 # How often failed jobs are checked for GPU failures (XID errors), and how far back.
 GPU_FAILURE_CHECK_INTERVAL_SECONDS = env_float("GPU_FAILURE_CHECK_INTERVAL_SECONDS", 30.0)
 GPU_FAILURE_WINDOW_MINUTES = env_float("GPU_FAILURE_WINDOW_MINUTES", 15.0)
@@ -250,6 +252,10 @@ CELERY_BEAT_SCHEDULE = {
     "idle-policy": {
         "task": "monitoring.tasks.idle_policy_task",
         "schedule": IDLE_POLICY_INTERVAL_SECONDS,
+    },
+    "workspace-idle": {
+        "task": "monitoring.tasks.workspace_idle_task",
+        "schedule": WORKSPACE_IDLE_INTERVAL_SECONDS,
     },
     "gpu-failures": {
         "task": "monitoring.tasks.gpu_failures_task",

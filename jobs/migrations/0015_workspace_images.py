@@ -2,43 +2,11 @@
 
 from django.db import migrations
 
-IMAGES = [
-    {
-        "name": "jupyter-pytorch",
-        "title": "JupyterLab with PyTorch (CUDA 12)",
-        "description": "The Jupyter Docker Stacks' pytorch-notebook: PyTorch, CUDA 12.",
-        "flavor": "jupyter",
-        "image": "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-24",
-        "command": ["start-notebook.py"],
-        "port": 8888,
-        "home_path": "/home/jovyan",
-    },
-    {
-        "name": "jupyter-tensorflow",
-        "title": "JupyterLab with TensorFlow (CUDA)",
-        "description": "The Jupyter Docker Stacks' tensorflow-notebook, CUDA build.",
-        "flavor": "jupyter",
-        "image": "quay.io/jupyter/tensorflow-notebook:cuda-2026-11-24",
-        "command": ["start-notebook.py"],
-        "port": 8888,
-        "home_path": "/home/jovyan",
-    },
-    {
-        "name": "code-server",
-        "title": "VS Code in the browser (code-server)",
-        "description": "Coder's code-server; opened through the portal like a notebook.",
-        "flavor": "code-server",
-        "image": "docker.io/codercom/code-server:4.106.3",
-        "command": ["/usr/bin/entrypoint.sh"],
-        "port": 8080,
-        "home_path": "/home/coder",
-    },
-]
-
+from jobs.workspace_images import DEFAULT_IMAGES
 
 def seed(apps, schema_editor):
     WorkspaceImage = apps.get_model("jobs", "WorkspaceImage")
-    for values in IMAGES:
+    for values in DEFAULT_IMAGES:
         WorkspaceImage.objects.get_or_create(name=values["name"], defaults=values)
 
 

@@ -1,13 +1,18 @@
 """Reads about workspaces: where a running workspace's server answers (its ready pod's
-address, as the proxy and the activity reader reach it)."""
+address, as the proxy reaches it) and what its user is doing (its server's activity API)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+
+import httpx
+from django.utils.dateparse import parse_datetime
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from jobs.models import Job, JobState
+from jobs.services.workspaces import WORKSPACE_PATH, workspace_token
 
 
 @dataclass(frozen=True)
@@ -45,3 +50,60 @@ def workspace_endpoint(*, job: Job) -> Endpoint | None:
         if ports:
             return Endpoint(pod["metadata"]["name"], ip, int(ports[0]["containerPort"]))
     return None
+
+
+class ActivityUnavailable(Exception):
+    """The workspace's server did not say what its user is doing (not ready, unreachable,
+    refused, or an answer we cannot read): nothing may be decided from it."""
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a workspace's server says its user did (Jupyter Server's ``/api/status`` and
+    ``/api/kernels``, read without counting as activity)."""
+
+    last_activity: datetime  # the newest request, kernel message or terminal use it saw
+    busy_kernels: int  # kernels executing now (a cell or a loop)
+    kernels: int
+    connections: int  # open kernel WebSockets (tabs)
+
+
+ACTIVITY_TIMEOUT = httpx.Timeout(5.0)
+
+
+def workspace_activity(*, job: Job, endpoint: Endpoint | None = None) -> Activity:
+    """Ask the workspace's server, with its token. Raises ``ActivityUnavailable``.
+
+    ``/api/status`` is not itself counted as activity, and ``/api/kernels`` is asked with
+    ``no_track_activity``, so reading does not keep a workspace alive."""
+    if endpoint is None:
+        try:
+            endpoint = workspace_endpoint(job=job)
+        except kube.ClusterError as exc:
+            raise ActivityUnavailable(f"the cluster did not answer ({exc})") from exc
+    if endpoint is None:
+        raise ActivityUnavailable("no ready pod serves it")
+    base = WORKSPACE_PATH.format(id=job.pk)
+    headers = {"Authorization": f"token {workspace_token(job)}"}
+    try:
+        with httpx.Client(timeout=ACTIVITY_TIMEOUT, headers=headers) as client:
+            status = client.get(endpoint.url(f"{base}api/status"))
+            kernels = client.get(endpoint.url(f"{base}api/kernels?no_track_activity=1"))
+        status.raise_for_status()
+        kernels.raise_for_status()
+        body, listed = status.json(), kernels.json()
+        newest = parse_datetime(body["last_activity"])
+        if newest is None:
+            raise ValueError(f"last_activity {body['last_activity']!r}")
+        for kernel in listed:
+            seen = parse_datetime(kernel.get("last_activity") or "")
+            if seen is not None and seen > newest:
+                newest = seen
+        return Activity(
+            last_activity=newest,
+            busy_kernels=sum(1 for k in listed if k.get("execution_state") == "busy"),
+            kernels=len(listed),
+            connections=int(body.get("connections") or 0),
+        )
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        raise ActivityUnavailable(f"its server's activity API did not answer ({exc})") from exc

@@ -14,6 +14,8 @@ its image, its home claim, its server's token, and stop / start / delete.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -28,6 +30,7 @@ from jobs.manifests.context import WorkspaceContext
 from jobs.manifests.naming import home_claim_name
 from jobs.manifests.workspace import TOKEN_KEY, home_claim
 from jobs.models import ACTIVE_STATES, Job, JobState, WorkspaceImage
+from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop, job_transition
 from jobs.tasks import admission_enqueue, apply_enqueue, evict_enqueue
 from teams.models import Membership
@@ -92,6 +95,22 @@ def workspace_objects_prepare(*, job: Job) -> list[dict]:
             manifest = {**manifest, "stringData": {TOKEN_KEY: workspace_token(job)}}
         manifests.append(manifest)
     return manifests
+
+
+def workspace_idle_warn(*, job_id: int, now: datetime, due: datetime, message: str) -> bool:
+    """Start a running workspace's countdown and tell its owner (timeline ``WorkspaceIdle``:
+    event ``workspace.idle``; the banner on its page reads ``idle_action_due``)."""
+    with transaction.atomic():
+        moved = Job.objects.filter(
+            pk=job_id,
+            kind=Job.Kind.WORKSPACE,
+            state=JobState.RUNNING,
+            idle_warned_at__isnull=True,
+            idle_exempt_reason="",
+        ).update(idle_warned_at=now, idle_action_due=due, updated_at=timezone.now())
+        if moved:
+            timeline_add(job_id=job_id, reason="WorkspaceIdle", message=message, type="Warning")
+    return bool(moved)
 
 
 def workspace_can_manage(*, user: User | AnonymousUser, job: Job) -> bool:

@@ -12,6 +12,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from jobs.models import WorkspaceImage
+from jobs.workspace_images import DEFAULT_IMAGES
 from monitoring.models import GpuPrice
 from teams.models import Cohort, Membership, Team
 from teams.services import cohort_save, quota_set, team_save
@@ -72,6 +74,9 @@ class Command(BaseCommand):
             for slug, resource, limit in QUOTAS:
                 quota_set(actor=None, team=teams[slug], resource=resource, limit=limit)
             self._cohorts(teams)
+            # The workspace images the migration offers (a test database may have lost them).
+            for values in DEFAULT_IMAGES:
+                WorkspaceImage.objects.get_or_create(name=values["name"], defaults=values)
             for product, price in PRICES:
                 GpuPrice.objects.get_or_create(
                     product=product,
