@@ -42,7 +42,10 @@ class JobForm(forms.Form):
         help_text="Lower-case letters, digits and '-' (at most 40).",
         widget=forms.TextInput(attrs={"placeholder": "resnet50-run1", "autocomplete": "off"}),
     )
-    kind = forms.ChoiceField(choices=[(k, k.title()) for k in KINDS], initial="training")
+    # Workspaces have their own form (WorkspaceForm, on the Workspaces page).
+    kind = forms.ChoiceField(
+        choices=[(k, k.title()) for k in KINDS if k != "workspace"], initial="training"
+    )
     image = forms.CharField(
         max_length=255,
         widget=forms.TextInput(attrs={"placeholder": "nvcr.io/nvidia/pytorch:24.05-py3"}),
@@ -106,7 +109,7 @@ class JobForm(forms.Form):
     port = forms.IntegerField(required=False, initial=8080)
     health_path = forms.CharField(required=False, initial="/healthz", max_length=256)
 
-    SECTIONS = (
+    SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("Basics", ("team", "name", "kind", "image", "command", "args", "env")),
         ("GPUs", ("gpu_count", "gpu_sharing", "gpu_product", "gpu_mig_profile")),
         ("Resources", ("cpu", "memory")),
@@ -136,14 +139,15 @@ class JobForm(forms.Form):
     ) -> None:
         super().__init__(*args, **kwargs)
         cast(forms.ChoiceField, self.fields["team"]).choices = [(t.slug, t.name) for t in teams]
-        cast(forms.ChoiceField, self.fields["launcher"]).choices = [
-            (name, LAUNCHER_LABELS[name])
-            for name in dict.fromkeys(
-                [settings.DEFAULT_TRAINING_LAUNCHER, "job", *(launchers or [])]
-            )
-            if name == "job" or name in (launchers or [])
-        ]
-        self.fields["launcher"].initial = settings.DEFAULT_TRAINING_LAUNCHER
+        if "launcher" in self.fields:
+            cast(forms.ChoiceField, self.fields["launcher"]).choices = [
+                (name, LAUNCHER_LABELS[name])
+                for name in dict.fromkeys(
+                    [settings.DEFAULT_TRAINING_LAUNCHER, "job", *(launchers or [])]
+                )
+                if name == "job" or name in (launchers or [])
+            ]
+            self.fields["launcher"].initial = settings.DEFAULT_TRAINING_LAUNCHER
         cast(forms.ChoiceField, self.fields["gpu_product"]).choices = [("", "Any GPU")] + [
             # GPU Feature Discovery reports MiB: 81,559 MiB is 79.6 GiB (sold as "80 GB").
             (name, f"{name} ({human_quantity(p.memory_mib * 2**20, 'memory')})")
@@ -295,3 +299,57 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
         ),
     )
     return initial
+
+
+class WorkspaceForm(JobForm):
+    """A new workspace: the job form's GPU, resource and storage fields, and a workspace
+    image instead of an image, command and runtime (the image gives those)."""
+
+    kind = None  # type: ignore[assignment]
+    image = None  # type: ignore[assignment]
+    command = None  # type: ignore[assignment]
+    args = None  # type: ignore[assignment]
+    checkpoint = None  # type: ignore[assignment]
+    launcher = None  # type: ignore[assignment]
+    workers = None  # type: ignore[assignment]
+    max_runtime_seconds = None  # type: ignore[assignment]
+    retries = None  # type: ignore[assignment]
+    replicas = None  # type: ignore[assignment]
+    port = None  # type: ignore[assignment]
+    health_path = None  # type: ignore[assignment]
+    workspace_image = forms.ChoiceField(label="Workspace image")
+
+    SECTIONS = (
+        ("Basics", ("team", "name", "workspace_image", "env")),
+        ("GPUs", ("gpu_count", "gpu_sharing", "gpu_product", "gpu_mig_profile")),
+        ("Resources", ("cpu", "memory")),
+        ("Scheduling", ("priority",)),
+        ("Storage", ("volumes",)),
+    )
+
+    def __init__(self, *args: Any, images: list[tuple[str, str]], **kwargs: Any) -> None:
+        kwargs.setdefault("launchers", [])
+        super().__init__(*args, **kwargs)
+        cast(forms.ChoiceField, self.fields["workspace_image"]).choices = images
+        self.fields["name"].widget.attrs["placeholder"] = "explore"
+        self.fields["gpu_sharing"].initial = "shared"
+
+    def to_spec_data(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            "team": data["team"],
+            "name": data["name"].strip(),
+            "kind": "workspace",
+            "workspace_image": data["workspace_image"],
+            "env": _env(self),
+            "gpu": {
+                "count": data["gpu_count"].strip() or "0",
+                "sharing": data["gpu_sharing"],
+                "product": data["gpu_product"] or None,
+                "mig_profile": data["gpu_mig_profile"] or None,
+            },
+            "cpu": data["cpu"].strip() or None,
+            "memory": data["memory"].strip() or None,
+            "priority": data["priority"],
+            "volumes": _volumes(self),
+        }

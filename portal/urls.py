@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from cluster import apis as cluster_apis
 from jobs import apis as job_apis
 from jobs import views as job_views
+from jobs import workspace_views
 from jobs.urls import api_urlpatterns as job_api_urls
 from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
@@ -42,6 +43,23 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False), name="home"),
     path("jobs/", include("jobs.urls")),
     path("monitoring/", include("monitoring.urls")),
+    # /workspaces/<id>/ itself is the workspace proxy's (portal.proxy), never Django's.
+    path("workspaces/", workspace_views.workspace_list, name="workspaces"),
+    path(
+        "workspaces/actions/<int:job_id>/stop/",
+        workspace_views.workspace_stop_view,
+        name="workspace-stop",
+    ),
+    path(
+        "workspaces/actions/<int:job_id>/start/",
+        workspace_views.workspace_start_view,
+        name="workspace-start",
+    ),
+    path(
+        "workspaces/actions/<int:job_id>/delete/",
+        workspace_views.workspace_delete_view,
+        name="workspace-delete",
+    ),
     path("metrics", metrics_view, name="metrics"),
     path("teams/", job_views.team_list, name="teams"),
     path("settings/tokens/", views.api_tokens, name="api-tokens"),

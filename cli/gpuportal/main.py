@@ -17,6 +17,7 @@ from gpuportal import __version__, config
 from gpuportal.client import EXIT_JOB_FAILED, Api, CliError
 from gpuportal.output import Column, console, dump, output_option, show, text
 from gpuportal.spec import apply_overrides, load
+from gpuportal.workspaces import workspace
 
 FINAL_STATES = ("succeeded", "failed", "cancelled")
 POLL_SECONDS = 2.0
@@ -267,10 +268,14 @@ def eta_text(seconds: float | None) -> str | None:
 @click.option("--team", help="Only this team's jobs (everyone's in it).")
 @click.option(
     "--state",
-    type=click.Choice(["queued", "pending", "running", "succeeded", "failed", "cancelled"]),
+    type=click.Choice(
+        ["queued", "pending", "running", "succeeded", "failed", "cancelled", "stopped"]
+    ),
     help="Only jobs in this state.",
 )
-@click.option("--kind", type=click.Choice(["training", "inference"]), help="Only this kind.")
+@click.option(
+    "--kind", type=click.Choice(["training", "inference", "workspace"]), help="Only this kind."
+)
 @click.option(
     "--all-teams",
     "all_teams",
@@ -649,6 +654,9 @@ def templates(output: str) -> None:
         ],
         output,
     )
+
+
+cli.add_command(workspace)
 
 
 def main() -> None:

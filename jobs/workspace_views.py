@@ -1,0 +1,115 @@
+"""The Workspaces page: a member's workspaces with Open, Stop, Start and Delete, and the
+form that creates one (every rule is ``job_spec_check``'s, as for the API)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from cluster.selectors import catalog_get
+from core.errors import ApplicationError
+from jobs.forms import WorkspaceForm
+from jobs.models import FINAL_STATES, Job, WorkspaceImage
+from jobs.selectors.jobs import job_get_for_user, jobs_for_user
+from jobs.services.submit import job_submit
+from jobs.services.workspaces import (
+    workspace_can_manage,
+    workspace_can_open,
+    workspace_delete,
+    workspace_start,
+    workspace_stop,
+    workspace_url,
+)
+from teams.selectors import teams_for_user
+
+
+def _form(request: HttpRequest, data: Any = None) -> WorkspaceForm:
+    images = [(i.name, i.title) for i in WorkspaceImage.objects.filter(enabled=True)]
+    return WorkspaceForm(
+        data, teams=list(teams_for_user(user=request.user)), catalog=catalog_get(), images=images
+    )
+
+
+@login_required
+def workspace_list(request: HttpRequest) -> HttpResponse:
+    form = _form(request, request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        data = form.to_spec_data()
+        if form.is_valid():
+            try:
+                job = job_submit(user=request.user, data=data)  # type: ignore[arg-type]
+            except ApplicationError as exc:
+                form.add_spec_errors(exc.field_errors, exc.message)
+            else:
+                messages.success(
+                    request, f"Workspace {job.name} is starting: it opens once it runs."
+                )
+                return redirect("workspaces")
+    found = (
+        jobs_for_user(user=request.user, kind=Job.Kind.WORKSPACE)
+        .exclude(state__in=FINAL_STATES)
+        .defer("manifests", "demand")
+    )
+    rows = [
+        {
+            "job": job,
+            "url": workspace_url(job),
+            "can_open": workspace_can_open(user=request.user, job=job),
+            "can_manage": workspace_can_manage(user=request.user, job=job),
+        }
+        for job in found
+    ]
+    return render(request, "jobs/workspaces.html", {"rows": rows, "form": form})
+
+
+def _button(request: HttpRequest, job_id: int, action: Any) -> HttpResponse:
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    try:
+        done = action(job, request.user)
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done)
+    back = request.POST.get("next") or ""
+    if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
+    return redirect("workspaces")
+
+
+@login_required
+@require_POST
+def workspace_stop_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    def stop(job: Job, user: User) -> str:
+        workspace_stop(user=user, job_id=job.pk)
+        return f"Workspace {job.name} is stopping; its home folder is kept."
+
+    return _button(request, job_id, stop)
+
+
+@login_required
+@require_POST
+def workspace_start_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    def start(job: Job, user: User) -> str:
+        workspace_start(user=user, job_id=job.pk)
+        return f"Workspace {job.name} is starting."
+
+    return _button(request, job_id, start)
+
+
+@login_required
+@require_POST
+def workspace_delete_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    def delete(job: Job, user: User) -> str:
+        home = request.POST.get("delete_home") == "on"
+        workspace_delete(user=user, job_id=job.pk, delete_home=home)
+        kept = "its home folder too" if home else "its home folder is kept"
+        return f"Workspace {job.name} is deleted; {kept}."
+
+    return _button(request, job_id, delete)
