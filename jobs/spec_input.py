@@ -335,7 +335,7 @@ class JobSpecInput(StrictSerializer):
 
     team = serializers.CharField(max_length=40, trim_whitespace=False)
     name = serializers.CharField(max_length=200, trim_whitespace=False)
-    kind = serializers.ChoiceField(choices=KINDS)
+    kind = serializers.ChoiceField(choices=[(k, k.title()) for k in KINDS])
     image = serializers.CharField(max_length=255, trim_whitespace=False)
     command = _string_list()
     args = _string_list()

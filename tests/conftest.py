@@ -125,6 +125,21 @@ def inference_spec(**overrides: Any) -> dict[str, Any]:
     return spec
 
 
+def workspace_spec(**overrides: Any) -> dict[str, Any]:
+    """Alice's usual workspace: JupyterLab with PyTorch on a shared T4 slice."""
+    spec: dict[str, Any] = {
+        "team": "vision",
+        "name": "explore",
+        "kind": "workspace",
+        "workspace_image": "jupyter-pytorch",
+        "gpu": {"count": 1, "product": "Tesla-T4", "sharing": "shared"},
+        "cpu": "1",
+        "memory": "2Gi",
+    }
+    spec.update(overrides)
+    return spec
+
+
 # A valid spec with every typed field present (inference, so health_path is there too).
 FULL_SPEC: dict[str, Any] = {
     "team": "vision",

@@ -416,9 +416,10 @@ def wait_words(state: AdmissionPass, team: Team, job: QueuedJob) -> str:
         quota = state.cohort.quota(team.slug, resource)
         assert quota is not None
         used = state.cohort.usage(team.slug, resource)
+        what = "workspaces" if job.kind == Job.Kind.WORKSPACE else "inference deployments"
         return (
             f"team {team.slug} uses {_amount(resource, used)} of "
-            f"{_amount(resource, quota.nominal)} {resource} (nominal); inference deployments of "
+            f"{_amount(resource, quota.nominal)} {resource} (nominal); {what} of "
             f"{team.slug} run on nominal quota only (a platform admin can let them borrow)"
         )
     words = wait_reason(

@@ -32,26 +32,13 @@ from jobs.services.workspaces import (
     workspace_token,
 )
 from teams.models import Team
+from tests.conftest import workspace_spec
 from tests.integration.test_reclaim import fresh
 from tests.jupyter_client import run_cell
 from tests.proxy_process import ProxyProcess
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def workspace_spec(**overrides: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "team": "vision",
-        "name": "explore",
-        "kind": "workspace",
-        "workspace_image": "jupyter-pytorch",
-        "gpu": {"count": 1, "product": "Tesla-T4", "sharing": "shared"},
-        "cpu": "1",
-        "memory": "2Gi",
-    }
-    spec.update(overrides)
-    return spec
 
 
 def server_url(job: Job) -> str:

@@ -17,7 +17,7 @@ from jobs.services.admission import admission_run
 from jobs.services.submit import job_submit
 from teams.models import Cohort, GpuQuota, Membership, Team
 from teams.services import quota_set
-from tests.conftest import inference_spec, training_spec
+from tests.conftest import inference_spec, training_spec, workspace_spec
 
 pytestmark = pytest.mark.django_db
 
@@ -160,6 +160,34 @@ def test_inference_uses_nominal_quota_unless_the_team_lets_it_borrow(
     assert admission_run(team_id=vision.pk).admitted == [serve.pk]
     assert fresh(serve).borrowing
     assert all(fresh(j).admitted_at for j in fill)
+
+
+def test_a_workspace_uses_nominal_quota_and_is_reclaimed_only_if_its_team_lets_it_borrow(
+    alice: User, dave: User, vision: Team, robotics: Team
+) -> None:
+    # Given vision's 16 GPUs in use, and robotics' 8 idle in the cohort
+    fill = [submit(alice, "vision", 8, name=f"j{i}") for i in range(2)]
+    lab = job_submit(
+        user=alice, data=workspace_spec(name="lab", gpu={"count": 1}, cpu="1", memory="2Gi")
+    )
+    # When admission runs, Then the workspace waits for vision's own quota, saying why
+    admission_run(team_id=vision.pk)
+    assert fresh(lab).admitted_at is None
+    assert fresh(lab).message == (
+        "team vision uses 16 of 16 nvidia.com/gpu (nominal); workspaces of vision run on "
+        "nominal quota only (a platform admin can let them borrow); 0 jobs ahead"
+    )
+    # When vision lets its workspaces borrow, Then it runs on robotics' idle GPUs...
+    Team.objects.filter(pk=vision.pk).update(workspace_may_borrow=True)
+    assert admission_run(team_id=vision.pk).admitted == [lab.pk]
+    run_all(*fill, lab)
+    assert fresh(lab).borrowing
+    # ...and it is what a reclaim takes back when robotics needs its GPUs
+    mine = submit(dave, "robotics", 8, name="mine")
+    admission_run(team_id=robotics.pk)
+    assert fresh(lab).evicted_at is not None and fresh(lab).state == JobState.QUEUED
+    assert all(fresh(j).evicted_at is None for j in fill)
+    assert fresh(mine).admitted_at is None  # until the workspace's pod is gone
 
 
 def test_a_request_above_what_the_team_could_ever_hold_is_refused_at_submission(

@@ -34,7 +34,7 @@ from monitoring import prometheus
 from monitoring.services import workspace_idle_run
 from notifications.models import Delivery
 from teams.models import Team
-from tests.integration.test_workspaces import workspace_spec
+from tests.conftest import workspace_spec
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.receivers import free_port
 from tests.worker_process import wait_for

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-PORTAL_SERVICES = ("migrate", "web", "worker", "beat")
+PORTAL_SERVICES = ("migrate", "web", "proxy", "worker", "beat")
 VARIABLE_RE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 
 
@@ -94,7 +94,7 @@ def test_all_services_are_defined() -> None:
     # Given the compose file
     # When we list its services
     # Then the database, the broker and every portal role are there
-    assert {"postgres", "redis", "migrate", "web", "worker", "beat"} <= set(SERVICES)
+    assert {"postgres", "redis", "migrate", "web", "proxy", "worker", "beat"} <= set(SERVICES)
     assert SERVICES["postgres"]["image"].split(":")[0] == "postgres"
     assert SERVICES["redis"]["image"].split(":")[0] == "redis"
 
@@ -151,9 +151,12 @@ def test_gunicorn_serves_an_importable_wsgi_app() -> None:
     for target in targets:
         module, attr = target.split(":")
         assert callable(getattr(importlib.import_module(module), attr)), target
-    # And the web service publishes the port gunicorn binds (gunicorn.conf.py, which the
-    # command does not override)
-    assert any(p.endswith(":8000") for p in map(expand, SERVICES["web"]["ports"]))
+    # And the proxy in front publishes port 8000 and sends the portal's pages to the port
+    # gunicorn binds in web (gunicorn.conf.py, which the command does not override)
+    assert any(p.endswith(":8000") for p in map(expand, SERVICES["proxy"]["ports"]))
+    assert command_of(SERVICES["proxy"])[:2] == ["uvicorn", "portal.proxy.asgi:application"]
+    assert SERVICES["proxy"]["environment"]["WORKSPACE_PROXY_UPSTREAM"] == "http://web:8000"
+    assert "ports" not in SERVICES["web"]
     assert runpy.run_path(str(ROOT / "gunicorn.conf.py"))["bind"] == "0.0.0.0:8000"
     assert not any(
         w.startswith(("--bind", "-b", "--config", "-c")) for w in command_of(SERVICES["web"])

@@ -50,12 +50,14 @@ def test_rbac_objects_are_valid_kubernetes() -> None:
     assert validate_manifests(docs, "1.33") == []
 
 
-def test_rbac_has_no_wildcards_and_no_secrets() -> None:
+def test_rbac_has_no_wildcards_and_never_reads_secrets() -> None:
     for rule in _rules():
         assert "*" not in rule["verbs"]
         assert "*" not in rule["resources"]
         assert "*" not in rule["apiGroups"]
-        assert "secrets" not in rule["resources"]
+        if "secrets" in rule["resources"]:
+            # A workspace's token Secret is written and deleted; no Secret is ever read.
+            assert set(rule["verbs"]) <= {"create", "update", "delete"}, rule
 
 
 def test_rbac_grants_every_call_the_adapter_makes() -> None:
