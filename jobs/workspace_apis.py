@@ -40,7 +40,9 @@ class WorkspaceImageOutput(serializers.ModelSerializer):
 class WorkspaceOutput(JobOutput):
     """A workspace: the job's fields, where to open it, its image and its home claim."""
 
-    url = serializers.CharField(help_text="Where its owner opens it, through the portal.")
+    url = serializers.CharField(
+        help_text="Where its owner opens it, through the portal (/workspaces/<id>/)."
+    )
     workspace_image = serializers.CharField()
     home_claim = serializers.CharField(
         help_text="The owner's home folder in the team (a PersistentVolumeClaim)."
@@ -56,7 +58,9 @@ class WorkspaceOutput(JobOutput):
         user = getattr(request, "user", None)
         return {
             **super().job_fields(job),
-            "url": workspace_url(job),
+            "url": request.build_absolute_uri(workspace_url(job))
+            if request
+            else workspace_url(job),
             "workspace_image": job.spec.get("workspace_image") or "",
             "home_claim": home_claim_name(job.owner.username),
             "can_open": user is not None and workspace_can_open(user=user, job=job),

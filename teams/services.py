@@ -139,6 +139,13 @@ _TEAM_AUDITED = (
     "idle_threshold_percent",
     "idle_window_minutes",
     "idle_grace_minutes",
+    "workspace_home_size",
+    "workspace_leads_may_open",
+    "workspace_may_borrow",
+    "workspace_idle",
+    "workspace_idle_minutes",
+    "workspace_grace_minutes",
+    "workspace_max_hours",
 )
 
 

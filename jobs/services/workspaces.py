@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
@@ -285,8 +284,6 @@ def _check_home_unused(job: Job) -> None:
 
 
 def workspace_url(job: Job) -> str:
-    """Where its owner opens it: the portal's own origin, under ``/workspaces/<id>/``; with
-    PORTAL_URL set, absolute."""
-    path = WORKSPACE_PATH.format(id=job.pk)
-    base = (settings.PORTAL_URL or "").rstrip("/")
-    return f"{base}{path}" if base else path
+    """Where its owner opens it: under ``/workspaces/<id>/`` of the portal's own origin
+    (the proxy serves that path)."""
+    return WORKSPACE_PATH.format(id=job.pk)

@@ -310,7 +310,7 @@ def _start_containers(tick: _Tick, life: dict[str, Any], node: Obj | None) -> No
     _, pod_ip = _ip(pod, node, tick.cluster)
     if real:
         pod_ip = jupyter.pod_ip(tick.uid)
-        _start_server(tick)
+        _start_server(tick, life)
     status = pod["status"]
     status.update({"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]})
     # A real server is ready once it answers (``_follow_server``); a simulated one at once.
@@ -337,8 +337,15 @@ def _start_containers(tick: _Tick, life: dict[str, Any], node: Obj | None) -> No
     tick.cluster.store.put("pods", pod)
 
 
-def _start_server(tick: _Tick) -> None:
+def _start_server(tick: _Tick, life: dict[str, Any]) -> None:
+    """The container's env as the kubelet and NVIDIA's runtime give it: its own variables,
+    and the GPUs the device plugin assigned (``NVIDIA_VISIBLE_DEVICES``; CUDA numbers
+    them from 0), so a notebook can tell which GPU it holds."""
     env = jupyter.container_env(tick.cluster.store.get, tick.pod)
+    devices = [str(d) for d in life.get("devices") or []]
+    env.setdefault("NVIDIA_VISIBLE_DEVICES", ",".join(devices) or "void")
+    if devices:
+        env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(len(devices))))
     tick.cluster.jupyter.start(tick.pod, env, jupyter.home_claim(tick.pod, env))
 
 
@@ -348,7 +355,7 @@ def _follow_server(tick: _Tick, life: dict[str, Any]) -> None:
     again when the sandbox itself was restarted under it."""
     servers, uid = tick.cluster.jupyter, tick.uid
     if servers.get(uid) is None:
-        _start_server(tick)
+        _start_server(tick, life)
         return
     code = servers.exit_code(uid)
     if code is not None:

@@ -49,6 +49,11 @@ DEMO_JOBS: list[tuple[str, dict[str, Any]]] = [
                "image": PYTORCH, "command": ["torchrun", "finetune.py"], "launcher": "trainjob",
                "gpu": {"count": 1, "sharing": "shared"}, "workers": 2,
                "env": {"SANDBOX_DURATION": "40m"}}),
+    # A JupyterLab for alice on a shared T4 slice: the sandbox runs a real jupyter-lab; open
+    # it from Workspaces (through the portal's proxy) while logged in as alice.
+    ("alice", {"team": "vision", "name": "notebook", "kind": "workspace",
+               "workspace_image": "jupyter-pytorch", "cpu": "2", "memory": "8Gi",
+               "gpu": {"count": 1, "product": "Tesla-T4", "sharing": "shared"}}),
     ("alice", {"team": "vision", "name": "detector-mig", "kind": "inference",
                "image": TRITON, "gpu": {"count": 1, "sharing": "mig", "mig_profile": "1g.10gb"},
                "replicas": 2, "port": 8000, "health_path": "/v2/health/ready"}),
