@@ -29,7 +29,9 @@ DEFAULT_IMAGES: list[dict[str, Any]] = [
     {
         "name": "code-server",
         "title": "VS Code in the browser (code-server)",
-        "description": "Coder's code-server; opened through the portal like a notebook.",
+        "description": "Coder's code-server. Off until the proxy signs in to code-server "
+        'for its owner (docs/workspaces.md, "Limits").',
+        "enabled": False,
         "flavor": "code-server",
         "image": "docker.io/codercom/code-server:4.106.3",
         "command": ["/usr/bin/entrypoint.sh"],

@@ -159,10 +159,12 @@ class EventIndex:
 
 def tracked_jobs() -> Any:
     """Applied jobs that have not finished: the ones a pass follows (with Kueue, also the
-    queued ones: they wait in the cluster, in Kueue's queue)."""
+    queued ones: they wait in the cluster, in Kueue's queue; not one whose objects the
+    portal is deleting, an eviction or a workspace's stop, which its pods still running
+    must not undo)."""
     return Job.objects.filter(
         Q(state__in=[JobState.PENDING, JobState.RUNNING])
-        | Q(state=JobState.QUEUED, queueing=Job.Queueing.KUEUE),
+        | Q(state=JobState.QUEUED, queueing=Job.Queueing.KUEUE, evicted_at__isnull=True),
         applied_at__isnull=False,
     )
 

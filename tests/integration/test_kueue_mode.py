@@ -26,10 +26,11 @@ from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
 from jobs.models import Job, JobState
 from jobs.selectors.queue_position import job_queue_position
 from jobs.services.apply import ApplyOutcome, job_apply
-from jobs.services.submit import job_cancel
+from jobs.services.submit import job_cancel, job_submit
+from jobs.services.workspaces import workspace_start, workspace_stop
 from jobs.tracking.reconcile import cluster_reconcile
 from teams.models import Team
-from tests.conftest import api_client_for
+from tests.conftest import api_client_for, workspace_spec
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
@@ -376,3 +377,28 @@ def test_external_kueue_is_read_never_written(
         worker.stop()
         for o in reversed(PLATFORMS_QUEUES):
             kube.delete(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+
+
+def test_on_kueue_a_workspace_runs_stops_and_starts_again_with_its_home(
+    kueue_worker: WorkerProcess, cluster: SandboxProcess
+) -> None:
+    # Given vision on Kueue, and alice's JupyterLab on one A100
+    users = seed(vision=6, robotics=4)
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    job = job_submit(
+        user=users["alice"],
+        data=workspace_spec(name="lab", gpu={"count": 1, "product": "NVIDIA-A100-SXM4-80GB"}),
+    )
+    # When Kueue admits it, Then it runs, its pod named in Kueue's LocalQueue
+    job = running_again(job)
+    (pod,) = kube.list_all("Pod", label_selector=f"{JOB_ID_LABEL}={job.pk}")
+    assert pod["metadata"]["labels"][QUEUE_LABEL] == "gpu-portal"
+    assert fresh(job).placement["kueue"]["cluster_queue"] == "vision"
+    # When alice stops it, Then its pod and Kueue's Workload go; its home claim stays
+    workspace_stop(user=users["alice"], job_id=job.pk)
+    wait_for(lambda: fresh(job).state == JobState.STOPPED, timeout=60)
+    wait_for(lambda: not list(kube.list_all("Workload", namespace=job.namespace)), timeout=30)
+    assert kube.get("PersistentVolumeClaim", "home-alice", job.namespace)
+    # When she starts it, Then Kueue admits it again and it runs
+    workspace_start(user=users["alice"], job_id=job.pk)
+    assert running_again(job).evictions == 0
