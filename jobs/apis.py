@@ -305,7 +305,7 @@ TEMPLATE_PARAMETER = OpenApiParameter(
 )
 
 
-def _spec_data(request: Request) -> Any:
+def spec_from_request(request: Request) -> Any:
     """The spec a submission or preview asks for: the body, over ``?template=`` if given."""
     template = request.query_params.get("template")
     if not template:
@@ -346,7 +346,7 @@ class JobListCreateApi(ApiView):
         responses={201: JobOutput, **error_responses(400, 401, 404, 413, 415, 429)},
     )
     def post(self, request: Request) -> Response:
-        job = job_submit(user=request.user, data=_spec_data(request))  # type: ignore[arg-type]
+        job = job_submit(user=request.user, data=spec_from_request(request))  # type: ignore[arg-type]
         return Response(JobOutput(job).data, status=status.HTTP_201_CREATED)
 
 
@@ -392,7 +392,7 @@ class JobPreviewApi(APIView):
         responses={200: PreviewOutput, **error_responses(400, 401, 404, 413, 415, 429)},
     )
     def post(self, request: Request) -> Response:
-        preview = job_preview(user=request.user, data=_spec_data(request))
+        preview = job_preview(user=request.user, data=spec_from_request(request))
         return Response(
             {
                 "valid": True,

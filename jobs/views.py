@@ -139,6 +139,9 @@ def _clone_source(request: HttpRequest, value: str | None) -> Job | None:
 @login_required
 def job_clone(request: HttpRequest, job_id: int) -> HttpResponse:
     job = job_get_for_user(user=request.user, job_id=job_id)
+    if job.kind == Job.Kind.WORKSPACE:
+        # A workspace is started again, not cloned: its home folder is already its state.
+        return redirect("workspaces")
     form = _form(request, initial=initial_from_spec(job.spec))
     return render(request, "jobs/new.html", {"form": form, "clone_of": job})
 

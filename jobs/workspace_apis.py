@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from core.api_errors import error_responses
 from core.errors import ApplicationError
-from jobs.apis import JobOutput
+from jobs.apis import TEMPLATE_PARAMETER, JobOutput, spec_from_request
 from jobs.manifests.naming import home_claim_name
 from jobs.models import Job, WorkspaceImage
 from jobs.selectors.jobs import job_get_for_user, jobs_for_user
@@ -113,11 +113,12 @@ class WorkspaceListCreateApi(APIView):
     @extend_schema(
         operation_id="workspaces_create",
         request={"application/json": WorkspaceSpecInput},
+        parameters=[TEMPLATE_PARAMETER],
         responses={201: WorkspaceOutput, **error_responses(400, 401, 404, 413, 415, 429)},
     )
     def post(self, request: Request) -> Response:
         """Create a workspace: a job spec whose ``kind`` is ``workspace`` (the default here)."""
-        data = request.data
+        data = spec_from_request(request)
         if isinstance(data, dict) and "kind" not in data:
             data = {**data, "kind": "workspace"}
         if isinstance(data, dict) and data.get("kind") != "workspace":

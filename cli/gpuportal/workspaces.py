@@ -72,6 +72,7 @@ def images(output: str) -> None:
 
 @workspace.command("create")
 @click.option("-f", "--file", "path", help="The spec, YAML or JSON (kind workspace implied).")
+@click.option("--template", help="Start from this template: NAME or TEAM/NAME.")
 @click.option("--team", help="The team it runs in.")
 @click.option("--name", help="Its name.")
 @click.option("--image", "workspace_image", help="A workspace image (gpuportal workspace images).")
@@ -82,6 +83,7 @@ def images(output: str) -> None:
 @output_option
 def create(
     path: str | None,
+    template: str | None,
     workspace_image: str | None,
     sets: tuple[str, ...],
     open_it: bool,
@@ -94,7 +96,7 @@ def create(
     if workspace_image:
         spec["workspace_image"] = workspace_image
     client = _api()
-    created = client.post("workspaces/", spec)
+    created = client.post("workspaces/", spec, template=template)
     if output in ("json", "yaml"):
         dump(created, output)
     else:
