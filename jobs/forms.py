@@ -172,17 +172,7 @@ class JobForm(forms.Form):
             "image": data["image"].strip(),
             "command": _words(self, "command"),
             "args": _words(self, "args"),
-            "env": _env(self),
-            "gpu": {
-                "count": data["gpu_count"].strip() or "0",
-                "sharing": data["gpu_sharing"],
-                "product": data["gpu_product"] or None,
-                "mig_profile": data["gpu_mig_profile"] or None,
-            },
-            "cpu": data["cpu"].strip() or None,
-            "memory": data["memory"].strip() or None,
-            "priority": data["priority"],
-            "volumes": _volumes(self),
+            **self.pod_fields(),
         }
         runtime = (
             ("launcher", "workers", "max_runtime_seconds", "retries")
@@ -196,6 +186,23 @@ class JobForm(forms.Form):
         if checkpoint is not None:
             spec["checkpoint"] = checkpoint  # an inference job's is refused by the spec check
         return spec
+
+    def pod_fields(self) -> dict[str, Any]:
+        """The fields every kind shares: env, GPUs, resources, priority, volumes."""
+        data = self.cleaned_data
+        return {
+            "env": _env(self),
+            "gpu": {
+                "count": data["gpu_count"].strip() or "0",
+                "sharing": data["gpu_sharing"],
+                "product": data["gpu_product"] or None,
+                "mig_profile": data["gpu_mig_profile"] or None,
+            },
+            "cpu": data["cpu"].strip() or None,
+            "memory": data["memory"].strip() or None,
+            "priority": data["priority"],
+            "volumes": _volumes(self),
+        }
 
     def add_spec_errors(self, field_errors: dict[str, list[str]], message: str) -> None:
         """Show the spec validator's errors on the fields they name."""
@@ -341,15 +348,5 @@ class WorkspaceForm(JobForm):
             "name": data["name"].strip(),
             "kind": "workspace",
             "workspace_image": data["workspace_image"],
-            "env": _env(self),
-            "gpu": {
-                "count": data["gpu_count"].strip() or "0",
-                "sharing": data["gpu_sharing"],
-                "product": data["gpu_product"] or None,
-                "mig_profile": data["gpu_mig_profile"] or None,
-            },
-            "cpu": data["cpu"].strip() or None,
-            "memory": data["memory"].strip() or None,
-            "priority": data["priority"],
-            "volumes": _volumes(self),
+            **self.pod_fields(),
         }

@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from cluster import kube
@@ -198,11 +199,15 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     return render(request, "jobs/detail.html", context)
 
 
-def _job_button(
-    request: HttpRequest, job_id: int, action: Callable[[Job, User], str]
+def job_button(
+    request: HttpRequest,
+    job_id: int,
+    action: Callable[[Job, User], str],
+    back: str | None = None,
 ) -> HttpResponse:
-    """A button on a job's page: do it, say how it went (the service's words when it
-    refuses), and go back to the page. Another team's job is a 404, as everywhere."""
+    """A button on a job's page (or a list): do it, say how it went (the service's words
+    when it refuses), and go back: to the form's own ``next`` path, else ``back`` (a URL
+    name), else the job's page. Another team's job is a 404, as everywhere."""
     job = job_get_for_user(user=request.user, job_id=job_id)
     try:
         done = action(job, request.user)  # type: ignore[arg-type]
@@ -210,7 +215,10 @@ def _job_button(
         messages.error(request, exc.message)
     else:
         messages.success(request, done)
-    return redirect("jobs:detail", job_id=job.pk)
+    following = request.POST.get("next") or ""
+    if following and url_has_allowed_host_and_scheme(following, allowed_hosts={request.get_host()}):
+        return redirect(following)
+    return redirect(back) if back else redirect("jobs:detail", job_id=job.pk)
 
 
 @login_required
@@ -227,7 +235,7 @@ def job_save_template(request: HttpRequest, job_id: int) -> HttpResponse:
         )
         return f"Saved as template {template.name} ({template.scope})."
 
-    return _job_button(request, job_id, save)
+    return job_button(request, job_id, save)
 
 
 @login_required
@@ -237,7 +245,7 @@ def job_idle_exempt_view(request: HttpRequest, job_id: int) -> HttpResponse:
         job_idle_exempt(user=user, job_id=job.pk, reason=request.POST.get("reason", ""))
         return "Idle-GPU exemption saved."
 
-    return _job_button(request, job_id, exempt)
+    return job_button(request, job_id, exempt)
 
 
 @login_required
@@ -247,7 +255,7 @@ def job_resume_view(request: HttpRequest, job_id: int) -> HttpResponse:
         job_resume(user=user, job_id=job.pk)
         return f"Job {job.name} is scaling back up."
 
-    return _job_button(request, job_id, resume)
+    return job_button(request, job_id, resume)
 
 
 @login_required
@@ -305,7 +313,7 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
         job_cancel(user=user, job_id=job.pk)
         return f"Job {job.name} cancelled."
 
-    return _job_button(request, job_id, cancel)
+    return job_button(request, job_id, cancel)
 
 
 @login_required

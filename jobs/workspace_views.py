@@ -10,14 +10,13 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from cluster.selectors import catalog_get
 from core.errors import ApplicationError
 from jobs.forms import WorkspaceForm
 from jobs.models import FINAL_STATES, Job, WorkspaceImage
-from jobs.selectors.jobs import job_get_for_user, jobs_for_user
+from jobs.selectors.jobs import jobs_for_user
 from jobs.services.submit import job_submit
 from jobs.services.workspaces import (
     workspace_can_manage,
@@ -27,6 +26,7 @@ from jobs.services.workspaces import (
     workspace_stop,
     workspace_url,
 )
+from jobs.views import job_button
 from teams.selectors import teams_for_user
 
 
@@ -69,20 +69,6 @@ def workspace_list(request: HttpRequest) -> HttpResponse:
     return render(request, "jobs/workspaces.html", {"rows": rows, "form": form})
 
 
-def _button(request: HttpRequest, job_id: int, action: Any) -> HttpResponse:
-    job = job_get_for_user(user=request.user, job_id=job_id)
-    try:
-        done = action(job, request.user)
-    except ApplicationError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, done)
-    back = request.POST.get("next") or ""
-    if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        return redirect(back)
-    return redirect("workspaces")
-
-
 @login_required
 @require_POST
 def workspace_stop_view(request: HttpRequest, job_id: int) -> HttpResponse:
@@ -90,7 +76,7 @@ def workspace_stop_view(request: HttpRequest, job_id: int) -> HttpResponse:
         workspace_stop(user=user, job_id=job.pk)
         return f"Workspace {job.name} is stopping; its home folder is kept."
 
-    return _button(request, job_id, stop)
+    return job_button(request, job_id, stop, back="workspaces")
 
 
 @login_required
@@ -100,7 +86,7 @@ def workspace_start_view(request: HttpRequest, job_id: int) -> HttpResponse:
         workspace_start(user=user, job_id=job.pk)
         return f"Workspace {job.name} is starting."
 
-    return _button(request, job_id, start)
+    return job_button(request, job_id, start, back="workspaces")
 
 
 @login_required
@@ -112,4 +98,4 @@ def workspace_delete_view(request: HttpRequest, job_id: int) -> HttpResponse:
         kept = "its home folder too" if home else "its home folder is kept"
         return f"Workspace {job.name} is deleted; {kept}."
 
-    return _button(request, job_id, delete)
+    return job_button(request, job_id, delete, back="workspaces")

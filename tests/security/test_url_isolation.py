@@ -135,6 +135,10 @@ def test_another_teams_user_gets_nothing(victim_job: Job, carol: User, method: s
             "/settings/tokens/",
             "/api/v1/notifications/",
             "/api/v1/reports/gpu-hours/",
+            # lists scoped to carol's own teams (and the images on offer)
+            "/workspaces/",
+            "/api/v1/workspaces/",
+            "/api/v1/workspace-images/",
         ) or url.startswith(
             ("/monitoring/", "/api/v1/monitoring/cluster", "/api/v1/monitoring/idle")
         ):
