@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import websocket
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from cluster import kube
 from jobs.models import Job, JobState
@@ -31,6 +32,8 @@ from jobs.selectors.workspaces import workspace_endpoint
 from jobs.services.submit import job_submit
 from jobs.services.workspaces import workspace_token
 from monitoring import prometheus
+from monitoring.accounting import usage_rollup_day
+from monitoring.models import GpuUsageDay
 from monitoring.services import workspace_idle_run
 from notifications.models import Delivery
 from teams.models import Team
@@ -125,6 +128,10 @@ def test_a_workspace_idle_by_both_signals_is_warned_then_stopped_with_its_home_k
     assert stopped.events.filter(reason="IdleStopped").count() == 1
     assert stopped.admitted_at is None and len(stopped.earlier_runs) == 1
     assert kube.get("PersistentVolumeClaim", "home-alice", job.namespace)
+    # ...and the GPU-hour report counts the run it had, the GPU it held idle
+    usage_rollup_day(day=timezone.localdate())
+    (row,) = GpuUsageDay.objects.filter(job=job)
+    assert row.gpu_hours_allocated > 0 and row.product == "shared:Tesla-T4"
 
 
 def test_a_kernel_busy_with_a_loop_is_never_stopped_however_long_nobody_types(
