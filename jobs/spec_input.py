@@ -524,6 +524,12 @@ class JobSpecInput(StrictSerializer):
 class WorkspaceSpecInput(JobSpecInput):
     """A workspace's spec: its image, command and port come from its ``workspace_image``."""
 
+    kind = serializers.ChoiceField(
+        choices=[("workspace", "Workspace")],
+        required=False,
+        help_text="workspace (the default at /api/v1/workspaces/).",
+    )
+
     image = serializers.CharField(
         max_length=255,
         trim_whitespace=False,

@@ -9,11 +9,13 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import error_responses
+from core.apis import ApiView, QueryText
 from core.errors import ApplicationError
 from jobs.apis import TEMPLATE_PARAMETER, JobOutput, spec_from_request
 from jobs.manifests.naming import home_claim_name
@@ -68,12 +70,19 @@ class WorkspaceOutput(JobOutput):
 
 
 def _workspace(request: Request, job_id: int) -> Job:
+    """A workspace of the user's teams; another team's, or a job of another kind, is not
+    one of the workspaces: 404."""
     job = job_get_for_user(user=request.user, job_id=job_id)
     if job.kind != Job.Kind.WORKSPACE:
-        raise ApplicationError(
-            f"Job {job.pk} is a {job.kind} job, not a workspace; use /api/v1/jobs/{job.pk}/."
-        )
+        raise NotFound("No such workspace.")
     return job
+
+
+class WorkspaceListQuery(serializers.Serializer):
+    team = QueryText(required=False, allow_blank=True, max_length=50, help_text="Team slug")
+    owner = QueryText(
+        required=False, allow_blank=True, max_length=150, help_text="The owner's username"
+    )
 
 
 class WorkspaceImageListApi(APIView):
@@ -86,23 +95,21 @@ class WorkspaceImageListApi(APIView):
         return Response(WorkspaceImageOutput(images, many=True).data)
 
 
-class WorkspaceListCreateApi(APIView):
+class WorkspaceListCreateApi(ApiView):
+    query_input = WorkspaceListQuery
+
     @extend_schema(
         operation_id="workspaces_list",
-        parameters=[
-            OpenApiParameter("team", OpenApiTypes.STR, required=False),
-            OpenApiParameter("owner", OpenApiTypes.STR, required=False),
-        ],
-        responses={200: WorkspaceOutput(many=True), **error_responses(401)},
+        responses={200: WorkspaceOutput(many=True), **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         """The workspaces of the caller's teams (not deleted), newest first."""
         found = (
             jobs_for_user(
                 user=request.user,
-                team=request.query_params.get("team") or None,
+                team=self.query.get("team") or None,
                 kind=Job.Kind.WORKSPACE,
-                owner=request.query_params.get("owner") or None,
+                owner=self.query.get("owner") or None,
             )
             .exclude(state__in=("cancelled", "succeeded", "failed"))
             .defer("manifests", "demand")[:500]

@@ -37,13 +37,13 @@ EVENTS: tuple[EventType, ...] = (
     ),
     EventType(
         "workspace.idle",
-        "will be stopped soon (idle, or at its team's maximum lifetime)",
+        "will be stopped soon",
         on_reason="WorkspaceIdle",
         default=True,
     ),
     EventType(
         "workspace.lifetime_stopped",
-        "was stopped at its team's maximum lifetime",
+        "reached its maximum lifetime",
         on_reason="LifetimeStopped",
         default=True,
     ),

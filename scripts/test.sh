@@ -52,6 +52,9 @@ fi
 # database: the tests that drive real workers, sandboxes and browsers mostly wait on them.
 # The queueing scenarios (both engines, each with its worker and sandbox) run on their own.
 QUEUEING=(tests/integration/test_sharing_engines.py tests/integration/test_kueue_mode.py)
+# The workspaces (real JupyterLab servers, the proxy, Chromium) run on their own too.
+WORKSPACES=(tests/integration/test_workspaces.py tests/integration/test_workspace_browser.py
+  tests/monitoring/test_workspace_idle.py)
 SLOW=(tests/integration tests/security tests/web)
 REST=()
 for dir in tests/*/; do
@@ -65,7 +68,8 @@ mkdir -p var/log
 (
   export DATABASE_URL="${DATABASE_URL}_b"
   export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 14) % 16 ))"
-  exec $BIN/pytest -p no:cacheprovider "${SLOW[@]}" "${QUEUEING[@]/#/--ignore=}"
+  exec $BIN/pytest -p no:cacheprovider "${SLOW[@]}" "${QUEUEING[@]/#/--ignore=}" \
+    "${WORKSPACES[@]/#/--ignore=}"
 ) > var/log/pytest-slow.log 2>&1 &
 slow=$!
 (
@@ -74,12 +78,21 @@ slow=$!
   exec $BIN/pytest -p no:cacheprovider "${QUEUEING[@]}"
 ) > var/log/pytest-queueing.log 2>&1 &
 queueing=$!
+(
+  export DATABASE_URL="${DATABASE_URL}_d"
+  export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 12) % 16 ))"
+  exec $BIN/pytest -p no:cacheprovider "${WORKSPACES[@]}"
+) > var/log/pytest-workspaces.log 2>&1 &
+workspaces=$!
 status=0
-$BIN/pytest -p no:cacheprovider "${REST[@]}" || status=$?
+$BIN/pytest -p no:cacheprovider "${REST[@]}" "${WORKSPACES[@]/#/--ignore=}" || status=$?
 wait $slow || status=$?
 wait $queueing || status=$?
+wait $workspaces || status=$?
 echo "== pytest (${SLOW[*]}, but the queueing scenarios)"
 cat var/log/pytest-slow.log
 echo "== pytest (${QUEUEING[*]})"
 cat var/log/pytest-queueing.log
+echo "== pytest (${WORKSPACES[*]})"
+cat var/log/pytest-workspaces.log
 exit $status

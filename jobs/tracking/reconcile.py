@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -57,7 +58,11 @@ from scheduling import ClusterSnapshot, explain, pod_from_k8s, schedule
 logger = logging.getLogger(__name__)
 
 LOCK_NAME = "gpu-portal:reconcile"
-LOCK_TIMEOUT_SECONDS = 120
+# Short, and renewed while a pass runs (``_renewed``): a worker killed mid-pass leaves the
+# lock for at most this long, not for the length of the longest pass (it was 120 s, and a
+# killed worker stalled every reconcile for two minutes).
+LOCK_TIMEOUT_SECONDS = 15
+LOCK_RENEW_SECONDS = 5
 DEDUPE_KEY_LEN = 200
 
 Obj = dict[str, Any]
@@ -83,6 +88,22 @@ class ReconcileReport:
 
 def _lock() -> Any:
     return redis_client().lock(LOCK_NAME, timeout=LOCK_TIMEOUT_SECONDS, blocking=False)
+
+
+def _renewed(lock: Any) -> threading.Event:
+    """Keep ``lock`` held while the pass runs: extend it every few seconds until the
+    returned event is set."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(LOCK_RENEW_SECONDS):
+            try:
+                lock.extend(LOCK_TIMEOUT_SECONDS, replace_ttl=True)
+            except (redis.exceptions.LockError, redis.exceptions.RedisError):
+                return  # lost (or Redis gone): the release says so
+
+    threading.Thread(target=renew, name="reconcile-lock", daemon=True).start()
+    return done
 
 
 def job_id_of(obj: Obj) -> int | None:
@@ -530,6 +551,7 @@ def cluster_reconcile() -> ReconcileReport:
     if not lock.acquire():
         report.skipped = True
         return report
+    renewing = _renewed(lock)
     try:
         # Queue recovery needs only the database: it runs even when the cluster is down.
         _recover_queue(report)
@@ -542,6 +564,7 @@ def cluster_reconcile() -> ReconcileReport:
             logger.warning("reconcile: cluster not read, jobs left as they are: %s", exc)
             report.cluster_error = exc.message
     finally:
+        renewing.set()
         try:
             lock.release()
         except redis.exceptions.LockError:

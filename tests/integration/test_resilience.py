@@ -108,11 +108,15 @@ def test_network_policy_follows_the_settings_and_every_change_is_audited(
     names = [
         i.metadata.name for i in networking.list_namespaced_network_policy("team-speech").items
     ]
-    assert "gpu-portal-isolation" not in names
+    assert "gpu-portal-isolation" not in names and "gpu-portal-workspaces" not in names
     audited = list(AuditLog.objects.order_by("id").values_list("action", "target"))
     assert audited == [
         ("team.network_policy_updated", "speech: NetworkPolicy team-speech/gpu-portal-isolation"),
         ("team.network_policy_deleted", "speech: NetworkPolicy team-speech/gpu-portal-isolation"),
+        (
+            "team.network_policy_deleted",
+            "speech: NetworkPolicy team-speech/gpu-portal-workspaces",
+        ),
     ]
 
 

@@ -159,7 +159,7 @@ def test_a_kernel_busy_with_a_loop_is_never_stopped_however_long_nobody_types(
         wait_for(lambda: call(job, "/api/kernels")[0]["execution_state"] == "busy", timeout=20)
         # When nobody touches it for many times the idle minutes and the grace period
         # Then it is never warned nor stopped
-        never_acted_on(job, seconds=25)
+        never_acted_on(job, seconds=16)
     finally:
         ws.close()
 
@@ -180,7 +180,7 @@ def test_a_notebook_at_zero_gpu_whose_user_is_working_is_never_stopped(
         )
 
     # When the rule runs for many times the idle minutes, Then it is never acted on
-    never_acted_on(job, seconds=25, between=save)
+    never_acted_on(job, seconds=16, between=save)
 
 
 def test_nothing_is_stopped_while_prometheus_is_down(quick: dict[str, User], settings: Any) -> None:
@@ -189,7 +189,7 @@ def test_nothing_is_stopped_while_prometheus_is_down(quick: dict[str, User], set
     settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
     prometheus.reset_client()
     # When the rule runs long past the idle minutes, Then it decides nothing
-    never_acted_on(job, seconds=20)
+    never_acted_on(job, seconds=16)
 
 
 def jupyter_process(job: Job) -> int:
@@ -217,7 +217,7 @@ def frozen(quick: dict[str, User]) -> Iterator[Job]:
 
 
 def test_nothing_is_stopped_while_the_servers_api_does_not_answer(frozen: Job) -> None:
-    never_acted_on(frozen, seconds=20)
+    never_acted_on(frozen, seconds=16)
 
 
 def test_the_maximum_lifetime_is_enforced_busy_or_not(

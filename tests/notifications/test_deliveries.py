@@ -309,6 +309,8 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
         "job.evicted",
         "job.idle",
         "job.idle_stopped",
+        "workspace.idle",
+        "workspace.lifetime_stopped",
         "job.gpu_failed",
         "job.node_failed",
         "report.monthly",

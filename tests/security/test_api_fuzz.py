@@ -83,6 +83,7 @@ def no_undocumented_server_error(ctx: Any, response: Any, case: Any) -> bool | N
 BEYOND_SCHEMA = {
     ("POST", "/api/v1/jobs/"),
     ("POST", "/api/v1/jobs/preview/"),
+    ("POST", "/api/v1/workspaces/"),
     ("POST", "/api/v1/templates/"),
     ("PATCH", "/api/v1/templates/{template_id}/"),
     ("PUT", "/api/v1/notifications/"),

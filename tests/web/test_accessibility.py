@@ -125,6 +125,7 @@ def pages(site: dict[str, Any]) -> dict[str, str]:
         "cohort": "/monitoring/cohorts/research/",
         "job-gpus": f"/monitoring/jobs/{job}/",
         "templates": "/jobs/templates/",
+        "workspaces": "/workspaces/",
         "notifications": "/settings/notifications/",
         "tokens": "/settings/tokens/",
         "reports": "/monitoring/reports/",
