@@ -104,6 +104,9 @@ KINDS: dict[str, Kind] = {
     "PriorityClass": Kind(client.SchedulingV1Api, "priority_class", namespaced=False),
     "Lease": Kind(client.CoordinationV1Api, "lease"),
     "NetworkPolicy": Kind(client.NetworkingV1Api, "network_policy"),
+    "ConfigMap": Kind(client.CoreV1Api, "config_map"),
+    # NVIDIA's GPU Operator, where the cluster runs it
+    "ClusterPolicy": Kind(client.CustomObjectsApi, "clusterpolicies", False, ("nvidia.com", "v1")),
     # Kueue's API, where the cluster runs Kueue (QUEUEING-NOTES: v1beta2 is its storage version)
     "ResourceFlavor": _kueue("resourceflavors", namespaced=False),
     "ClusterQueue": _kueue("clusterqueues", namespaced=False),
@@ -279,9 +282,17 @@ def replace(manifest: Obj) -> Obj:
     )
 
 
-def cordon(node: str) -> Obj:
-    """Mark a node unschedulable, as ``kubectl cordon`` does (its running pods stay)."""
-    return _call(client.CoreV1Api(api_client()).patch_node, node, {"spec": {"unschedulable": True}})
+def cordon(node: str, *, unschedulable: bool = True) -> Obj:
+    """Mark a node unschedulable, as ``kubectl cordon`` does (its running pods stay), or
+    schedulable again (``kubectl uncordon``)."""
+    body = {"spec": {"unschedulable": unschedulable or None}}
+    return _call(client.CoreV1Api(api_client()).patch_node, node, body)
+
+
+def label_node(node: str, labels: dict[str, str | None]) -> Obj:
+    """Set (or, with None, remove) node labels, as ``kubectl label node --overwrite`` does:
+    a merge patch of ``metadata.labels``."""
+    return _call(client.CoreV1Api(api_client()).patch_node, node, {"metadata": {"labels": labels}})
 
 
 def scale(kind: str, name: str, namespace: str, replicas: int) -> Obj:

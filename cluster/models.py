@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -88,3 +89,60 @@ class CatalogSettings(models.Model):
     @property
     def registries(self) -> list[str]:
         return [line.strip() for line in self.allowed_registries.splitlines() if line.strip()]
+
+
+class GpuChange(models.Model):
+    """A change of one node's GPU shape that the portal drives from start to finish: a MIG
+    layout (``nvidia.com/mig.config``) or a device plugin config
+    (``nvidia.com/device-plugin.config``). At most one is under way per node."""
+
+    class Kind(models.TextChoices):
+        MIG = "mig", "MIG layout"
+        TIME_SLICING = "time-slicing", "Time-slicing config"
+
+    class Displace(models.TextChoices):
+        EVICT = "evict", "Move its jobs away now (re-queued, nothing lost)"
+        WAIT = "wait", "Wait for its jobs to finish"
+
+    class State(models.TextChoices):
+        DRAINING = "draining", "Draining"  # cordoned; its GPU pods are going
+        APPLYING = "applying", "Applying"  # label set; the operator is at work
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    ACTIVE = (State.DRAINING, State.APPLYING)
+
+    node = models.CharField(max_length=253, db_index=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    old_value = models.CharField(max_length=100, blank=True)
+    new_value = models.CharField(max_length=100)
+    displace = models.CharField(max_length=10, choices=Displace.choices)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.DRAINING)
+    # The node was cordoned before the change (by an admin): it stays cordoned after.
+    was_cordoned = models.BooleanField(default=False)
+    displaced = models.JSONField(default=list, blank=True, help_text="Ids of the jobs moved.")
+    message = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    labelled_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "GPU change"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=models.Q(state__in=["draining", "applying"]),
+                name="one_gpu_change_per_node",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.old_value or '?'} → {self.new_value}"
+
+    @property
+    def active(self) -> bool:
+        return self.state in self.ACTIVE

@@ -27,6 +27,12 @@ EVENTS: tuple[EventType, ...] = (
     EventType("job.failed", "failed", on_state="failed", default=True),
     EventType("job.cancelled", "was cancelled", on_state="cancelled"),
     EventType("job.evicted", "was evicted", on_reason="Preempted", default=True),
+    EventType(
+        "job.moved",
+        "was moved off a node being re-partitioned",
+        on_reason="NodeReshape",
+        default=True,
+    ),
     EventType("job.waiting", "has been waiting longer than expected", on_reason="WaitingLong"),
     EventType("job.idle", "holds GPUs idle", on_reason="IdleGPUs", default=True),
     EventType(

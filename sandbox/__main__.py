@@ -32,6 +32,7 @@ from sandbox.api import crds
 from sandbox.bootstrap import bootstrap, install_crds, install_training_runtimes
 from sandbox.controllers import faultplan
 from sandbox.controllers.manager import ControllerManager
+from sandbox.gpu_operator import install_gpu_operator
 from sandbox.profiles import load_profile
 from sandbox.server import ApiServer, MetricsServer
 from sandbox.state import Cluster, Options
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap(cluster, profile)
     install_crds(cluster)
     install_training_runtimes(cluster)
+    install_gpu_operator(cluster, profile)
     certs = None if args.insecure_http else certificates(Path(args.state).parent / "pki", args.host)
     api = ApiServer((args.host, args.port), cluster, certs.server_context() if certs else None)
     metrics = MetricsServer((args.host, args.metrics_port), cluster)

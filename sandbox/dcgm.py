@@ -18,9 +18,10 @@ from typing import Any
 
 from sandbox import annotations as ann
 from sandbox import faults
-from sandbox.profiles import DRIVER_VERSION, GPU_MODELS, MIG_PROFILES, Device
+from sandbox.profiles import DRIVER_VERSION, GPU_MODELS, Device
 from sandbox.state import Cluster
 from sandbox.store import Obj
+from scheduling.gpu_operator import mig_shapes
 
 FAMILIES: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
@@ -340,7 +341,7 @@ def _physical_state(
         if not first.mig_profile:
             return _util(seed, first.uuid, weights[0][1], at)
         return sum(
-            _util(seed, d.id, hs, at) * MIG_PROFILES[d.mig_profile]["slices"] / 7
+            _util(seed, d.id, hs, at) * mig_shapes(d.model)[d.mig_profile].compute_slices / 7
             for d, hs in weights
         )
 

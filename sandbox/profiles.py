@@ -16,7 +16,22 @@ from typing import Any
 import yaml
 
 from sandbox.quantity import format_quantity, parse
-from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL, SHARED_GPU
+from scheduling.gpu_operator import (
+    DEPLOY_LABEL_PREFIX,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_PRESENT_LABEL,
+    MIG_CAPABLE_LABEL,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_STRATEGY_LABEL,
+    OPERANDS,
+    SHARED_PRODUCT_SUFFIX,
+    SHARING_STRATEGY_LABEL,
+    GpuLayout,
+    TimeSlicing,
+    mig_shapes,
+)
+from scheduling.resources import ANY_GPU, GPU_PRODUCT_LABEL, GPU_REPLICAS_LABEL, mig_resource
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -185,7 +200,7 @@ def _build_node(
     gpu = pool.get("gpu")
     if gpu:
         devices = _gpu_devices(gpu, name, seed)
-        _gpu_labels(gpu, labels, devices)
+        _gpu_labels(pool, labels, devices)
         for resource, count in _device_resources(devices).items():
             capacity[resource] = str(count)
             allocatable[resource] = str(count)
@@ -293,64 +308,109 @@ def _device_resources(devices: list[Device]) -> dict[str, int]:
     return counts
 
 
-def _gpu_devices(gpu: dict[str, Any], node: str, seed: int) -> list[Device]:
-    product = gpu["product"]
-    model = GPU_MODELS.get(product, {})
-    memory = int(gpu.get("memoryMiB", model.get("memory", 16384)))
-    count = int(gpu.get("count", 1))
-    sharing = gpu.get("timeSlicing") or {}
-    replicas = int(sharing.get("replicas", 1))
-    mig_layout: dict[int, dict[str, int]] = {}
+def pool_layouts(gpu: dict[str, Any]) -> dict[int, GpuLayout]:
+    """The profile's MIG layout of a pool's GPUs (absent: MIG disabled)."""
+    layouts: dict[int, GpuLayout] = {}
     for entry in (gpu.get("mig") or {}).get("layout", []):
         for index in entry["gpus"]:
-            mig_layout[int(index)] = {str(k): int(v) for k, v in entry["profiles"].items()}
+            layouts[int(index)] = {str(k): int(v) for k, v in entry["profiles"].items()}
+    return layouts
+
+
+def pool_sharing(gpu: dict[str, Any]) -> TimeSlicing:
+    """The profile's time-slicing of a pool's GPUs, as the device plugin's config says it."""
+    sharing = gpu.get("timeSlicing") or {}
+    replicas = int(sharing.get("replicas", 1))
+    return TimeSlicing(
+        {ANY_GPU: replicas} if replicas > 1 else {}, bool(sharing.get("renameByDefault"))
+    )
+
+
+def pool_mig_config(pool: dict[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
+    """The name and mig-parted entries of a pool's own MIG layout (the operator's
+    ConfigMap holds it beside the standard ones), or None without one."""
+    gpu = pool.get("gpu") or {}
+    mig = gpu.get("mig")
+    if not mig:
+        return None
+    entries = [
+        {"devices": list(e["gpus"]), "mig-enabled": True, "mig-devices": dict(e["profiles"])}
+        for e in mig.get("layout", [])
+    ]
+    return str(mig.get("config") or f"{pool['name']}-layout"), entries
+
+
+def pool_plugin_config(pool: dict[str, Any]) -> tuple[str, TimeSlicing] | None:
+    """The name and time-slicing of a pool's device plugin config, or None (the default)."""
+    gpu = pool.get("gpu") or {}
+    sharing = pool_sharing(gpu)
+    if not sharing.replicas:
+        return None
+    return str((gpu.get("timeSlicing") or {}).get("config") or pool["name"]), sharing
+
+
+def _gpu_devices(gpu: dict[str, Any], node: str, seed: int) -> list[Device]:
+    product = gpu["product"]
+    memory = int(gpu.get("memoryMiB", GPU_MODELS.get(product, {}).get("memory", 16384)))
+    return gpu_devices(
+        node,
+        seed,
+        product=product,
+        memory_mib=memory,
+        count=int(gpu.get("count", 1)),
+        layouts=pool_layouts(gpu),
+        sharing=pool_sharing(gpu),
+    )
+
+
+def gpu_devices(
+    node: str,
+    seed: int,
+    *,
+    product: str,
+    memory_mib: int,
+    count: int,
+    layouts: dict[int, GpuLayout],
+    sharing: TimeSlicing,
+) -> list[Device]:
+    """What the device plugin advertises for ``count`` GPUs laid out as ``layouts`` (MIG,
+    the ``mixed`` strategy) and shared as ``sharing`` (time-slicing replicas)."""
+    shapes = mig_shapes(product)
     devices: list[Device] = []
     for index in range(count):
         uuid = "GPU-" + _uuid(seed, node, "gpu", index)
         bus = f"00000000:{PCI_BUS_IDS[index % len(PCI_BUS_IDS)]}:00.0"
-        if index in mig_layout:
-            for profile_name, n in mig_layout[index].items():
-                info = MIG_PROFILES[profile_name]
-                for k in range(n):
-                    gi_id = info["gi_ids"][k % len(info["gi_ids"])]
-                    devices.append(
-                        Device(
-                            gpu=index,
-                            uuid=uuid,
-                            pci_bus_id=bus,
-                            model=product,
-                            memory_mib=info["memory"],
-                            resource=f"nvidia.com/mig-{profile_name}",
-                            mig_profile=profile_name,
-                            gi_id=gi_id,
-                            mig_uuid="MIG-" + _uuid(seed, node, "mig", index, profile_name, k),
-                        )
-                    )
+        layout = layouts.get(index)
+        if layout is None:
+            resource, slots = sharing.offered(ANY_GPU)
+            devices.append(Device(index, uuid, bus, product, memory_mib, resource, slots))
             continue
-        if replicas > 1:
-            resource = SHARED_GPU if sharing.get("renameByDefault") else ANY_GPU
-        else:
-            resource = ANY_GPU
-        devices.append(
-            Device(
-                gpu=index,
-                uuid=uuid,
-                pci_bus_id=bus,
-                model=product,
-                memory_mib=memory,
-                resource=resource,
-                slots=replicas,
-            )
-        )
+        for profile_name, n in layout.items():
+            gi_ids = MIG_PROFILES.get(profile_name, {}).get("gi_ids") or list(range(1, 8))
+            resource, slots = sharing.offered(mig_resource(profile_name))
+            for k in range(n):
+                devices.append(
+                    Device(
+                        gpu=index,
+                        uuid=uuid,
+                        pci_bus_id=bus,
+                        model=product,
+                        memory_mib=shapes[profile_name].memory_mib,
+                        resource=resource,
+                        slots=slots,
+                        mig_profile=profile_name,
+                        gi_id=gi_ids[k % len(gi_ids)],
+                        mig_uuid="MIG-" + _uuid(seed, node, "mig", index, profile_name, k),
+                    )
+                )
     return devices
 
 
-def _gpu_labels(gpu: dict[str, Any], labels: dict[str, str], devices: list[Device]) -> None:
+def _gpu_labels(pool: dict[str, Any], labels: dict[str, str], devices: list[Device]) -> None:
+    gpu = pool["gpu"]
     product = gpu["product"]
     model = GPU_MODELS.get(product, {})
     memory = int(gpu.get("memoryMiB", model.get("memory", 16384)))
-    sharing = gpu.get("timeSlicing") or {}
-    replicas = int(sharing.get("replicas", 1))
     major, minor = model.get("compute", (8, 0))
     drv = DRIVER_VERSION.split(".")
     labels.update(
@@ -372,46 +432,63 @@ def _gpu_labels(gpu: dict[str, Any], labels: dict[str, str], devices: list[Devic
             "nvidia.com/gpu.compute.major": str(major),
             "nvidia.com/gpu.compute.minor": str(minor),
             "nvidia.com/gpu.count": str(int(gpu.get("count", 1))),
-            "nvidia.com/gpu.deploy.container-toolkit": "true",
-            "nvidia.com/gpu.deploy.dcgm-exporter": "true",
-            "nvidia.com/gpu.deploy.device-plugin": "true",
-            "nvidia.com/gpu.deploy.driver": "true",
-            "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
             "nvidia.com/gpu.family": model.get("family", "unknown"),
             "nvidia.com/gpu.machine": model.get("machine", "unknown"),
             "nvidia.com/gpu.memory": str(memory),
-            "nvidia.com/gpu.present": "true",
-            GPU_PRODUCT_LABEL: product,
-            "nvidia.com/gpu.replicas": str(replicas),
-            "nvidia.com/gpu.sharing-strategy": "time-slicing" if replicas > 1 else "none",
-            "nvidia.com/mig.capable": "true"
-            if product.startswith("NVIDIA-A100") or product.startswith("NVIDIA-H100")
-            else "false",
+            GPU_PRESENT_LABEL: "true",
         }
     )
-    if replicas > 1:
-        # GFD marks shared GPUs so a pod that needs a whole GPU can avoid them.
-        labels[GPU_PRODUCT_LABEL] = f"{product}-SHARED"
-    mig = gpu.get("mig")
-    if mig:
-        labels["nvidia.com/mig.strategy"] = str(mig.get("strategy", "mixed"))
-        labels["nvidia.com/mig.config"] = str(mig.get("config", "custom"))
-        labels["nvidia.com/mig.config.state"] = "success"
-        counts: dict[str, int] = {}
-        for dev in devices:
-            if dev.mig_profile:
-                counts[dev.mig_profile] = counts.get(dev.mig_profile, 0) + 1
-        for profile_name, n in sorted(counts.items()):
-            info = MIG_PROFILES[profile_name]
-            prefix = f"nvidia.com/mig-{profile_name}"
-            labels[f"{prefix}.count"] = str(n)
-            labels[f"{prefix}.memory"] = str(info["memory"])
-            labels[f"{prefix}.multiprocessors"] = str(info["sm"])
-            labels[f"{prefix}.slices.ci"] = str(info["slices"])
-            labels[f"{prefix}.slices.gi"] = str(info["slices"])
-            labels[f"{prefix}.engines.copy"] = str(info["slices"])
-        # In mixed strategy every non-MIG GPU stays a whole nvidia.com/gpu.
-        whole = {d.gpu for d in devices if not d.mig_profile}
-        labels["nvidia.com/gpu.count"] = str(int(gpu.get("count", 1)))
-        if not whole:
-            labels["nvidia.com/mig.capable"] = "true"
+    # The operator's: which of its operands run on the node (all, on a GPU node).
+    capable = bool(mig_shapes(product))
+    for operand in OPERANDS:
+        if operand != "mig-manager" or capable:
+            labels[DEPLOY_LABEL_PREFIX + operand] = "true"
+    if capable:
+        # The operator labels a MIG-capable node all-disabled (ClusterPolicy's
+        # migManager.config.default) unless it names a layout; the MIG manager applied it.
+        own = pool_mig_config(pool)
+        labels[MIG_CONFIG_LABEL] = own[0] if own else "all-disabled"
+        labels[MIG_CONFIG_STATE_LABEL] = "success"
+    plugin_config = pool_plugin_config(pool)
+    if plugin_config:
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = plugin_config[0]
+    labels.update(gfd_sharing_labels(product, devices, pool_sharing(gpu)))
+
+
+def gfd_sharing_labels(product: str, devices: list[Device], sharing: TimeSlicing) -> dict[str, str]:
+    """GPU Feature Discovery's labels for how a node's GPUs are offered now: the product
+    (``-SHARED`` when time-sliced GPUs keep the plain resource name), replicas, sharing
+    strategy, MIG capability and strategy, and one set of labels per MIG profile."""
+    replicas = sharing.replicas.get(ANY_GPU, 1)
+    renamed = sharing.rename_by_default
+    labels = {
+        GPU_PRODUCT_LABEL: f"{product}{SHARED_PRODUCT_SUFFIX}"
+        if replicas > 1 and not renamed
+        else product,
+        GPU_REPLICAS_LABEL: str(replicas),
+        SHARING_STRATEGY_LABEL: "time-slicing" if replicas > 1 else "none",
+        MIG_CAPABLE_LABEL: "true" if mig_shapes(product) else "false",
+    }
+    if mig_shapes(product):
+        labels[MIG_STRATEGY_LABEL] = "mixed"
+    counts: dict[str, int] = {}
+    for dev in devices:
+        if dev.mig_profile:
+            counts[dev.mig_profile] = counts.get(dev.mig_profile, 0) + 1
+    shapes = mig_shapes(product)
+    for profile_name, n in sorted(counts.items()):
+        shape = shapes[profile_name]
+        prefix = f"nvidia.com/mig-{profile_name}"
+        labels[f"{prefix}.count"] = str(n)
+        labels[f"{prefix}.memory"] = str(shape.memory_mib)
+        labels[f"{prefix}.multiprocessors"] = str(shape.multiprocessors)
+        labels[f"{prefix}.slices.ci"] = str(shape.compute_slices)
+        labels[f"{prefix}.slices.gi"] = str(shape.compute_slices)
+        labels[f"{prefix}.engines.copy"] = str(shape.compute_slices)
+        labels[f"{prefix}.product"] = f"{product.removeprefix('NVIDIA-')}-MIG-{profile_name}"
+    return labels
+
+
+def device_resources(devices: list[Device]) -> dict[str, int]:
+    """What ``devices`` add to a node's capacity."""
+    return _device_resources(devices)

@@ -16,6 +16,7 @@ from sandbox.controllers import (
     deployment,
     faultplan,
     gc,
+    gpu_operator,
     job,
     jobset,
     kubelet,
@@ -63,6 +64,7 @@ class ControllerManager:
             lambda: kubelet.reconcile(self.cluster),
             lambda: lease.reconcile(self.cluster),
             lambda: nodelifecycle.reconcile(self.cluster),
+            lambda: gpu_operator.reconcile(self.cluster),
             lambda: faultplan.reconcile(self.cluster),
             lambda: gc.reconcile(self.cluster),
         )
