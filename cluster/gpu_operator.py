@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import kube
+from cluster.models import GpuChange
+from cluster.nodes import GpuNode, cluster_error_text, cluster_gpu_nodes
+from core.errors import ClusterUnavailable
 from scheduling.gpu_operator import (
     DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN_CONFIG_LABEL,
@@ -195,11 +198,9 @@ def operand_pods(namespace: str) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def node_operator(
-    node: dict[str, Any], pods: dict[tuple[str, str], dict[str, Any]]
+    name: str, labels: dict[str, str], pods: dict[tuple[str, str], dict[str, Any]]
 ) -> NodeOperator:
-    """What the operator's labels and its operands' pods say about ``node``."""
-    name = node["metadata"]["name"]
-    labels = node["metadata"].get("labels") or {}
+    """What the operator's labels and its operands' pods say about node ``name``."""
     operands = []
     for operand in OPERANDS:
         deploy = labels.get(DEPLOY_LABEL_PREFIX + operand)
@@ -246,3 +247,35 @@ def mig_manager_reason(node: str, namespace: str) -> str:
     line = errors[-1]
     start = line.find('msg="')
     return line[start + 5 : -1] if start >= 0 and line.endswith('"') else line
+
+
+@dataclass(frozen=True)
+class OperatorNode:
+    """A GPU node with what the operator says about it, the device plugin config it runs
+    and the portal's change under way on it."""
+
+    node: GpuNode
+    operator: NodeOperator
+    plugin_config: str  # the config in force: its label's, else the ClusterPolicy's default
+    time_slicing: TimeSlicing | None  # None: the config is not in the ConfigMap
+    change: GpuChange | None
+
+
+def gpu_nodes_operator() -> tuple[GpuOperator, list[OperatorNode]]:
+    """The operator and every GPU node as it sees them. Raises ``ClusterUnavailable``."""
+    nodes = cluster_gpu_nodes()
+    try:
+        operator = gpu_operator()
+        pods = operand_pods(operator.policy.namespace) if operator.policy.installed else {}
+    except kube.ClusterError as exc:
+        raise ClusterUnavailable(cluster_error_text(exc)) from exc
+    changes = {c.node: c for c in GpuChange.objects.filter(state__in=GpuChange.ACTIVE)}
+    result = []
+    for node in nodes:
+        state = node_operator(node.name, node.labels, pods)
+        config = state.device_plugin_config or operator.policy.plugin_default or "default"
+        sharing = operator.plugin_configs.get(config)
+        if sharing is None and not operator.plugin_configs:
+            sharing = TimeSlicing({})  # no named configs: the plugin runs its defaults
+        result.append(OperatorNode(node, state, config, sharing, changes.get(node.name)))
+    return operator, result

@@ -8,7 +8,7 @@ so the portal counts GPUs exactly as kube-scheduler does.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import kube
@@ -65,6 +65,7 @@ class GpuNode:
     # What the device plugin took out of service: GPU resources in capacity, not allocatable.
     unhealthy_gpus: int = 0
     ready: str = "True"  # the node's Ready condition: True, False or Unknown
+    labels: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 def cluster_snapshot() -> ClusterSnapshot:
@@ -130,6 +131,7 @@ def cluster_gpu_nodes() -> list[GpuNode]:
                 unschedulable=node.unschedulable,
                 unhealthy_gpus=health[node.name][0],
                 ready=health[node.name][1],
+                labels=dict(node.labels),
             )
         )
     return result

@@ -14,6 +14,8 @@ from typing import Any
 from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -75,3 +77,16 @@ class ApiSchema(AutoSchema):
         if query_input is not None and self.method in READS:
             parameters.insert(0, query_input)
         return parameters
+
+
+class PlatformAdminOnly(BasePermission):
+    """Platform admins only. Anyone else signed in gets the 404 of a page that does not
+    exist (as for another team's job): no hint that the admin's tools are there."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False  # 401: sign in first
+        if not user.is_superuser:
+            raise NotFound()
+        return True

@@ -5,8 +5,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from cluster import apis as cluster_apis
 from jobs import apis as job_apis
+from jobs import gpu_change_apis, workspace_views
 from jobs import views as job_views
-from jobs import workspace_views
 from jobs.urls import api_urlpatterns as job_api_urls
 from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
@@ -22,6 +22,20 @@ api_urls = [
     path("me/", team_apis.MeApi.as_view(), name="api-me"),
     path("teams/", job_apis.TeamListApi.as_view(), name="api-teams"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
+    path("cluster/gpu-operator/", cluster_apis.GpuOperatorApi.as_view(), name="api-gpu-operator"),
+    path(
+        "cluster/nodes/<str:node>/mig-layout/",
+        gpu_change_apis.NodeMigLayoutApi.as_view(),
+        name="api-node-mig-layout",
+    ),
+    path(
+        "cluster/gpu-changes/", gpu_change_apis.GpuChangeListApi.as_view(), name="api-gpu-changes"
+    ),
+    path(
+        "cluster/gpu-changes/<int:change_id>/",
+        gpu_change_apis.GpuChangeApi.as_view(),
+        name="api-gpu-change",
+    ),
     path(
         "cluster/launchers/",
         cluster_apis.ClusterLaunchersApi.as_view(),
