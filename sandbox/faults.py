@@ -14,6 +14,9 @@
   (``sandbox.controllers.nodelifecycle``); ``"down": false`` brings it back.
 - ``{"node": N, "gpu": 5, "repair": true}``: healthy again (allocatable restored; the last
   XID stays in the exporter, as it does until the driver is reloaded, and the ECC count).
+- ``{"node": N, "gpu": 5, "host_client": "Xorg"}``: a process outside Kubernetes holds the
+  GPU; pods do not notice, but the MIG manager cannot re-partition it (its change fails,
+  as nvidia-smi refuses a GPU in use); ``"host_client": ""`` when the process has exited.
 
 ``GET /sandbox/faults/log``: every fault and repair so far (wall-clock ``at``, the node, GPU,
 XID or ``down``, and the pods it struck), for soak runs to measure recovery from.
@@ -117,6 +120,16 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(gpu, int) or gpu not in {d.gpu for d in cluster.devices(node)}:
         raise _bad_request(f"gpu: node {node} has no GPU {gpu!r}")
     current = gpu_fault(cluster, node, gpu) or {}
+    if "host_client" in body:
+        # A process outside Kubernetes (Xorg, nvidia-persistenced, a host DCGM) holds the GPU:
+        # pods are not affected, but the MIG manager cannot re-partition it.
+        client = body["host_client"]
+        if not isinstance(client, str):
+            raise _bad_request('host_client: the process name, or "" when it has exited')
+        current["host_client"] = client
+        cluster.store.meta_set(_key(node, gpu), current)
+        _log(cluster, {"node": node, "gpu": gpu, "host_client": client, "pods": []})
+        return current
     if body.get("repair"):
         if current.get("healthy") is False:
             _adjust_allocatable(cluster, node, gpu, +1)
@@ -140,6 +153,7 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
     if current.get("healthy") is not False:
         _adjust_allocatable(cluster, node, gpu, -1)
     fault = {
+        **({"host_client": current["host_client"]} if current.get("host_client") else {}),
         "xid": int(xid),
         "at": now,
         "healthy": False,

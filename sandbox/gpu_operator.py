@@ -17,7 +17,13 @@ from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
 from sandbox.profiles import pool_mig_config, pool_plugin_config
 from sandbox.state import Cluster
-from scheduling.gpu_operator import GPU_MODELS, TimeSlicing, device_plugin_config_text
+from scheduling.gpu_operator import (
+    DEPLOY_LABEL_PREFIX,
+    GPU_MODELS,
+    OPERANDS,
+    TimeSlicing,
+    device_plugin_config_text,
+)
 
 NAMESPACE = "gpu-operator"
 CLUSTER_POLICY = "cluster-policy"
@@ -27,6 +33,33 @@ MIG_PARTED_KEY = "config.yaml"
 DEVICE_PLUGIN_CONFIG_MAP = "time-slicing-config"
 DEFAULT_PLUGIN_CONFIG = "default"
 OPERATOR_VERSION = "v25.3.0"
+# The operands' DaemonSets: pod name prefix (and app label), image.
+OPERAND_PODS: dict[str, tuple[str, str]] = {
+    "driver": ("nvidia-driver-daemonset", "nvcr.io/nvidia/driver:550.54.15"),
+    "container-toolkit": (
+        "nvidia-container-toolkit-daemonset",
+        "nvcr.io/nvidia/k8s/container-toolkit:v1.17.5",
+    ),
+    "operator-validator": (
+        "nvidia-operator-validator",
+        "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.0",
+    ),
+    "device-plugin": ("nvidia-device-plugin-daemonset", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"),
+    "dcgm": ("nvidia-dcgm", "nvcr.io/nvidia/cloud-native/dcgm:4.1.1-2-ubuntu22.04"),
+    "dcgm-exporter": (
+        "nvidia-dcgm-exporter",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.1.1-4.0.4-ubuntu22.04",
+    ),
+    "gpu-feature-discovery": ("gpu-feature-discovery", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"),
+    "mig-manager": (
+        "nvidia-mig-manager",
+        "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.12.1-ubuntu20.04",
+    ),
+    "node-status-exporter": (
+        "nvidia-node-status-exporter",
+        "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.0",
+    ),
+}
 
 # The PCI device ids mig-parted's shipped config filters on (gpu-operator's
 # assets/state-mig-manager/0400_configmap.yaml): the 80 GB and 40 GB MIG families.
@@ -138,6 +171,31 @@ def cluster_policy() -> dict[str, Any]:
     }
 
 
+def operand_daemonset(operand: str) -> dict[str, Any]:
+    """The DaemonSet the operator runs for ``operand``: on the nodes whose
+    ``nvidia.com/gpu.deploy.<operand>`` label is ``true``."""
+    app, image = OPERAND_PODS[operand]
+    labels = {"app": app, "app.kubernetes.io/part-of": "gpu-operator"}
+    return {
+        "metadata": {"name": app, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {DEPLOY_LABEL_PREFIX + operand: "true"},
+                    "priorityClassName": "system-node-critical",
+                    "serviceAccountName": app.removesuffix("-daemonset"),
+                    "tolerations": [
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                    "containers": [{"name": app.removesuffix("-daemonset"), "image": image}],
+                },
+            },
+        },
+    }
+
+
 def install_gpu_operator(cluster: Cluster, profile: dict[str, Any]) -> bool:
     """What ``helm install gpu-operator`` leaves on a fresh cluster, once; an admin's later
     changes survive restarts. True when made."""
@@ -167,5 +225,13 @@ def install_gpu_operator(cluster: Cluster, profile: dict[str, Any]) -> bool:
                 "data": data,
             }
             create(cluster, BY_KEY["configmaps"], NAMESPACE, body, check_schema=False)
+        for operand in OPERANDS:
+            create(
+                cluster,
+                BY_KEY["daemonsets.apps"],
+                NAMESPACE,
+                operand_daemonset(operand),
+                check_schema=False,
+            )
         cluster.store.meta_set("gpu_operator_installed", True)
         return True

@@ -62,7 +62,7 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
-        if r.plural in ("pods", "services", "deployments", "replicasets", "jobs"):
+        if r.plural in ("pods", "services", "deployments", "replicasets", "daemonsets", "jobs"):
             entry["categories"] = ["all"]
         elif r.categories:
             entry["categories"] = list(r.categories)

@@ -304,6 +304,41 @@ REPLICASET: Printer = (
 )
 
 
+def _daemonset(obj: Obj, now: float) -> list[Any]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    names, images = _containers(spec.get("template") or {})
+    selector = ((spec.get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+    return [
+        obj["metadata"]["name"],
+        int(status.get("desiredNumberScheduled") or 0),
+        int(status.get("currentNumberScheduled") or 0),
+        int(status.get("numberReady") or 0),
+        int(status.get("updatedNumberScheduled") or 0),
+        int(status.get("numberAvailable") or 0),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>",
+        _age(obj, now),
+        names,
+        images,
+        _selector(spec),
+    ]
+
+
+DAEMONSET: Printer = (
+    [
+        NAME,
+        ("Desired", "integer", "", 0),
+        ("Current", "integer", "", 0),
+        ("Ready", "integer", "", 0),
+        ("Up-to-date", "integer", "", 0),
+        ("Available", "integer", "", 0),
+        ("Node Selector", "string", "", 0),
+        AGE,
+        *WORKLOAD_WIDE,
+    ],
+    _daemonset,
+)
+
+
 def _event(obj: Obj, now: float) -> list[Any]:
     involved = obj.get("involvedObject") or {}
     last = obj.get("lastTimestamp") or obj.get("eventTime") or obj.get("firstTimestamp")
@@ -468,6 +503,7 @@ PRINTERS: dict[str, Printer] = {
     "Job": JOB,
     "Deployment": DEPLOYMENT,
     "ReplicaSet": REPLICASET,
+    "DaemonSet": DAEMONSET,
     "Event": EVENT,
     "Namespace": ([NAME, ("Status", "string", "", 0), AGE], _namespace),
     "ResourceQuota": (

@@ -103,6 +103,16 @@ RESOURCES: list[ResourceType] = [
         ("rs",),
         subresources=("scale", "status"),
     ),
+    ResourceType(
+        "daemonsets",
+        "daemonset",
+        "DaemonSet",
+        "apps",
+        "v1",
+        True,
+        ("ds",),
+        subresources=("status",),
+    ),
     ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", True),
     ResourceType(
         "poddisruptionbudgets",

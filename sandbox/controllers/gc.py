@@ -16,7 +16,7 @@ from sandbox.api.resources import BY_KEY, RESOURCES
 from sandbox.errors import ApiError
 from sandbox.state import Cluster
 
-OWNER_KINDS = ("jobs.batch", "replicasets.apps", "deployments.apps")
+OWNER_KINDS = ("jobs.batch", "replicasets.apps", "deployments.apps", "daemonsets.apps")
 # Operators' objects that own others (where their CRDs are served): a PyTorchJob its pods
 # and Services, a JobSet its Jobs and Service, a TrainJob its JobSet.
 OPERATOR_KINDS = (
@@ -24,7 +24,15 @@ OPERATOR_KINDS = (
     "jobsets.jobset.x-k8s.io",
     "trainjobs.trainer.kubeflow.org",
 )
-TRACKED_OWNERS = ("Job", "ReplicaSet", "Deployment", "PyTorchJob", "JobSet", "TrainJob")
+TRACKED_OWNERS = (
+    "Job",
+    "ReplicaSet",
+    "Deployment",
+    "DaemonSet",
+    "PyTorchJob",
+    "JobSet",
+    "TrainJob",
+)
 # What the collector deletes once its owner is gone (operators' kinds where served).
 DEPENDENT_KINDS = ("pods", "replicasets.apps", "services", "jobs.batch", "jobsets.jobset.x-k8s.io")
 

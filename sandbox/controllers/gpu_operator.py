@@ -21,13 +21,10 @@ manager and the device plugin's config manager.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from sandbox import faults
-from sandbox.api import objects
 from sandbox.api.resources import BY_KEY
-from sandbox.errors import ApiError
 from sandbox.gpu_operator import (
     CLUSTER_POLICY,
     CLUSTER_POLICY_KEY,
@@ -35,6 +32,7 @@ from sandbox.gpu_operator import (
     MIG_PARTED_CONFIG_MAP,
     MIG_PARTED_KEY,
     NAMESPACE,
+    OPERAND_PODS,
 )
 from sandbox.profiles import Device, device_resources, gfd_sharing_labels, gpu_devices
 from sandbox.state import Cluster
@@ -45,7 +43,6 @@ from scheduling.gpu_operator import (
     GPU_PRESENT_LABEL,
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
-    OPERANDS,
     PAUSED_BY_MIG_MANAGER,
     PAUSED_FOR_MIG_CHANGE,
     ConfigError,
@@ -59,33 +56,6 @@ from scheduling.resources import GPU_COUNT_LABEL, GPU_MEMORY_LABEL, is_gpu_resou
 
 MIG_RECONFIGURE_SECONDS = 45.0  # simulated: pause the clients, wait for them, apply, restore
 PLUGIN_RESTART_SECONDS = 8.0  # simulated: the config manager's SIGHUP, re-registration
-# The operands' DaemonSets: pod name prefix (and app label), image.
-OPERAND_PODS: dict[str, tuple[str, str]] = {
-    "driver": ("nvidia-driver-daemonset", "nvcr.io/nvidia/driver:550.54.15"),
-    "container-toolkit": (
-        "nvidia-container-toolkit-daemonset",
-        "nvcr.io/nvidia/k8s/container-toolkit:v1.17.5",
-    ),
-    "operator-validator": (
-        "nvidia-operator-validator",
-        "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.0",
-    ),
-    "device-plugin": ("nvidia-device-plugin-daemonset", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"),
-    "dcgm": ("nvidia-dcgm", "nvcr.io/nvidia/cloud-native/dcgm:4.1.1-2-ubuntu22.04"),
-    "dcgm-exporter": (
-        "nvidia-dcgm-exporter",
-        "nvcr.io/nvidia/k8s/dcgm-exporter:4.1.1-4.0.4-ubuntu22.04",
-    ),
-    "gpu-feature-discovery": ("gpu-feature-discovery", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"),
-    "mig-manager": (
-        "nvidia-mig-manager",
-        "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.12.1-ubuntu20.04",
-    ),
-    "node-status-exporter": (
-        "nvidia-node-status-exporter",
-        "nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.0",
-    ),
-}
 # The operator's state names, as its ClusterPolicy status reports them.
 STATE_NAMES = {
     "driver": "state-driver",
@@ -125,7 +95,6 @@ def reconcile(cluster: Cluster) -> None:
             continue  # its pods are frozen with its kubelet
         _device_plugin(cluster, name, spec, plugin_configs)
         _mig_manager(cluster, name, mig_configs)
-        _operand_pods(cluster, name)
     if policy is not None:
         _policy_status(cluster, policy)
 
@@ -298,7 +267,7 @@ def _apply_layout(
         if holders:
             failure = (
                 f"error applying MIG configuration: GPU {min(holders)} is in use by another "
-                f"client (pod {holders[min(holders)]}); stop its processes first"
+                f"client ({holders[min(holders)]}); stop its processes first"
             )
     _log(cluster, node, "Applying the MIG mode change from the selected config to the node")
     if failure:
@@ -330,9 +299,14 @@ def _apply_layout(
 
 
 def _holders(cluster: Cluster, node: str, gpus: set[int]) -> dict[int, str]:
-    """The GPUs of ``gpus`` a pod that has not finished holds, with the pod (ns/name)."""
+    """The GPUs of ``gpus`` a process holds: a pod that has not finished (``pod ns/name``)
+    or a client on the host (a ``host_client`` fault)."""
     by_id = {d.id: d.gpu for d in cluster.devices(node)}
     held: dict[int, str] = {}
+    for gpu in sorted(gpus):
+        client = (faults.gpu_fault(cluster, node, gpu) or {}).get("host_client")
+        if client:
+            held[gpu] = f"process {client}"
     for pod in cluster.store.iter("pods"):
         if pod["spec"].get("nodeName") != node:
             continue
@@ -340,9 +314,9 @@ def _holders(cluster: Cluster, node: str, gpus: set[int]) -> dict[int, str]:
             continue
         meta = pod["metadata"]
         for dev in cluster.assignment(meta["uid"]):
-            gpu = by_id.get(dev)
-            if gpu in gpus:
-                held.setdefault(gpu, f"{meta['namespace']}/{meta['name']}")
+            index = by_id.get(dev)
+            if index is not None and index in gpus:
+                held.setdefault(index, f"pod {meta['namespace']}/{meta['name']}")
     return held
 
 
@@ -422,58 +396,7 @@ def _write_resources(cluster: Cluster, node: str, devices: list[Device]) -> None
     cluster.store.put("nodes", obj)
 
 
-# -- operand pods and the ClusterPolicy's status ---------------------------------------------------
-def _operand_pods(cluster: Cluster, node: str) -> None:
-    """The operator's DaemonSets on one node: a pod per operand whose deploy label is
-    ``true``; none for the others."""
-    labels = _labels(cluster, node)
-    existing = {
-        (p["metadata"].get("labels") or {}).get("app"): p
-        for p in cluster.store.list("pods", NAMESPACE)
-        if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
-    }
-    for operand in OPERANDS:
-        app, image = OPERAND_PODS[operand]
-        wanted = labels.get(DEPLOY_LABEL_PREFIX + operand) == "true"
-        pod = existing.get(app)
-        if wanted and pod is None:
-            _create_operand_pod(cluster, node, app, image)
-        elif not wanted and pod is not None:
-            try:
-                objects.delete(cluster, BY_KEY["pods"], NAMESPACE, pod["metadata"]["name"], {})
-            except ApiError:
-                continue
-
-
-def _create_operand_pod(cluster: Cluster, node: str, app: str, image: str) -> None:
-    suffix = hashlib.sha256(f"{node}/{app}/{cluster.now()}".encode()).hexdigest()[:5]
-    body: Obj = {
-        "metadata": {
-            "name": f"{app}-{suffix}",
-            "namespace": NAMESPACE,
-            "labels": {
-                "app": app,
-                "app.kubernetes.io/part-of": "gpu-operator",
-                "app.kubernetes.io/managed-by": "gpu-operator",
-            },
-        },
-        "spec": {
-            "nodeName": node,
-            "serviceAccountName": app.replace("-daemonset", ""),
-            "priorityClassName": "system-node-critical",
-            "restartPolicy": "Always",
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-            ],
-            "containers": [{"name": app.removesuffix("-daemonset"), "image": image}],
-        },
-    }
-    try:
-        objects.create(cluster, BY_KEY["pods"], NAMESPACE, body, check_schema=False)
-    except ApiError:
-        return
-
-
+# -- the ClusterPolicy's status ----------------------------------------------------------------
 def _policy_status(cluster: Cluster, policy: Obj) -> None:
     """``ready`` while every operand pod runs Ready; else ``notReady`` naming the states."""
     not_ready: list[str] = []

@@ -13,6 +13,7 @@ import threading
 import time
 
 from sandbox.controllers import (
+    daemonset,
     deployment,
     faultplan,
     gc,
@@ -60,6 +61,7 @@ class ControllerManager:
             lambda: pytorchjob.reconcile(self.cluster),
             lambda: job.reconcile(self.cluster),
             lambda: deployment.reconcile(self.cluster),
+            lambda: daemonset.reconcile(self.cluster),
             self.scheduler.reconcile,
             lambda: kubelet.reconcile(self.cluster),
             lambda: lease.reconcile(self.cluster),
