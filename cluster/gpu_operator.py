@@ -93,6 +93,11 @@ class NodeOperator:
         return next((o for o in self.operands if o.name == name), None)
 
     @property
+    def operands_unready(self) -> list[Operand]:
+        """The operands not running Ready (paused, turned off or failing)."""
+        return [o for o in self.operands if not (o.deploy == "true" and o.ready)]
+
+    @property
     def driver_ready(self) -> bool:
         return _ready(self.operand("driver"))
 

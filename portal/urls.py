@@ -8,6 +8,7 @@ from jobs import apis as job_apis
 from jobs import gpu_change_apis, workspace_views
 from jobs import views as job_views
 from jobs.urls import api_urlpatterns as job_api_urls
+from monitoring import gpu_stack_views
 from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
 from notifications import apis as notification_apis
@@ -57,6 +58,8 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False), name="home"),
     path("jobs/", include("jobs.urls")),
     path("monitoring/", include("monitoring.urls")),
+    path("gpu-stack/", gpu_stack_views.gpu_stack, name="gpu-stack"),
+    path("gpu-stack/mig/", gpu_stack_views.mig_change, name="gpu-stack-mig"),
     # /workspaces/<id>/ itself is the workspace proxy's (portal.proxy), never Django's.
     path("workspaces/", workspace_views.workspace_list, name="workspaces"),
     path(

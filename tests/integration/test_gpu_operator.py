@@ -14,12 +14,14 @@ follows nvidia.com/mig.config), with a real worker driving the change (docs/gpu-
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from playwright.sync_api import expect
 
 from cluster import kube
 from cluster.models import GpuChange
@@ -29,7 +31,9 @@ from jobs.selectors.gpu_changes import mig_preview
 from jobs.services.gpu_changes import gpu_change_start
 from jobs.services.submit import job_submit
 from teams.models import AuditLog
+from tests.browser import chromium
 from tests.conftest import api_client_for, training_spec
+from tests.integration.test_e2e_browser import shot
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import wait_for
 
@@ -230,3 +234,63 @@ def test_only_platform_admins_reach_the_operator_api(
     assert t4["device_plugin_config"] == "gpu-t4-shared"
     assert t4["time_slicing"] == {"replicas": {"nvidia.com/gpu": 4}, "rename_by_default": True}
     assert t4["driver_ready"] and t4["device_plugin_ready"] and not t4["mig_capable"]
+
+
+def test_an_admin_repartitions_a_node_in_the_browser(
+    users: dict[str, User], live_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given alice's 8-GPU job on a whole-A100 node
+    job = job_submit(
+        user=users["alice"],
+        data=training_spec(
+            name="big", gpu={"count": 8, "product": A100}, env={"SANDBOX_DURATION": "1h"}
+        ),
+    )
+    node = node_of(running(job))
+    with chromium(monkeypatch) as browser:
+        page = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
+        page.goto(f"{live_server.url}/login/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "demo")
+        page.click("button[type=submit]")
+        # The admin's GPU stack page: the operator ready, the node with whole GPUs
+        page.goto(f"{live_server.url}/gpu-stack/")
+        expect(page.get_by_test_id("policy-state")).to_have_text("ready")
+        row = page.locator(f"tr[data-node={node}]")
+        expect(row.get_by_test_id("mig-config")).to_have_text("all-disabled")
+        # When they pick the node and all-1g.10gb and preview
+        row.locator("input[name=nodes]").check()
+        page.select_option("#layout", "all-1g.10gb")
+        page.get_by_test_id("preview").click()
+        # Then the preview says what the node gains and loses, and which job moves
+        preview = page.locator(f"[data-preview={node}]")
+        expect(
+            preview.locator("tr[data-resource='nvidia.com/gpu'] [data-testid=delta]")
+        ).to_have_text("−8")
+        expect(
+            preview.locator("tr[data-resource='nvidia.com/mig-1g.10gb'] [data-testid=delta]")
+        ).to_have_text("+56")
+        expect(preview.get_by_test_id("moved-jobs")).to_contain_text(f"vision/big #{job.pk}")
+        shot(page, "31-mig-preview")
+        # When they confirm
+        page.get_by_test_id("apply").click()
+        expect(page).to_have_url(re.compile(r"/gpu-stack/$"))
+        # Then the page follows the change to success and shows the new slices
+        change = page.locator("[data-testid=gpu-changes] tbody tr").first
+        expect(change.get_by_test_id("change-state")).to_have_text("succeeded", timeout=90_000)
+        expect(row.get_by_test_id("mig-config")).to_have_text("all-1g.10gb", timeout=10_000)
+        expect(row.get_by_test_id("offers")).to_contain_text("nvidia.com/mig-1g.10gb 0 / 56")
+        shot(page, "32-mig-changed")
+    # ...alice's job runs again on the other node
+    assert node_of(running(job)) != node
+
+
+def test_a_team_lead_gets_404_for_the_gpu_stack_page(users: dict[str, User], client: Any) -> None:
+    client.force_login(users["bob"])
+    assert client.get("/gpu-stack/").status_code == 404
+    assert client.get("/gpu-stack/mig/?nodes=gpu-a100-0&layout=all-1g.10gb").status_code == 404
+    response = client.post("/gpu-stack/mig/", {"nodes": "gpu-a100-0", "layout": "all-1g.10gb"})
+    assert response.status_code == 404
+    assert not GpuChange.objects.exists()
+    client.force_login(users["admin"])
+    assert client.get("/gpu-stack/").status_code == 200
