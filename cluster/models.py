@@ -121,6 +121,9 @@ class GpuChange(models.Model):
     # The node was cordoned before the change (by an admin): it stays cordoned after.
     was_cordoned = models.BooleanField(default=False)
     displaced = models.JSONField(default=list, blank=True, help_text="Ids of the jobs moved.")
+    # What the node should advertise once the change is in force (resource → count), where
+    # that is how its end is told (a device plugin config).
+    expected = models.JSONField(default=dict, blank=True)
     message = models.TextField(blank=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

@@ -14,7 +14,7 @@ from core.api_errors import error_responses
 from core.apis import ApiView, PlatformAdminOnly, QueryText
 from core.errors import NotFound
 from jobs.selectors.gpu_changes import mig_preview
-from jobs.services.gpu_changes import gpu_change_start
+from jobs.services.gpu_changes import gpu_change_start, plugin_config_assign, plugin_config_save
 
 
 class CapacityChangeOutput(serializers.Serializer):
@@ -114,3 +114,58 @@ class GpuChangeApi(ApiView):
         if change is None:
             raise NotFound(f"no GPU change {change_id}")
         return Response(GpuChangeOutput(change).data)
+
+
+class DevicePluginConfigInput(serializers.Serializer):
+    replicas = serializers.IntegerField(
+        min_value=1, help_text="Time-slicing replicas of each GPU (nvidia.com/gpu); 1: no sharing."
+    )
+    rename_by_default = serializers.BooleanField(
+        default=True,
+        help_text="Advertise shared GPUs as nvidia.com/gpu.shared (renameByDefault).",
+    )
+
+
+class DevicePluginConfigApi(ApiView):
+    permission_classes = [PlatformAdminOnly]
+
+    @extend_schema(
+        operation_id="cluster_device_plugin_config_save",
+        request=DevicePluginConfigInput,
+        responses={202: GpuChangeOutput(many=True), **error_responses(400, 401, 404, 409, 503)},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        """Write a named device plugin config; the nodes running it restart with it (one
+        change each, followed to the new allocatable)."""
+        data = DevicePluginConfigInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        changes = plugin_config_save(
+            actor=request.user,  # type: ignore[arg-type]  # PlatformAdminOnly: signed in
+            name=name,
+            **data.validated_data,
+        )
+        return Response(GpuChangeOutput(changes, many=True).data, status=status.HTTP_202_ACCEPTED)
+
+
+class NodeDevicePluginConfigInput(serializers.Serializer):
+    config = serializers.CharField(help_text="A named config of the device plugin's ConfigMap.")
+
+
+class NodeDevicePluginConfigApi(ApiView):
+    permission_classes = [PlatformAdminOnly]
+
+    @extend_schema(
+        operation_id="cluster_node_device_plugin_config",
+        request=NodeDevicePluginConfigInput,
+        responses={202: GpuChangeOutput, **error_responses(400, 401, 404, 409, 503)},
+    )
+    def post(self, request: Request, node: str) -> Response:
+        """Make the node's device plugin run another named config (its label)."""
+        data = NodeDevicePluginConfigInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        change = plugin_config_assign(
+            actor=request.user,  # type: ignore[arg-type]  # PlatformAdminOnly: signed in
+            node=node,
+            config=data.validated_data["config"],
+        )
+        return Response(GpuChangeOutput(change).data, status=status.HTTP_202_ACCEPTED)

@@ -30,6 +30,16 @@ api_urls = [
         name="api-node-mig-layout",
     ),
     path(
+        "cluster/nodes/<str:node>/device-plugin-config/",
+        gpu_change_apis.NodeDevicePluginConfigApi.as_view(),
+        name="api-node-device-plugin-config",
+    ),
+    path(
+        "cluster/device-plugin-configs/<str:name>/",
+        gpu_change_apis.DevicePluginConfigApi.as_view(),
+        name="api-device-plugin-config",
+    ),
+    path(
         "cluster/gpu-changes/", gpu_change_apis.GpuChangeListApi.as_view(), name="api-gpu-changes"
     ),
     path(

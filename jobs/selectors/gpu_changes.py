@@ -28,7 +28,14 @@ from scheduling.gpu_operator import (
     layout_problem,
     layout_resources,
 )
-from scheduling.resources import GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, is_gpu_resource
+from scheduling.resources import (
+    ANY_GPU,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_REPLICAS_LABEL,
+    SHARED_GPU,
+    is_gpu_resource,
+)
 
 
 @dataclass(frozen=True)
@@ -206,3 +213,64 @@ def preview_or_raise(preview: MigPreview) -> MigPreview:
     if preview.problem:
         raise ApplicationError(preview.problem, field_errors={"layout": [preview.problem]})
     return preview
+
+
+@dataclass(frozen=True)
+class SharingPreview:
+    """A device plugin config on one node: what it offers after, and whether running pods
+    would be stranded (more pods on a GPU than the new replica count)."""
+
+    node: str
+    config: str
+    before: dict[str, int]
+    after: dict[str, int]
+    held: int  # whole or time-sliced GPU units held by running pods
+    problem: str = ""
+
+
+def sharing_preview(*, node: str, config: str, sharing: TimeSlicing) -> SharingPreview:
+    """What running device plugin config ``config`` (``sharing``) does to ``node``. The
+    pods' spread over the node's GPUs is not in the API (only the kubelet knows it): the
+    device plugin spreads replicas least-shared first, so a GPU holds at most
+    ⌈held / GPUs⌉ of them, and that is what is checked."""
+    try:
+        obj = _node(node)
+        pods = list(kube.list_all("Pod", field_selector=f"spec.nodeName={node}"))
+    except kube.ClusterError as exc:
+        raise ClusterUnavailable(cluster_error_text(exc)) from exc
+    labels = obj["metadata"].get("labels") or {}
+    capacity = {
+        r: _int(q)
+        for r, q in ((obj.get("status") or {}).get("capacity") or {}).items()
+        if r in (ANY_GPU, SHARED_GPU)
+    }
+    replicas_now = max(1, _int(labels.get(GPU_REPLICAS_LABEL)) or 1)
+    gpus = sum(capacity.values()) // replicas_now
+    name, replicas = sharing.offered(ANY_GPU)
+    after = {name: gpus * replicas} if gpus else {}
+    held = 0
+    holders: list[str] = []
+    for pod in pods:
+        if pod_is_terminal(pod):
+            continue
+        units = sum(
+            q for r, q in pod_requests(pod.get("spec") or {}).items() if r in (ANY_GPU, SHARED_GPU)
+        )
+        if units:
+            held += units
+            holders.append(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}")
+    problem = ""
+    per_gpu = -(-held // gpus) if gpus else 0
+    if held and per_gpu > replicas:
+        problem = (
+            f"node {node}: {held} running pod{'s' if held != 1 else ''} hold its {gpus} GPUs "
+            f"(up to {per_gpu} on a GPU); {config} offers {replicas} per GPU, which would strand "
+            f"{'them' if held != 1 else 'it'}. Move {', '.join(sorted(holders))} first."
+        )
+    elif held and set(after) != {r for r, q in capacity.items() if q}:
+        problem = (
+            f"node {node}: {config} advertises {name} instead of "
+            f"{', '.join(sorted(r for r, q in capacity.items() if q))}, which {held} running "
+            f"pod{'s' if held != 1 else ''} asked for. Move {', '.join(sorted(holders))} first."
+        )
+    return SharingPreview(node, config, capacity, after, held, problem)

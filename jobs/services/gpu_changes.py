@@ -17,7 +17,9 @@ until it says done):
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -30,13 +32,30 @@ from cluster.nodes import cluster_error_text
 from cluster.tasks import catalog_refresh_task
 from core.errors import ApplicationError, ClusterUnavailable, Conflict
 from jobs.models import ACTIVE_STATES, Job, JobState
-from jobs.selectors.gpu_changes import MigPreview, gpu_holders, mig_preview
+from jobs.selectors.gpu_changes import (
+    MigPreview,
+    SharingPreview,
+    gpu_holders,
+    mig_preview,
+    sharing_preview,
+)
 from jobs.services.transitions import job_transition
 from jobs.tasks import evict_enqueue, gpu_change_enqueue
-from scheduling.gpu_operator import MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from scheduling.gpu_operator import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_PRESENT_LABEL,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    TimeSlicing,
+    device_plugin_config_text,
+    parse_device_plugin_config,
+)
+from scheduling.resources import ANY_GPU, SHARED_GPU
 from teams.services import audit_record
 
 MIG_CHANGE_TIMEOUT = timedelta(minutes=20)
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+MAX_REPLICAS = 48
 RESHAPE_REASON = "NodeReshape"
 
 
@@ -177,6 +196,8 @@ def _move(job_id: int, change: GpuChange) -> bool:
 
 def _follow(change: GpuChange) -> bool:
     node = kube.get("Node", change.node)
+    if change.kind == GpuChange.Kind.TIME_SLICING:
+        return _follow_plugin(change, node)
     labels = node["metadata"].get("labels") or {}
     state = labels.get(MIG_CONFIG_STATE_LABEL, "")
     if labels.get(MIG_CONFIG_LABEL) != change.new_value:
@@ -229,3 +250,183 @@ def _update(change: GpuChange, **fields: object) -> None:
 def gpu_changes_active() -> list[int]:
     """Ids of the changes under way (the safety net queues a step for each)."""
     return list(GpuChange.objects.filter(state__in=GpuChange.ACTIVE).values_list("pk", flat=True))
+
+
+# -- time-slicing: the device plugin's configs ----------------------------------------------------
+PLUGIN_RESTART_TIMEOUT = timedelta(minutes=5)
+
+
+def _plugin_map() -> tuple[dict[str, Any], str]:
+    """The device plugin's ConfigMap (its name from the ClusterPolicy) and the default
+    config's name. Raises ``ApplicationError`` when the operator has none."""
+    policy = cluster_policy()
+    if not policy.installed or not policy.plugin_config_map:
+        raise ApplicationError(
+            "the GPU Operator's ClusterPolicy names no device plugin ConfigMap "
+            "(spec.devicePlugin.config.name): set one to change time-slicing here"
+        )
+    try:
+        return kube.get("ConfigMap", policy.plugin_config_map, policy.namespace), (
+            policy.plugin_default or "default"
+        )
+    except kube.ObjectNotFound as exc:
+        raise ApplicationError(
+            f"ConfigMap {policy.namespace}/{policy.plugin_config_map} not found"
+        ) from exc
+
+
+def _nodes_running(config: str, default: str) -> list[str]:
+    """The GPU nodes whose device plugin runs ``config`` (their label, or the default)."""
+    names = []
+    for node in kube.list_all("Node", label_selector=f"{GPU_PRESENT_LABEL}=true"):
+        label = (node["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "")
+        if (label or default) == config:
+            names.append(node["metadata"]["name"])
+    return sorted(names)
+
+
+def _sharing_check(nodes: list[str], config: str, sharing: TimeSlicing) -> list[SharingPreview]:
+    previews = [sharing_preview(node=n, config=config, sharing=sharing) for n in nodes]
+    problems = [p.problem for p in previews if p.problem]
+    if problems:
+        raise ApplicationError(" ".join(problems), field_errors={"replicas": problems})
+    return previews
+
+
+def _plugin_change(
+    actor: User, node: str, old: str, new: str, preview: SharingPreview, action: str
+) -> GpuChange:
+    """Record a device plugin change on one node (already written) and follow it."""
+    try:
+        with transaction.atomic():
+            change = GpuChange.objects.create(
+                node=node,
+                kind=GpuChange.Kind.TIME_SLICING,
+                old_value=old,
+                new_value=new,
+                displace=GpuChange.Displace.WAIT,
+                state=GpuChange.State.APPLYING,
+                labelled_at=timezone.now(),
+                requested_by=actor,
+                expected=preview.after,
+                message=f"The device plugin restarts with {new}: "
+                + ", ".join(f"{n} {r}" for r, n in preview.after.items()),
+            )
+            audit_record(
+                actor=actor,
+                action=action,
+                target=f"node/{node}",
+                changes={
+                    "node": node,
+                    DEVICE_PLUGIN_CONFIG_LABEL: [old, new],
+                    "allocatable": [preview.before, preview.after],
+                },
+            )
+            gpu_change_enqueue(change_id=change.pk)
+    except IntegrityError as exc:
+        raise Conflict(
+            f"node {node} already has a change under way; wait for it to finish"
+        ) from exc
+    return change
+
+
+def plugin_config_assign(*, actor: User, node: str, config: str) -> GpuChange:
+    """Make ``node``'s device plugin run named config ``config`` (its label). Refused,
+    naming them, when running pods would be stranded."""
+    cm, default = _plugin_map()
+    data = cm.get("data") or {}
+    if config not in data:
+        raise ApplicationError(
+            f"config: the device plugin's ConfigMap has no config {config} "
+            f"(it has {', '.join(sorted(data))})",
+            field_errors={"config": ["No such config."]},
+        )
+    sharing = parse_device_plugin_config(data[config])
+    if GpuChange.objects.filter(node=node, state__in=GpuChange.ACTIVE).exists():
+        raise Conflict(f"node {node} already has a change under way; wait for it to finish")
+    obj = kube.get("Node", node)
+    old = (obj["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "") or default
+    if old == config:
+        raise ApplicationError(f"config: node {node} already runs {config}")
+    (preview,) = _sharing_check([node], config, sharing)
+    kube.label_node(node, {DEVICE_PLUGIN_CONFIG_LABEL: config})
+    return _plugin_change(actor, node, old, config, preview, "gpu.device_plugin_config")
+
+
+def plugin_config_save(
+    *, actor: User, name: str, replicas: int, rename_by_default: bool
+) -> list[GpuChange]:
+    """Write named config ``name`` (``replicas`` of each GPU, 1: no sharing) into the
+    device plugin's ConfigMap; the nodes running it restart with it, each change followed.
+    Refused, naming them, when running pods would be stranded."""
+    if not NAME_RE.match(name):
+        raise ApplicationError(
+            "name: lower-case letters, digits and '-', as a ConfigMap key and label value",
+            field_errors={"name": ["Use lower-case letters, digits and '-'."]},
+        )
+    if replicas < 1 or replicas > MAX_REPLICAS:
+        raise ApplicationError(
+            f"replicas: 1 (no sharing) to {MAX_REPLICAS}",
+            field_errors={"replicas": [f"From 1 to {MAX_REPLICAS}."]},
+        )
+    sharing = TimeSlicing({ANY_GPU: replicas} if replicas > 1 else {}, rename_by_default)
+    cm, default = _plugin_map()
+    nodes = _nodes_running(name, default)
+    busy = GpuChange.objects.filter(node__in=nodes, state__in=GpuChange.ACTIVE).first()
+    if busy:
+        raise Conflict(f"node {busy.node} runs {name} and has a change under way; wait for it")
+    previews = _sharing_check(nodes, name, sharing)
+    data = dict(cm.get("data") or {})
+    old_text = data.get(name, "")
+    data[name] = device_plugin_config_text(sharing)
+    if data[name] == old_text:
+        raise ApplicationError(f"{name}: already {replicas} replicas with that rename choice")
+    kube.replace({**cm, "data": data})  # its resourceVersion: a concurrent edit gets a 409
+    audit_record(
+        actor=actor,
+        action="gpu.device_plugin_config_saved",
+        target=f"configmap/{cm['metadata']['name']}",
+        changes={
+            "config": name,
+            "replicas": replicas,
+            "rename_by_default": rename_by_default,
+            "nodes": nodes,
+        },
+    )
+    return [
+        _plugin_change(actor, p.node, name, name, p, "gpu.device_plugin_config") for p in previews
+    ]
+
+
+def _follow_plugin(change: GpuChange, node: dict[str, Any]) -> bool:
+    """Done once the node advertises what the config offers (the plugin restarted)."""
+    labels = node["metadata"].get("labels") or {}
+    policy = cluster_policy()
+    expected = {str(r): int(n) for r, n in change.expected.items() if int(n)}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    offered = {r: int(q) for r, q in allocatable.items() if r in (ANY_GPU, SHARED_GPU) and int(q)}
+    if (labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "") or policy.plugin_default) != change.new_value:
+        return _finish(
+            change,
+            GpuChange.State.FAILED,
+            f"{DEVICE_PLUGIN_CONFIG_LABEL} was changed by someone else meanwhile.",
+        )
+    if offered == expected:
+        return _finish(
+            change,
+            GpuChange.State.SUCCEEDED,
+            "The device plugin runs "
+            + change.new_value
+            + ": "
+            + ", ".join(f"{n} {r}" for r, n in sorted(offered.items()))
+            + " allocatable.",
+        )
+    assert change.labelled_at is not None
+    if timezone.now() - change.labelled_at > PLUGIN_RESTART_TIMEOUT:
+        return _finish(
+            change,
+            GpuChange.State.FAILED,
+            f"The device plugin did not advertise {change.new_value}'s GPUs within "
+            f"{int(PLUGIN_RESTART_TIMEOUT.total_seconds() // 60)} minutes; check its pod's log.",
+        )
+    return False

@@ -28,7 +28,7 @@ from cluster.models import GpuChange
 from core.errors import ApplicationError, Conflict
 from jobs.models import Job, JobState
 from jobs.selectors.gpu_changes import mig_preview
-from jobs.services.gpu_changes import gpu_change_start
+from jobs.services.gpu_changes import gpu_change_start, plugin_config_save
 from jobs.services.submit import job_submit
 from teams.models import AuditLog
 from tests.browser import chromium
@@ -294,3 +294,81 @@ def test_a_team_lead_gets_404_for_the_gpu_stack_page(users: dict[str, User], cli
     assert not GpuChange.objects.exists()
     client.force_login(users["admin"])
     assert client.get("/gpu-stack/").status_code == 200
+
+
+def shared_pod(name: str) -> dict[str, Any]:
+    """A pod someone ran by hand on a time-sliced T4 (not the portal's: no job label)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "restartPolicy": "Always",
+            "nodeSelector": {"nvidia.com/gpu.product": "Tesla-T4"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
+                }
+            ],
+        },
+    }
+
+
+def t4_allocatable() -> str:
+    return str(
+        kube.get("Node", "gpu-t4-shared-0")["status"]["allocatable"]["nvidia.com/gpu.shared"]
+    )
+
+
+def test_time_slicing_is_changed_only_when_no_pod_would_be_stranded(
+    users: dict[str, User],
+) -> None:
+    admin = users["admin"]
+    names = [f"by-hand-{i}" for i in range(5)]
+    try:
+        # Given five pods on the T4 node's two GPUs (4 replicas each): three share a GPU
+        for name in names:
+            kube.create(shared_pod(name))
+        wait_for(
+            lambda: all(
+                (kube.get("Pod", n, "default").get("status") or {}).get("phase") == "Running"
+                for n in names
+            ),
+            timeout=30,
+        )
+        # When the admin lowers its config to 2 replicas, it is refused, naming the pods
+        with pytest.raises(ApplicationError) as refused:
+            plugin_config_save(
+                actor=admin, name="gpu-t4-shared", replicas=2, rename_by_default=True
+            )
+        assert (
+            "node gpu-t4-shared-0: 5 running pods hold its 2 GPUs (up to 3 on a GPU); "
+            "gpu-t4-shared offers 2 per GPU" in refused.value.message
+        )
+        assert "default/by-hand-0" in refused.value.message
+        assert t4_allocatable() == "8" and not GpuChange.objects.exists()
+        # When they raise it to 8 replicas instead
+        (change,) = plugin_config_save(
+            actor=admin, name="gpu-t4-shared", replicas=8, rename_by_default=True
+        )
+        # Then the device plugin restarts with it: 16 shared GPUs, the pods still running
+        done = finished(change)
+        assert done.state == GpuChange.State.SUCCEEDED, done.message
+        assert t4_allocatable() == "16"
+        labels = kube.get("Node", "gpu-t4-shared-0")["metadata"]["labels"]
+        assert labels["nvidia.com/gpu.replicas"] == "8"
+        assert all(kube.get("Pod", n, "default")["status"]["phase"] == "Running" for n in names)
+        audit = AuditLog.objects.get(action="gpu.device_plugin_config_saved")
+        assert audit.changes["replicas"] == 8 and audit.changes["nodes"] == ["gpu-t4-shared-0"]
+    finally:
+        for name in names:
+            kube.delete("Pod", name, "default", grace_period_seconds=0)
+        if t4_allocatable() != "8":
+            GpuChange.objects.all().delete()
+            plugin_config_save(
+                actor=admin, name="gpu-t4-shared", replicas=4, rename_by_default=True
+            )
+            wait_for(lambda: t4_allocatable() == "8", timeout=30)
