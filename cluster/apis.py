@@ -55,7 +55,7 @@ class GpuChangeOutput(serializers.Serializer):
     old_value = serializers.CharField(allow_blank=True)
     new_value = serializers.CharField()
     displace = serializers.CharField(help_text="evict or wait.")
-    state = serializers.CharField(help_text="draining, applying, succeeded or failed.")
+    phase = serializers.CharField(help_text="draining, applying, succeeded or failed.")
     message = serializers.CharField(allow_blank=True)
     requested_by = serializers.CharField(source="requested_by.username", default="")
     created_at = serializers.DateTimeField()

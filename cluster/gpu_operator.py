@@ -274,7 +274,7 @@ def gpu_nodes_operator() -> tuple[GpuOperator, list[OperatorNode]]:
         pods = operand_pods(operator.policy.namespace) if operator.policy.installed else {}
     except kube.ClusterError as exc:
         raise ClusterUnavailable(cluster_error_text(exc)) from exc
-    changes = {c.node: c for c in GpuChange.objects.filter(state__in=GpuChange.ACTIVE)}
+    changes = {c.node: c for c in GpuChange.objects.filter(phase__in=GpuChange.ACTIVE)}
     result = []
     for node in nodes:
         state = node_operator(node.name, node.labels, pods)

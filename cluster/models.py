@@ -104,20 +104,20 @@ class GpuChange(models.Model):
         EVICT = "evict", "Move its jobs away now (re-queued, nothing lost)"
         WAIT = "wait", "Wait for its jobs to finish"
 
-    class State(models.TextChoices):
+    class Phase(models.TextChoices):
         DRAINING = "draining", "Draining"  # cordoned; its GPU pods are going
         APPLYING = "applying", "Applying"  # label set; the operator is at work
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
 
-    ACTIVE = (State.DRAINING, State.APPLYING)
+    ACTIVE = (Phase.DRAINING, Phase.APPLYING)
 
     node = models.CharField(max_length=253, db_index=True)
     kind = models.CharField(max_length=20, choices=Kind.choices)
     old_value = models.CharField(max_length=100, blank=True)
     new_value = models.CharField(max_length=100)
     displace = models.CharField(max_length=10, choices=Displace.choices)
-    state = models.CharField(max_length=10, choices=State.choices, default=State.DRAINING)
+    phase = models.CharField(max_length=10, choices=Phase.choices, default=Phase.DRAINING)
     # The node was cordoned before the change (by an admin): it stays cordoned after.
     was_cordoned = models.BooleanField(default=False)
     displaced = models.JSONField(default=list, blank=True, help_text="Ids of the jobs moved.")
@@ -138,7 +138,7 @@ class GpuChange(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["node"],
-                condition=models.Q(state__in=["draining", "applying"]),
+                condition=models.Q(phase__in=["draining", "applying"]),
                 name="one_gpu_change_per_node",
             )
         ]
@@ -148,4 +148,4 @@ class GpuChange(models.Model):
 
     @property
     def active(self) -> bool:
-        return self.state in self.ACTIVE
+        return self.phase in self.ACTIVE

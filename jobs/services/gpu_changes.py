@@ -107,8 +107,8 @@ def gpu_change_start(*, actor: User, node: str, layout: str, displace: str) -> G
             )
             gpu_change_enqueue(change_id=change.pk)
     except IntegrityError as exc:
-        under_way = GpuChange.objects.filter(node=node, state__in=GpuChange.ACTIVE).first()
-        what = f" ({under_way.new_value}, state {under_way.state})" if under_way else ""
+        under_way = GpuChange.objects.filter(node=node, phase__in=GpuChange.ACTIVE).first()
+        what = f" ({under_way.new_value}, {under_way.phase})" if under_way else ""
         raise Conflict(
             f"node {node} already has a change under way{what}; wait for it to finish"
         ) from exc
@@ -131,7 +131,7 @@ def gpu_change_step(*, change_id: int) -> bool:
     if change is None or not change.active:
         return True
     try:
-        if change.state == GpuChange.State.DRAINING:
+        if change.phase == GpuChange.Phase.DRAINING:
             _drain(change)
             return False
         return _follow(change)
@@ -159,7 +159,7 @@ def _drain(change: GpuChange) -> None:
     kube.label_node(change.node, {MIG_CONFIG_LABEL: change.new_value, MIG_CONFIG_STATE_LABEL: None})
     _update(
         change,
-        state=GpuChange.State.APPLYING,
+        phase=GpuChange.Phase.APPLYING,
         labelled_at=timezone.now(),
         message=f"{MIG_CONFIG_LABEL}={change.new_value} set; the MIG manager is re-partitioning.",
     )
@@ -203,14 +203,14 @@ def _follow(change: GpuChange) -> bool:
     if labels.get(MIG_CONFIG_LABEL) != change.new_value:
         return _finish(
             change,
-            GpuChange.State.FAILED,
+            GpuChange.Phase.FAILED,
             f"{MIG_CONFIG_LABEL} was changed to {labels.get(MIG_CONFIG_LABEL) or 'nothing'} "
             "by someone else while the MIG manager worked; the node is uncordoned.",
         )
     if state == "success":
         return _finish(
             change,
-            GpuChange.State.SUCCEEDED,
+            GpuChange.Phase.SUCCEEDED,
             f"Re-partitioned as {change.new_value}; the node is schedulable again.",
         )
     if state == "failed":
@@ -218,7 +218,7 @@ def _follow(change: GpuChange) -> bool:
         reason = mig_manager_reason(change.node, namespace) or "it logged no reason"
         return _finish(
             change,
-            GpuChange.State.FAILED,
+            GpuChange.Phase.FAILED,
             f"The MIG manager failed: {reason}. The node is uncordoned with its old layout.",
         )
     assert change.labelled_at is not None
@@ -226,30 +226,30 @@ def _follow(change: GpuChange) -> bool:
         minutes = int(MIG_CHANGE_TIMEOUT.total_seconds() // 60)
         return _finish(
             change,
-            GpuChange.State.FAILED,
+            GpuChange.Phase.FAILED,
             f"The MIG manager did not finish within {minutes} minutes (state "
             f"{state or 'not reported'}); the node is uncordoned. Check its pod's log.",
         )
     return False
 
 
-def _finish(change: GpuChange, state: str, message: str) -> bool:
+def _finish(change: GpuChange, phase: str, message: str) -> bool:
     if not change.was_cordoned:
         kube.cordon(change.node, unschedulable=False)
-    _update(change, state=state, message=message, finished_at=timezone.now())
-    if state == GpuChange.State.SUCCEEDED:
+    _update(change, phase=phase, message=message, finished_at=timezone.now())
+    if phase == GpuChange.Phase.SUCCEEDED:
         transaction.on_commit(catalog_refresh_task.delay)
     return True
 
 
 def _update(change: GpuChange, **fields: object) -> None:
     """Write the change's progress, only while it is still where this step found it."""
-    GpuChange.objects.filter(pk=change.pk, state=change.state).update(**fields)
+    GpuChange.objects.filter(pk=change.pk, phase=change.phase).update(**fields)
 
 
 def gpu_changes_active() -> list[int]:
     """Ids of the changes under way (the safety net queues a step for each)."""
-    return list(GpuChange.objects.filter(state__in=GpuChange.ACTIVE).values_list("pk", flat=True))
+    return list(GpuChange.objects.filter(phase__in=GpuChange.ACTIVE).values_list("pk", flat=True))
 
 
 # -- time-slicing: the device plugin's configs ----------------------------------------------------
@@ -305,7 +305,7 @@ def _plugin_change(
                 old_value=old,
                 new_value=new,
                 displace=GpuChange.Displace.WAIT,
-                state=GpuChange.State.APPLYING,
+                phase=GpuChange.Phase.APPLYING,
                 labelled_at=timezone.now(),
                 requested_by=actor,
                 expected=preview.after,
@@ -342,7 +342,7 @@ def plugin_config_assign(*, actor: User, node: str, config: str) -> GpuChange:
             field_errors={"config": ["No such config."]},
         )
     sharing = parse_device_plugin_config(data[config])
-    if GpuChange.objects.filter(node=node, state__in=GpuChange.ACTIVE).exists():
+    if GpuChange.objects.filter(node=node, phase__in=GpuChange.ACTIVE).exists():
         raise Conflict(f"node {node} already has a change under way; wait for it to finish")
     obj = kube.get("Node", node)
     old = (obj["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "") or default
@@ -372,7 +372,7 @@ def plugin_config_save(
     sharing = TimeSlicing({ANY_GPU: replicas} if replicas > 1 else {}, rename_by_default)
     cm, default = _plugin_map()
     nodes = _nodes_running(name, default)
-    busy = GpuChange.objects.filter(node__in=nodes, state__in=GpuChange.ACTIVE).first()
+    busy = GpuChange.objects.filter(node__in=nodes, phase__in=GpuChange.ACTIVE).first()
     if busy:
         raise Conflict(f"node {busy.node} runs {name} and has a change under way; wait for it")
     previews = _sharing_check(nodes, name, sharing)
@@ -408,13 +408,13 @@ def _follow_plugin(change: GpuChange, node: dict[str, Any]) -> bool:
     if (labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "") or policy.plugin_default) != change.new_value:
         return _finish(
             change,
-            GpuChange.State.FAILED,
+            GpuChange.Phase.FAILED,
             f"{DEVICE_PLUGIN_CONFIG_LABEL} was changed by someone else meanwhile.",
         )
     if offered == expected:
         return _finish(
             change,
-            GpuChange.State.SUCCEEDED,
+            GpuChange.Phase.SUCCEEDED,
             "The device plugin runs "
             + change.new_value
             + ": "
@@ -425,7 +425,7 @@ def _follow_plugin(change: GpuChange, node: dict[str, Any]) -> bool:
     if timezone.now() - change.labelled_at > PLUGIN_RESTART_TIMEOUT:
         return _finish(
             change,
-            GpuChange.State.FAILED,
+            GpuChange.Phase.FAILED,
             f"The device plugin did not advertise {change.new_value}'s GPUs within "
             f"{int(PLUGIN_RESTART_TIMEOUT.total_seconds() // 60)} minutes; check its pod's log.",
         )

@@ -44,8 +44,9 @@ class ProductCapacity:
 def _product_name(node: GpuNode) -> str:
     if not node.gpu_product:
         return "(no product label)"
-    if node.gpu_product.endswith("-SHARED"):
-        # GFD's name for a time-sliced node's GPUs: say what it means
+    if node.gpu_product.endswith("-SHARED") or node.shared is not None:
+        # Time-sliced GPUs (GFD adds -SHARED when they keep the plain resource name; with
+        # renameByDefault they are nvidia.com/gpu.shared): a row of their own
         return f"{node.gpu_product.removesuffix('-SHARED')} (time-sliced)"
     return node.gpu_product
 

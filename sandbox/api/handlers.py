@@ -331,6 +331,16 @@ def _tail(text: str, tail_lines: str) -> str:
     return "".join(line + "\n" for line in output)
 
 
+def _mig_manager_log(cluster: Cluster, node: str, q: dict[str, str]) -> str:
+    """The MIG manager's log: what it did with the node's ``nvidia.com/mig.config``."""
+    logged = cluster.store.meta_get(f"miglog/{node}") or []
+    text = logs.format_lines(
+        [(cluster.clock.wall(t), line) for t, line in logged],
+        q.get("timestamps", "").lower() == "true",
+    )
+    return _tail(text, q.get("tailLines") or "")
+
+
 def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
     """``GET …/pods/<name>/log`` with ``container``, ``tailLines``, ``timestamps``,
     ``sinceSeconds``/``sinceTime``, ``limitBytes`` and ``previous``."""
@@ -365,13 +375,7 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
     if q.get("previous", "").lower() == "true" and not life.get("restarts"):
         raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
     if (pod["metadata"].get("labels") or {}).get("app") == "nvidia-mig-manager" and node:
-        # The MIG manager's log: what it did with the node's nvidia.com/mig.config.
-        logged = cluster.store.meta_get(f"miglog/{node}") or []
-        text = logs.format_lines(
-            [(cluster.clock.wall(t), line) for t, line in logged],
-            q.get("timestamps", "").lower() == "true",
-        )
-        return _tail(text, q.get("tailLines") or "")
+        return _mig_manager_log(cluster, node, q)
     real = cluster.jupyter.log_text(pod["metadata"]["uid"]) if life.get("real") else None
     if real is not None:  # a real server's own output (sandbox.jupyter)
         return _tail(real, q.get("tailLines") or "")

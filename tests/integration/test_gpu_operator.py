@@ -122,7 +122,7 @@ def test_a_node_is_repartitioned_and_its_job_runs_again_elsewhere(
     )
     done = finished(change)
     # Then the MIG manager re-partitioned it and the node is schedulable again
-    assert done.state == GpuChange.State.SUCCEEDED, done.message
+    assert done.phase == GpuChange.Phase.SUCCEEDED, done.message
     assert done.displaced == [job.pk]
     obj = kube.get("Node", node)
     labels = obj["metadata"]["labels"]
@@ -180,7 +180,7 @@ def test_layouts_a_node_cannot_take_and_a_second_change_are_refused(
     with pytest.raises(Conflict, match=f"node {node} already has a change under way"):
         gpu_change_start(actor=admin, node=node, layout="all-3g.40gb", displace="evict")
     # ...and the first keeps waiting for the job, its label untouched
-    assert GpuChange.objects.get(pk=first.pk).state == GpuChange.State.DRAINING
+    assert GpuChange.objects.get(pk=first.pk).phase == GpuChange.Phase.DRAINING
     assert "waiting for: job" in GpuChange.objects.get(pk=first.pk).message
     assert kube.get("Node", node)["metadata"]["labels"]["nvidia.com/mig.config"] == "all-disabled"
 
@@ -196,7 +196,7 @@ def test_a_failing_mig_manager_leaves_the_node_uncordoned_with_its_reason(
     )
     done = finished(change)
     # Then the change failed with the MIG manager's own reason
-    assert done.state == GpuChange.State.FAILED
+    assert done.phase == GpuChange.Phase.FAILED
     assert "GPU 3 is in use by another client (process Xorg)" in done.message
     # ...and the node is schedulable, with its whole GPUs as before
     obj = kube.get("Node", "gpu-a100-1")
@@ -356,7 +356,7 @@ def test_time_slicing_is_changed_only_when_no_pod_would_be_stranded(
         )
         # Then the device plugin restarts with it: 16 shared GPUs, the pods still running
         done = finished(change)
-        assert done.state == GpuChange.State.SUCCEEDED, done.message
+        assert done.phase == GpuChange.Phase.SUCCEEDED, done.message
         assert t4_allocatable() == "16"
         labels = kube.get("Node", "gpu-t4-shared-0")["metadata"]["labels"]
         assert labels["nvidia.com/gpu.replicas"] == "8"

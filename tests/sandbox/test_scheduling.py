@@ -127,7 +127,10 @@ def test_mig_and_time_sliced_resources_are_advertised_and_fit(core, namespace):
     assert mig.metadata.labels["nvidia.com/mig.strategy"] == "mixed"
     assert mig.metadata.labels["nvidia.com/mig-1g.10gb.count"] == "14"
     assert t4.status.allocatable["nvidia.com/gpu.shared"] == "8"
-    assert t4.metadata.labels["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
+    # renameByDefault: the product keeps its name (GFD adds -SHARED only when time-sliced
+    # GPUs keep the plain nvidia.com/gpu name)
+    assert t4.metadata.labels["nvidia.com/gpu.product"] == "Tesla-T4"
+    assert t4.metadata.labels["nvidia.com/gpu.replicas"] == "4"
     assert t4.metadata.labels["nvidia.com/gpu.replicas"] == "4"
     assert {(t.key, t.value, t.effect) for t in t4.spec.taints} == {
         ("nvidia.com/gpu", "present", "NoSchedule")
