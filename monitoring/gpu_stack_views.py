@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods
 from cluster.models import GpuChange
 from core.errors import ApplicationError
 from jobs.selectors.gpu_changes import mig_preview
-from jobs.services.gpu_changes import gpu_change_start
+from jobs.services.gpu_changes import gpu_change_start, plugin_config_assign, plugin_config_save
 from monitoring.selectors.gpu_stack import gpu_stack_get
 
 
@@ -69,4 +69,43 @@ def mig_change(request: HttpRequest) -> HttpResponse:
             messages.error(request, f"{node}: {exc.message}")
         else:
             messages.success(request, f"{node}: re-partitioning as {layout} started.")
+    return redirect("gpu-stack")
+
+
+@login_required
+@require_http_methods(["POST"])
+def device_plugin_config(request: HttpRequest) -> HttpResponse:
+    """Save a named device plugin config (replicas, rename); its nodes restart with it."""
+    admin = _admin(request)
+    name = request.POST.get("name", "").strip()
+    try:
+        replicas = int(request.POST.get("replicas", ""))
+    except ValueError:
+        messages.error(request, "replicas: a whole number, 1 (no sharing) or more.")
+        return redirect("gpu-stack")
+    rename = request.POST.get("rename_by_default") == "on"
+    try:
+        changes = plugin_config_save(
+            actor=admin, name=name, replicas=replicas, rename_by_default=rename
+        )
+    except ApplicationError as exc:
+        messages.error(request, f"{name}: {exc.message}")
+    else:
+        nodes = ", ".join(c.node for c in changes) or "no node runs it yet"
+        messages.success(request, f"{name}: {replicas} replicas saved ({nodes}).")
+    return redirect("gpu-stack")
+
+
+@login_required
+@require_http_methods(["POST"])
+def device_plugin_assign(request: HttpRequest) -> HttpResponse:
+    """Make a node's device plugin run another named config."""
+    admin = _admin(request)
+    node, config = request.POST.get("node", ""), request.POST.get("config", "")
+    try:
+        plugin_config_assign(actor=admin, node=node, config=config)
+    except ApplicationError as exc:
+        messages.error(request, f"{node}: {exc.message}")
+    else:
+        messages.success(request, f"{node}: its device plugin restarts with {config}.")
     return redirect("gpu-stack")

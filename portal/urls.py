@@ -70,6 +70,16 @@ urlpatterns = [
     path("monitoring/", include("monitoring.urls")),
     path("gpu-stack/", gpu_stack_views.gpu_stack, name="gpu-stack"),
     path("gpu-stack/mig/", gpu_stack_views.mig_change, name="gpu-stack-mig"),
+    path(
+        "gpu-stack/device-plugin/",
+        gpu_stack_views.device_plugin_config,
+        name="gpu-stack-device-plugin",
+    ),
+    path(
+        "gpu-stack/device-plugin/assign/",
+        gpu_stack_views.device_plugin_assign,
+        name="gpu-stack-device-plugin-assign",
+    ),
     # /workspaces/<id>/ itself is the workspace proxy's (portal.proxy), never Django's.
     path("workspaces/", workspace_views.workspace_list, name="workspaces"),
     path(

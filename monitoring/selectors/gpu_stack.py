@@ -10,7 +10,7 @@ from cluster.gpu_operator import GpuOperator, OperatorNode, gpu_nodes_operator
 from cluster.models import GpuChange
 from core.errors import ClusterUnavailable
 from scheduling.gpu_operator import base_product, layout_problem
-from scheduling.resources import GPU_COUNT_LABEL
+from scheduling.resources import ANY_GPU, GPU_COUNT_LABEL
 
 
 @dataclass(frozen=True)
@@ -20,12 +20,22 @@ class LayoutChoice:
 
 
 @dataclass(frozen=True)
+class PluginConfigRow:
+    name: str
+    replicas: int  # of nvidia.com/gpu; 1: no sharing
+    rename: bool
+    nodes: list[str]
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class GpuStack:
     operator: GpuOperator | None = None
     nodes: list[OperatorNode] = field(default_factory=list)
     layouts: list[LayoutChoice] = field(default_factory=list)
     changes: list[GpuChange] = field(default_factory=list)
     cluster_error: str = ""
+    plugin_configs: list[PluginConfigRow] = field(default_factory=list)
 
     @property
     def changing(self) -> bool:
@@ -39,7 +49,30 @@ def gpu_stack_get() -> GpuStack:
         operator, nodes = gpu_nodes_operator()
     except ClusterUnavailable as exc:
         return GpuStack(changes=changes, cluster_error=exc.message)
-    return GpuStack(operator, nodes, _layout_choices(operator, nodes), changes)
+    return GpuStack(
+        operator,
+        nodes,
+        _layout_choices(operator, nodes),
+        changes,
+        plugin_configs=_plugin_rows(operator, nodes),
+    )
+
+
+def _plugin_rows(operator: GpuOperator, nodes: list[OperatorNode]) -> list[PluginConfigRow]:
+    rows = [
+        PluginConfigRow(
+            name,
+            sharing.replicas.get(ANY_GPU, 1),
+            sharing.rename_by_default,
+            [n.node.name for n in nodes if n.plugin_config == name],
+        )
+        for name, sharing in sorted(operator.plugin_configs.items())
+    ]
+    rows += [
+        PluginConfigRow(name, 1, False, [n.node.name for n in nodes if n.plugin_config == name], e)
+        for name, e in sorted(operator.plugin_config_errors.items())
+    ]
+    return rows
 
 
 def _layout_choices(operator: GpuOperator, nodes: list[OperatorNode]) -> list[LayoutChoice]:
