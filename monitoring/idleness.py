@@ -262,3 +262,40 @@ def workspaces_idleness(
         idle = mode != "off" and not unknown and bool(quiet) and all(quiet)
         verdicts.append(WorkspaceIdleness(job, idle, over, unknown, "; ".join(words)))
     return verdicts
+
+
+@dataclass(frozen=True)
+class NodeGpuUse:
+    """A node's whole GPUs over a window: how many reported, their mean and highest
+    utilisation (percent)."""
+
+    node: str
+    gpus: int
+    mean_percent: float
+    peak_percent: float
+
+    @property
+    def idle(self) -> bool:
+        """Every whole GPU stayed under the portal's idle threshold for the whole window."""
+        return self.gpus > 0 and self.peak_percent < portal_idle_rule().threshold_percent
+
+
+def nodes_gpu_use(*, window_seconds: float) -> dict[str, NodeGpuUse]:
+    """Each node's whole GPUs (not MIG instances) over the window, from DCGM. Raises
+    ``prometheus.MetricsUnavailable``."""
+    whole = '{GPU_I_ID=""}'
+    means = prometheus.query(queries.node_utilisation("avg", whole, window_seconds))
+    peaks = prometheus.query(queries.node_utilisation("max", whole, window_seconds))
+    counts = prometheus.query(queries.node_gpu_count(whole, window_seconds))
+    peak = {s.labels.get("node", ""): s.value for s in peaks}
+    count = {s.labels.get("node", ""): s.value for s in counts}
+    return {
+        s.labels["node"]: NodeGpuUse(
+            node=s.labels["node"],
+            gpus=int(count.get(s.labels["node"]) or 0),
+            mean_percent=float(s.value or 0.0),
+            peak_percent=float(peak.get(s.labels["node"]) or 0.0),
+        )
+        for s in means
+        if s.labels.get("node")
+    }

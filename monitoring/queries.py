@@ -350,3 +350,19 @@ def job_gpu_metric(metric: str, selector: str) -> str:
         "power": with_node(f"{POWER}{selector}"),
     }[metric]
     return f"max {by('pod', *DEVICE)} ({source})"
+
+
+# --- GPU shapes (the GPU stack page's advice) ----------------------------------------------
+
+
+def node_utilisation(function: str, selector: str, window_seconds: float) -> str:
+    """Per node, ``function`` (avg or max) over its devices of each one's
+    ``<function>_over_time`` utilisation in the window."""
+    inner = with_node(f"{function}_over_time({UTIL}{selector}[{duration(window_seconds)}])")
+    return f"{function} {by('node')} ({inner})"
+
+
+def node_gpu_count(selector: str, window_seconds: float) -> str:
+    """Per node, how many devices reported utilisation in the window."""
+    inner = with_node(f"last_over_time({UTIL}{selector}[{duration(window_seconds)}])")
+    return f"count {by('node')} ({inner})"

@@ -319,6 +319,9 @@ PROMETHEUS_RECORDING_RULES = env_bool("PROMETHEUS_RECORDING_RULES", False)
 # A running job is "idle" when all its GPUs stayed under the threshold for the window.
 IDLE_GPU_THRESHOLD_PERCENT = env_float("IDLE_GPU_THRESHOLD_PERCENT", 5.0)
 IDLE_GPU_WINDOW_MINUTES = env_float("IDLE_GPU_WINDOW_MINUTES", 30.0)
+# The GPU stack page's advice: a MIG-capable node's whole GPUs count as idle supply when all of
+# them stayed under IDLE_GPU_THRESHOLD_PERCENT for this long (docs/gpu-operator.md).
+GPU_ADVICE_WINDOW_MINUTES = env_float("GPU_ADVICE_WINDOW_MINUTES", 180.0)
 # Bearer token Prometheus must send to scrape /metrics; empty leaves /metrics open (it is
 # meant for the cluster-internal network, like /healthz).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "") or ""

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.utils import timezone
+
 from cluster.gpu_operator import GpuOperator, OperatorNode, gpu_nodes_operator
 from cluster.models import GpuChange
 from core.errors import ClusterUnavailable
+from monitoring.selectors.gpu_advice import GpuAdvice, gpu_advice
 from scheduling.gpu_operator import base_product, layout_problem
 from scheduling.resources import ANY_GPU, GPU_COUNT_LABEL
 
@@ -36,6 +39,8 @@ class GpuStack:
     changes: list[GpuChange] = field(default_factory=list)
     cluster_error: str = ""
     plugin_configs: list[PluginConfigRow] = field(default_factory=list)
+    advice: list[GpuAdvice] = field(default_factory=list)
+    advice_error: str = ""
 
     @property
     def changing(self) -> bool:
@@ -49,12 +54,15 @@ def gpu_stack_get() -> GpuStack:
         operator, nodes = gpu_nodes_operator()
     except ClusterUnavailable as exc:
         return GpuStack(changes=changes, cluster_error=exc.message)
+    advice, advice_error = gpu_advice(operator=operator, nodes=nodes, now=timezone.now())
     return GpuStack(
         operator,
         nodes,
         _layout_choices(operator, nodes),
         changes,
         plugin_configs=_plugin_rows(operator, nodes),
+        advice=advice,
+        advice_error=advice_error,
     )
 
 
