@@ -15,9 +15,11 @@ import os
 import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.processes import http_ok, spawn, terminate, wait_ready
 
@@ -124,6 +126,18 @@ class SandboxProcess:
         else:
             self.stop()
         return self.start(reset=False)
+
+
+def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
+    """``POST /sandbox/faults``: make a GPU or node fail (``sandbox/faults.py``)."""
+    request = urllib.request.Request(
+        f"{sandbox.api_url}/sandbox/faults",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {sandbox.token}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10, context=sandbox.ssl_context()) as resp:
+        return dict(json.load(resp))
 
 
 def start_sandbox(

@@ -13,9 +13,7 @@ follows nvidia.com/mig.config), with a real worker driving the change (docs/gpu-
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +32,7 @@ from teams.models import AuditLog
 from tests.browser import chromium
 from tests.conftest import api_client_for, training_spec
 from tests.integration.test_e2e_browser import shot
-from tests.sandbox_process import SandboxProcess
+from tests.sandbox_process import SandboxProcess, inject
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,6 +67,16 @@ def running(job: Job, timeout: float = 60) -> Job:
     )
 
 
+def eight_gpu_job(user: User) -> Job:
+    """A job that fills one whole-A100 node."""
+    return job_submit(
+        user=user,
+        data=training_spec(
+            name="big", gpu={"count": 8, "product": A100}, env={"SANDBOX_DURATION": "1h"}
+        ),
+    )
+
+
 def node_of(job: Job) -> str:
     pods = list(kube.list_all("Pod", label_selector=f"gpu-portal.dev/job-id={job.pk}"))
     nodes = {p["spec"].get("nodeName") for p in pods if not p["metadata"].get("deletionTimestamp")}
@@ -82,27 +90,11 @@ def finished(change: GpuChange, timeout: float = 90) -> GpuChange:
     )
 
 
-def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"{sandbox.api_url}/sandbox/faults",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {sandbox.token}"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=10, context=sandbox.ssl_context()) as resp:
-        return dict(json.load(resp))
-
-
 def test_a_node_is_repartitioned_and_its_job_runs_again_elsewhere(
     users: dict[str, User],
 ) -> None:
     # Given alice's 8-GPU job running on one of the two whole-A100 nodes
-    job = job_submit(
-        user=users["alice"],
-        data=training_spec(
-            name="big", gpu={"count": 8, "product": A100}, env={"SANDBOX_DURATION": "1h"}
-        ),
-    )
+    job = eight_gpu_job(users["alice"])
     node = node_of(running(job))
     other = ({"gpu-a100-0", "gpu-a100-1"} - {node}).pop()
     # When the admin previews all-1g.10gb for that node
@@ -240,12 +232,7 @@ def test_an_admin_repartitions_a_node_in_the_browser(
     users: dict[str, User], live_server: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given alice's 8-GPU job on a whole-A100 node
-    job = job_submit(
-        user=users["alice"],
-        data=training_spec(
-            name="big", gpu={"count": 8, "product": A100}, env={"SANDBOX_DURATION": "1h"}
-        ),
-    )
+    job = eight_gpu_job(users["alice"])
     node = node_of(running(job))
     with chromium(monkeypatch) as browser:
         page = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()

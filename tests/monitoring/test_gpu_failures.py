@@ -6,9 +6,7 @@ resumed on another node; a TrainJob's failed GPU is handled as a Job's."""
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 from datetime import datetime
 from typing import Any
 
@@ -29,21 +27,10 @@ from teams.models import AuditLog
 from tests.conftest import api_client_for, training_spec
 from tests.monitoring.conftest import instant
 from tests.monitoring.prometheus_process import PrometheusProcess
-from tests.sandbox_process import SandboxProcess
+from tests.sandbox_process import SandboxProcess, inject
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"{sandbox.api_url}/sandbox/faults",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {sandbox.token}"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=10, context=sandbox.ssl_context()) as resp:
-        return dict(json.load(resp))
 
 
 def running(job_id: int, timeout: float = 40) -> Job:
