@@ -28,7 +28,7 @@ class WorkerProcess:
     def log_file(self) -> Path:
         return self.workdir / "worker.log"
 
-    def start(self, timeout: float = 30.0) -> WorkerProcess:
+    def start(self, timeout: float = 90.0) -> WorkerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         start_at = self.log_file.stat().st_size if self.log_file.exists() else 0
         cmd = [

@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 from cluster import kube
 from jobs.models import Job, JobState
 from jobs.services.submit import job_submit
+from monitoring.idleness import nodes_gpu_use
 from monitoring.selectors.gpu_stack import gpu_stack_get
 from tests.conftest import training_spec
 from tests.monitoring.prometheus_process import PrometheusProcess
@@ -36,6 +37,16 @@ def quick(metrics: PrometheusProcess, settings: Any) -> Iterator[None]:
 
 
 def test_no_advice_while_no_job_waits_for_slices(users: dict[str, User], quick: None) -> None:
+    # Given whole A100s that DCGM shows idle for the window
+    wait_for(
+        lambda: (
+            {"gpu-a100-0", "gpu-a100-1"}
+            <= {n for n, use in nodes_gpu_use(window_seconds=6).items() if use.idle}
+        ),
+        timeout=60,
+        interval=1,
+    )
+    # When nothing waits for slices, there is nothing to advise
     stack = gpu_stack_get()
     assert stack.advice == [] and stack.advice_error == ""
 
