@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from cluster.apis import GpuChangeOutput
 from cluster.models import GpuChange
 from core.api_errors import error_responses
-from core.apis import ApiView, PlatformAdminOnly, QueryText
+from core.apis import ApiView, JsonBoolean, PlatformAdminOnly, QueryText
 from core.errors import NotFound
 from jobs.selectors.gpu_changes import mig_preview
 from jobs.services.gpu_changes import gpu_change_start, plugin_config_assign, plugin_config_save
@@ -120,7 +120,7 @@ class DevicePluginConfigInput(serializers.Serializer):
     replicas = serializers.IntegerField(
         min_value=1, help_text="Time-slicing replicas of each GPU (nvidia.com/gpu); 1: no sharing."
     )
-    rename_by_default = serializers.BooleanField(
+    rename_by_default = JsonBoolean(
         default=True,
         help_text="Advertise shared GPUs as nvidia.com/gpu.shared (renameByDefault).",
     )

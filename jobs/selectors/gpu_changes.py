@@ -72,11 +72,15 @@ class MigPreview:
     other_pods: list[str] = field(default_factory=list)  # GPU pods the portal did not start
 
 
-def _node(name: str) -> dict[str, Any]:
+def node_get(name: str) -> dict[str, Any]:
+    """The node, or ``NotFound`` naming it; ``ClusterUnavailable`` when the cluster does not
+    answer."""
     try:
         return kube.get("Node", name)
     except kube.ObjectNotFound as exc:
         raise NotFound(f"node: no node named {name}") from exc
+    except kube.ClusterError as exc:
+        raise ClusterUnavailable(cluster_error_text(exc)) from exc
 
 
 def node_sharing(operator: GpuOperator, node: dict[str, Any]) -> TimeSlicing:
@@ -101,7 +105,7 @@ def mig_preview(*, node: str, layout: str) -> MigPreview:
     """What re-partitioning ``node`` as ``layout`` does. Raises ``NotFound`` for an unknown
     node, ``ClusterUnavailable`` when the cluster cannot be read."""
     try:
-        obj = _node(node)
+        obj = node_get(node)
         operator = gpu_operator()
         pods = list(kube.list_all("Pod", field_selector=f"spec.nodeName={node}"))
     except kube.ClusterError as exc:
@@ -234,7 +238,7 @@ def sharing_preview(*, node: str, config: str, sharing: TimeSlicing) -> SharingP
     device plugin spreads replicas least-shared first, so a GPU holds at most
     ⌈held / GPUs⌉ of them, and that is what is checked."""
     try:
-        obj = _node(node)
+        obj = node_get(node)
         pods = list(kube.list_all("Pod", field_selector=f"spec.nodeName={node}"))
     except kube.ClusterError as exc:
         raise ClusterUnavailable(cluster_error_text(exc)) from exc

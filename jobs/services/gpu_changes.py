@@ -37,6 +37,7 @@ from jobs.selectors.gpu_changes import (
     SharingPreview,
     gpu_holders,
     mig_preview,
+    node_get,
     sharing_preview,
 )
 from jobs.services.transitions import job_transition
@@ -72,10 +73,7 @@ def gpu_change_start(*, actor: User, node: str, layout: str, displace: str) -> G
     preview = mig_preview(node=node, layout=layout)
     if preview.problem:
         raise ApplicationError(preview.problem, field_errors={"layout": [preview.problem]})
-    try:
-        obj = kube.get("Node", node)
-    except kube.ClusterError as exc:
-        raise ClusterUnavailable(cluster_error_text(exc)) from exc
+    obj = node_get(node)
     labels = obj["metadata"].get("labels") or {}
     if labels.get(MIG_CONFIG_STATE_LABEL) in ("pending", "rebooting"):
         raise Conflict(
@@ -342,12 +340,12 @@ def plugin_config_assign(*, actor: User, node: str, config: str) -> GpuChange:
             field_errors={"config": ["No such config."]},
         )
     sharing = parse_device_plugin_config(data[config])
+    obj = node_get(node)
     if GpuChange.objects.filter(node=node, phase__in=GpuChange.ACTIVE).exists():
         raise Conflict(f"node {node} already has a change under way; wait for it to finish")
-    obj = kube.get("Node", node)
     old = (obj["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "") or default
     if old == config:
-        raise ApplicationError(f"config: node {node} already runs {config}")
+        raise Conflict(f"config: node {node} already runs {config}")
     (preview,) = _sharing_check([node], config, sharing)
     kube.label_node(node, {DEVICE_PLUGIN_CONFIG_LABEL: config})
     return _plugin_change(actor, node, old, config, preview, "gpu.device_plugin_config")
@@ -380,8 +378,15 @@ def plugin_config_save(
     old_text = data.get(name, "")
     data[name] = device_plugin_config_text(sharing)
     if data[name] == old_text:
-        raise ApplicationError(f"{name}: already {replicas} replicas with that rename choice")
-    kube.replace({**cm, "data": data})  # its resourceVersion: a concurrent edit gets a 409
+        return []  # already so: nothing to write, nothing restarts
+    try:
+        kube.replace({**cm, "data": data})  # with its resourceVersion
+    except kube.ObjectConflict as exc:
+        raise Conflict(
+            f"ConfigMap {cm['metadata']['name']} changed meanwhile; reload and try again"
+        ) from exc
+    except kube.ClusterError as exc:
+        raise ClusterUnavailable(cluster_error_text(exc)) from exc
     audit_record(
         actor=actor,
         action="gpu.device_plugin_config_saved",

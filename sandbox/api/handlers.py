@@ -331,8 +331,19 @@ def _tail(text: str, tail_lines: str) -> str:
     return "".join(line + "\n" for line in output)
 
 
+def _kept_log(
+    cluster: Cluster, pod: dict[str, Any], life: dict[str, Any], q: dict[str, str]
+) -> str | None:
+    """A log kept as text rather than generated: the MIG manager's (what it did with the
+    node's ``nvidia.com/mig.config``) or a real server's own output (``sandbox.jupyter``)."""
+    node = pod["spec"].get("nodeName")
+    if (pod["metadata"].get("labels") or {}).get("app") == "nvidia-mig-manager" and node:
+        return _mig_manager_log(cluster, node, q)
+    real = cluster.jupyter.log_text(pod["metadata"]["uid"]) if life.get("real") else None
+    return None if real is None else _tail(real, q.get("tailLines") or "")
+
+
 def _mig_manager_log(cluster: Cluster, node: str, q: dict[str, str]) -> str:
-    """The MIG manager's log: what it did with the node's ``nvidia.com/mig.config``."""
     logged = cluster.store.meta_get(f"miglog/{node}") or []
     text = logs.format_lines(
         [(cluster.clock.wall(t), line) for t, line in logged],
@@ -374,11 +385,9 @@ def pod_log(cluster: Cluster, ns: str, name: str, q: dict[str, str]) -> str:
         raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
     if q.get("previous", "").lower() == "true" and not life.get("restarts"):
         raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
-    if (pod["metadata"].get("labels") or {}).get("app") == "nvidia-mig-manager" and node:
-        return _mig_manager_log(cluster, node, q)
-    real = cluster.jupyter.log_text(pod["metadata"]["uid"]) if life.get("real") else None
-    if real is not None:  # a real server's own output (sandbox.jupyter)
-        return _tail(real, q.get("tailLines") or "")
+    kept = _kept_log(cluster, pod, life, q)
+    if kept is not None:
+        return kept
     spec_c = next(c for c in pod["spec"]["containers"] if c["name"] == container)
     env: dict[str, str] = {}
     annotations = pod["metadata"].get("annotations") or {}

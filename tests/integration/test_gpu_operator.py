@@ -359,3 +359,45 @@ def test_time_slicing_is_changed_only_when_no_pod_would_be_stranded(
                 actor=admin, name="gpu-t4-shared", replicas=4, rename_by_default=True
             )
             wait_for(lambda: t4_allocatable() == "8", timeout=30)
+
+
+def test_a_node_whose_operands_stop_makes_the_cluster_policy_not_ready(
+    users: dict[str, User], sandbox: SandboxProcess
+) -> None:
+    admin = api_client_for(users["admin"])
+    try:
+        # Given the T4 node's kubelet gone (its operand pods stop being Ready)
+        inject(sandbox, node="gpu-t4-shared-0", down=True)
+        # Then the operator reports which of its states are not ready
+        policy = wait_for(
+            lambda: (
+                (p := admin.get("/api/v1/cluster/gpu-operator/").json()["cluster_policy"])["state"]
+                == "notReady"
+                and p
+            ),
+            timeout=30,
+        )
+        assert policy["message"].startswith(
+            "ClusterPolicy is not ready; states not ready: [state-driver"
+        )
+        # ...and the node's driver and device plugin are not ready
+        row = wait_for(
+            lambda: next(
+                (
+                    r
+                    for r in admin.get("/api/v1/cluster/nodes/").json()
+                    if r["name"] == "gpu-t4-shared-0" and not r["driver_ready"]
+                ),
+                None,
+            ),
+            timeout=30,
+        )
+        assert not row["device_plugin_ready"]
+    finally:
+        inject(sandbox, node="gpu-t4-shared-0", down=False)
+    wait_for(
+        lambda: (
+            admin.get("/api/v1/cluster/gpu-operator/").json()["cluster_policy"]["state"] == "ready"
+        ),
+        timeout=60,
+    )

@@ -307,6 +307,7 @@ def test_settings_refuse_bad_input_naming_the_field(alice: User) -> None:
     assert email["events"] == [
         "job.failed",
         "job.evicted",
+        "job.moved",
         "job.idle",
         "job.idle_stopped",
         "workspace.idle",
