@@ -19,6 +19,16 @@ from sandbox.state import Cluster
 from sandbox.store import Obj
 
 COMPONENT = "daemonset-controller"
+# What the DaemonSet controller adds to every pod it makes (pkg/controller/daemon/util): a
+# daemon stays on a node that is unreachable, not ready, under pressure or cordoned.
+DAEMON_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+]
 
 
 def reconcile(cluster: Cluster) -> None:
@@ -76,7 +86,13 @@ def _sync(cluster: Cluster, ds: Obj) -> None:
             template,
             f"{meta['name']}-",
             COMPONENT,
-            spec_patch={"nodeName": node},
+            spec_patch={
+                "nodeName": node,
+                "tolerations": [
+                    *((template.get("spec") or {}).get("tolerations") or []),
+                    *DAEMON_TOLERATIONS,
+                ],
+            },
         )
         if created is not None:
             placed[node] = created

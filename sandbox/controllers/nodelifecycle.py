@@ -110,6 +110,17 @@ def _back(cluster: Cluster, node: Obj, now: float) -> None:
     cluster.record_event(
         node, "Normal", "NodeReady", f"Node {name} status is now: NodeReady", "node-controller"
     )
+    # The kubelet's next status sync: a running pod whose containers are ready is Ready again.
+    for pod in cluster.store.iter("pods"):
+        if pod["spec"].get("nodeName") != name or pod["metadata"].get("deletionTimestamp"):
+            continue
+        statuses = pod["status"].get("containerStatuses") or []
+        if pod["status"].get("phase") != "Running" or not all(c.get("ready") for c in statuses):
+            continue
+        for cond in pod["status"].get("conditions") or []:
+            if cond["type"] == "Ready" and cond["status"] == "False":
+                cond.update(status="True", lastTransitionTime=ts)
+                cluster.store.put("pods", pod)
 
 
 def _toleration_seconds(pod: Obj) -> float | None:
