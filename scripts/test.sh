@@ -48,19 +48,25 @@ echo "== pytest"
 if [ "$#" -gt 0 ]; then
   exec $BIN/pytest "$@"  # some tests, as asked
 fi
-# The whole suite in three processes at once, each with its own test database and Redis
+# The whole suite in four processes at once, each with its own test database and Redis
 # database: the tests that drive real workers, sandboxes and browsers mostly wait on them.
-# The queueing scenarios (both engines, each with its worker and sandbox) run on their own.
-QUEUEING=(tests/integration/test_sharing_engines.py tests/integration/test_kueue_mode.py)
-# The workspaces (real JupyterLab servers, the proxy, Chromium) run on their own too.
+# The groups are balanced by their measured times (docs/performance.md#the-test-suite):
+# - QUEUEING: the queueing scenarios of both engines, and the sandbox's own tests;
+# - WORKSPACES: the workspaces (real JupyterLab servers, the proxy, Chromium) and the
+#   security tests (the API fuzzing);
+# - SLOW: the rest of tests/integration, and tests/web;
+# - REST: everything else.
+QUEUEING=(tests/integration/test_sharing_engines.py tests/integration/test_kueue_mode.py
+  tests/sandbox)
 WORKSPACES=(tests/integration/test_workspaces.py tests/integration/test_workspace_browser.py
-  tests/monitoring/test_workspace_idle.py)
-SLOW=(tests/integration tests/security tests/web)
+  tests/monitoring/test_workspace_idle.py tests/security)
+SLOW=(tests/integration tests/web)
+GROUPED=(tests/integration tests/security tests/web tests/sandbox)
 REST=()
 for dir in tests/*/; do
   dir=${dir%/}
   compgen -G "$dir/test_*.py" >/dev/null || continue  # fixtures and helpers only
-  [[ " ${SLOW[*]} " == *" $dir "* ]] || REST+=("$dir")
+  [[ " ${GROUPED[*]} " == *" $dir "* ]] || REST+=("$dir")
 done
 REST+=(tests/test_architecture.py)
 redis_db=${REDIS_URL##*/}
@@ -89,7 +95,7 @@ $BIN/pytest -p no:cacheprovider "${REST[@]}" "${WORKSPACES[@]/#/--ignore=}" || s
 wait $slow || status=$?
 wait $queueing || status=$?
 wait $workspaces || status=$?
-echo "== pytest (${SLOW[*]}, but the queueing scenarios)"
+echo "== pytest (${SLOW[*]}, but the queueing scenarios and the workspaces)"
 cat var/log/pytest-slow.log
 echo "== pytest (${QUEUEING[*]})"
 cat var/log/pytest-queueing.log
