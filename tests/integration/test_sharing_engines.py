@@ -288,7 +288,7 @@ def test_gpu_low_and_equal_priority_wait_instead_of_preempting(
     same = submit(alice, "vision", 4, "same", env=LONG)
     # Then the gpu-normal job preempts the lower-priority one, never its equal, and the
     # gpu-low job waits: it has no lower class to preempt
-    running(same, timeout=90)
+    running(same, timeout=150)  # an eviction, then a start: slow on a loaded machine
     wait_for(lambda: fresh(first).evictions == 1, timeout=30)
     assert engine.words(waiting(low)).startswith("team vision uses 8 of 8 nvidia.com/gpu; ")
     stays_queued(low)

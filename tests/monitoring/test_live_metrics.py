@@ -200,7 +200,9 @@ def test_aggregates_that_hide_the_node_count_the_same_gpus_as_the_node_panels(
 
     def job_scraped() -> tuple[datetime, dict[tuple[str, str], float | None]] | None:
         # Other tests' pods in this namespace may have come and gone: wait for this job's.
-        at = timezone.now()
+        # A few seconds back: a scrape still being written carries its start time, so the
+        # last seconds before now can still gain samples between two queries.
+        at = timezone.now() - timedelta(seconds=5)
         expected = by_pod(reference, at)
         held = {(job.namespace, pod) for pod in pods} <= expected.keys()
         live = len(query(f"{queries.UTIL}{mine}", at=at)) == 2
