@@ -69,6 +69,12 @@ def test_jobs_waiting_for_slices_beside_idle_whole_gpus_get_advice(
     )
     busy_node = busy.placement["pods"][0]["node"]
     idle_node = ({"gpu-a100-0", "gpu-a100-1"} - {busy_node}).pop()
+    # ...once DCGM shows its GPUs busy (the first samples of a starting job are still idle)
+    wait_for(
+        lambda: (use := nodes_gpu_use(window_seconds=6).get(busy_node)) and not use.idle,
+        timeout=60,
+        interval=1,
+    )
     # ...and the only node with 1g.10gb slices cordoned, so two jobs asking for them wait
     kube.cordon(MIG_NODE)
     waiting = [
