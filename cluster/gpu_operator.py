@@ -65,6 +65,11 @@ class ClusterPolicyState:
     def installed(self) -> bool:
         return self.state != "absent"
 
+    def plugin_config_for(self, label: str) -> str:
+        """The device plugin config a node runs: its ``nvidia.com/device-plugin.config``
+        label, else the ClusterPolicy's default, else ``default``."""
+        return label or self.plugin_default or "default"
+
 
 @dataclass(frozen=True)
 class Operand:
@@ -278,7 +283,7 @@ def gpu_nodes_operator() -> tuple[GpuOperator, list[OperatorNode]]:
     result = []
     for node in nodes:
         state = node_operator(node.name, node.labels, pods)
-        config = state.device_plugin_config or operator.policy.plugin_default or "default"
+        config = operator.policy.plugin_config_for(state.device_plugin_config)
         sharing = operator.plugin_configs.get(config)
         if sharing is None and not operator.plugin_configs:
             sharing = TimeSlicing({})  # no named configs: the plugin runs its defaults

@@ -20,6 +20,7 @@ from core.errors import ApplicationError, ClusterUnavailable, NotFound
 from jobs.models import ACTIVE_STATES, Job
 from scheduling import pod_is_terminal, pod_requests
 from scheduling.gpu_operator import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
     GpuLayout,
     TimeSlicing,
@@ -85,8 +86,8 @@ def node_get(name: str) -> dict[str, Any]:
 
 def node_sharing(operator: GpuOperator, node: dict[str, Any]) -> TimeSlicing:
     """The device plugin config a node runs: its label's, else the ClusterPolicy's default."""
-    from_label = (node["metadata"].get("labels") or {}).get("nvidia.com/device-plugin.config")
-    name = from_label or operator.policy.plugin_default or "default"
+    label = (node["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "")
+    name = operator.policy.plugin_config_for(label)
     return operator.plugin_configs.get(name) or TimeSlicing({})
 
 

@@ -26,7 +26,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from cluster import kube
-from cluster.gpu_operator import cluster_policy, mig_manager_reason
+from cluster.gpu_operator import ClusterPolicyState, cluster_policy, mig_manager_reason
 from cluster.models import GpuChange
 from cluster.nodes import cluster_error_text
 from cluster.tasks import catalog_refresh_task
@@ -254,9 +254,9 @@ def gpu_changes_active() -> list[int]:
 PLUGIN_RESTART_TIMEOUT = timedelta(minutes=5)
 
 
-def _plugin_map() -> tuple[dict[str, Any], str]:
-    """The device plugin's ConfigMap (its name from the ClusterPolicy) and the default
-    config's name. Raises ``ApplicationError`` when the operator has none."""
+def _plugin_map() -> tuple[dict[str, Any], ClusterPolicyState]:
+    """The device plugin's ConfigMap (its name from the ClusterPolicy) and the policy.
+    Raises ``ApplicationError`` when the operator has none."""
     policy = cluster_policy()
     if not policy.installed or not policy.plugin_config_map:
         raise ApplicationError(
@@ -264,21 +264,19 @@ def _plugin_map() -> tuple[dict[str, Any], str]:
             "(spec.devicePlugin.config.name): set one to change time-slicing here"
         )
     try:
-        return kube.get("ConfigMap", policy.plugin_config_map, policy.namespace), (
-            policy.plugin_default or "default"
-        )
+        return kube.get("ConfigMap", policy.plugin_config_map, policy.namespace), policy
     except kube.ObjectNotFound as exc:
         raise ApplicationError(
             f"ConfigMap {policy.namespace}/{policy.plugin_config_map} not found"
         ) from exc
 
 
-def _nodes_running(config: str, default: str) -> list[str]:
-    """The GPU nodes whose device plugin runs ``config`` (their label, or the default)."""
+def _nodes_running(config: str, policy: ClusterPolicyState) -> list[str]:
+    """The GPU nodes whose device plugin runs ``config``."""
     names = []
     for node in kube.list_all("Node", label_selector=f"{GPU_PRESENT_LABEL}=true"):
         label = (node["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "")
-        if (label or default) == config:
+        if policy.plugin_config_for(label) == config:
             names.append(node["metadata"]["name"])
     return sorted(names)
 
@@ -331,7 +329,7 @@ def _plugin_change(
 def plugin_config_assign(*, actor: User, node: str, config: str) -> GpuChange:
     """Make ``node``'s device plugin run named config ``config`` (its label). Refused,
     naming them, when running pods would be stranded."""
-    cm, default = _plugin_map()
+    cm, policy = _plugin_map()
     data = cm.get("data") or {}
     if config not in data:
         raise ApplicationError(
@@ -343,7 +341,9 @@ def plugin_config_assign(*, actor: User, node: str, config: str) -> GpuChange:
     obj = node_get(node)
     if GpuChange.objects.filter(node=node, phase__in=GpuChange.ACTIVE).exists():
         raise Conflict(f"node {node} already has a change under way; wait for it to finish")
-    old = (obj["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "") or default
+    old = policy.plugin_config_for(
+        (obj["metadata"].get("labels") or {}).get(DEVICE_PLUGIN_CONFIG_LABEL, "")
+    )
     if old == config:
         raise Conflict(f"config: node {node} already runs {config}")
     (preview,) = _sharing_check([node], config, sharing)
@@ -368,8 +368,8 @@ def plugin_config_save(
             field_errors={"replicas": [f"From 1 to {MAX_REPLICAS}."]},
         )
     sharing = TimeSlicing({ANY_GPU: replicas} if replicas > 1 else {}, rename_by_default)
-    cm, default = _plugin_map()
-    nodes = _nodes_running(name, default)
+    cm, policy = _plugin_map()
+    nodes = _nodes_running(name, policy)
     busy = GpuChange.objects.filter(node__in=nodes, phase__in=GpuChange.ACTIVE).first()
     if busy:
         raise Conflict(f"node {busy.node} runs {name} and has a change under way; wait for it")
@@ -410,7 +410,7 @@ def _follow_plugin(change: GpuChange, node: dict[str, Any]) -> bool:
     expected = {str(r): int(n) for r, n in change.expected.items() if int(n)}
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     offered = {r: int(q) for r, q in allocatable.items() if r in (ANY_GPU, SHARED_GPU) and int(q)}
-    if (labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "") or policy.plugin_default) != change.new_value:
+    if policy.plugin_config_for(labels.get(DEVICE_PLUGIN_CONFIG_LABEL, "")) != change.new_value:
         return _finish(
             change,
             GpuChange.Phase.FAILED,

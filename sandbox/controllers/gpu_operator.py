@@ -48,11 +48,17 @@ from scheduling.gpu_operator import (
     ConfigError,
     GpuLayout,
     TimeSlicing,
+    base_product,
     gpu_layouts,
     parse_device_plugin_config,
     parse_mig_parted_config,
 )
-from scheduling.resources import GPU_COUNT_LABEL, GPU_MEMORY_LABEL, is_gpu_resource
+from scheduling.resources import (
+    GPU_COUNT_LABEL,
+    GPU_MEMORY_LABEL,
+    GPU_PRODUCT_LABEL,
+    is_gpu_resource,
+)
 
 MIG_RECONFIGURE_SECONDS = 45.0  # simulated: pause the clients, wait for them, apply, restore
 PLUGIN_RESTART_SECONDS = 8.0  # simulated: the config manager's SIGHUP, re-registration
@@ -464,7 +470,7 @@ def _labels(cluster: Cluster, node: str) -> dict[str, str]:
 
 
 def _product(labels: dict[str, str]) -> str:
-    return labels.get("nvidia.com/gpu.product", "").removesuffix("-SHARED")
+    return base_product(labels.get(GPU_PRODUCT_LABEL, ""))
 
 
 def _gpu_count(labels: dict[str, str]) -> int:
