@@ -6,13 +6,14 @@ import io
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from portal.services import api_token_create
 from teams.models import Team
+from tests.worker_process import redis_reset, shared_workers_stop
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +25,14 @@ def _fast_password_hashing(settings: Any) -> None:
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
     # Throttle counters live in Redis and outlive a test database whose ids restart at 1.
-    cache.clear()
+    # (Not ``cache.clear()``: its FLUSHDB would drop the broker's bindings too.)
+    redis_reset(django_settings.CACHES["default"]["LOCATION"])
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_worker(request: pytest.FixtureRequest) -> None:
+    if "worker" not in request.fixturenames:
+        shared_workers_stop()
 
 
 @pytest.fixture

@@ -13,16 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.processes import spawn, tail, wait_ready
+import redis
+
+from tests.processes import spawn, wait_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass
+@dataclass(eq=False)
 class WorkerProcess:
     workdir: Path
     env: dict[str, str]
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    log_mark: int = 0  # tail() reads the log from here on (``mark()``)
 
     @property
     def log_file(self) -> Path:
@@ -45,32 +48,89 @@ class WorkerProcess:
         wait_ready(self.process, ready, what="worker", log_file=self.log_file, timeout=timeout)
         return self
 
+    def mark(self) -> None:
+        """From now on ``tail()`` shows only what the worker logs after this: a worker that
+        serves several tests shows each test its own lines."""
+        self.log_mark = self.log_file.stat().st_size if self.log_file.exists() else 0
+
     def tail(self, size: int = 4000) -> str:
-        return tail(self.log_file, size)
+        if not self.log_file.exists():
+            return ""
+        with self.log_file.open("rb") as log:
+            log.seek(max(self.log_mark, self.log_file.stat().st_size - size))
+            return log.read().decode(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def stop(self, timeout: float = 15.0) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        """SIGTERM (warm shutdown) and wait for the pool and beat to be gone too: their
+        database sessions end with them, before the test database is dropped."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        children = self._children()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return
+        deadline = time.monotonic() + 5
+        while any(_running(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def kill(self) -> None:
         """SIGKILL the main process and its pool children: a crashed worker."""
         if self.process is None or self.process.poll() is not None:
             return
+        for pid in self._children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.kill()
+        self.process.wait()
+
+    def _children(self) -> list[int]:
+        assert self.process is not None
         try:
-            children = subprocess.run(
+            found = subprocess.run(
                 ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True, check=False
             ).stdout.split()
         except OSError:
-            children = []
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
-        self.process.kill()
-        self.process.wait()
+            return []
+        return [int(pid) for pid in found if pid.isdigit()]
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# Workers that serve several tests (``tests/integration/conftest.py::module_worker``).
+SHARED: set[WorkerProcess] = set()
+
+
+def shared_workers_stop() -> None:
+    """Stop the shared workers: a test that did not ask for one must not have one working
+    on its rows (a test that starts its own workers must have the broker to itself)."""
+    for proc in list(SHARED):
+        proc.stop()
+
+
+def redis_reset(url: str) -> None:
+    """Empty a Redis database (queued tasks, cache, locks) but for the broker's exchange
+    bindings (``_kombu.binding.*``): a worker that stays up across tests, and this process's
+    Celery producer, which declared its queue once, keep routing tasks. ``FLUSHDB`` would
+    drop them, and every later publish would fail with kombu's "Cannot route message"."""
+    client = redis.Redis.from_url(url)
+    doomed = [k for k in client.scan_iter(count=1000) if not k.startswith(b"_kombu.binding.")]
+    for start in range(0, len(doomed), 500):
+        client.delete(*doomed[start : start + 500])
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:

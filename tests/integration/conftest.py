@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from cluster import kube
@@ -21,7 +21,7 @@ from portal.services import api_token_create
 from teams.models import Team
 from teams.services import team_save
 from tests.sandbox_process import SandboxProcess, start_sandbox
-from tests.worker_process import WorkerProcess, wait_for
+from tests.worker_process import SHARED, WorkerProcess, redis_reset, wait_for
 
 SANDBOX_SPEED = 30.0
 
@@ -63,14 +63,12 @@ def _database_url() -> str:
     )
 
 
-@pytest.fixture
-def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]:
+def worker_settings(sandbox: SandboxProcess) -> dict[str, str]:
     """Environment of a worker that shares the test database, broker and cluster."""
-    redis.Redis.from_url(django_settings.REDIS_URL).flushdb()
     return {
         "DATABASE_URL": _database_url(),
         "REDIS_URL": django_settings.REDIS_URL,
-        "KUBECONFIG": str(cluster.kubeconfig),
+        "KUBECONFIG": str(sandbox.kubeconfig),
         "KUBE_REQUEST_TIMEOUT": "5",
         "RECONCILE_INTERVAL_SECONDS": "1",
         "STALE_QUEUE_SECONDS": "3",
@@ -86,6 +84,13 @@ def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]
     }
 
 
+@pytest.fixture
+def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]:
+    """For a test that starts its own workers: an empty broker, and their environment."""
+    redis_reset(django_settings.REDIS_URL)
+    return worker_settings(cluster)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
@@ -93,17 +98,66 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     setattr(item, f"rep_{report.when}", report)
 
 
+@pytest.fixture(scope="module")
+def worker_overrides() -> dict[str, str]:
+    """Settings of the module's worker beyond ``worker_settings`` (a module overrides it)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def module_worker(
+    sandbox: SandboxProcess,
+    worker_overrides: dict[str, str],
+    django_db_setup: Any,  # the test database's name is known
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WorkerProcess]:
+    """One worker (with beat) for all of a module's tests: starting one costs seconds of CPU,
+    and most tests only need one to be there. ``worker`` hands it to each test."""
+    env = {**worker_settings(sandbox), **worker_overrides}
+    proc = WorkerProcess(tmp_path_factory.mktemp("worker"), env)
+    SHARED.add(proc)
+    yield proc
+    SHARED.discard(proc)
+    proc.stop()
+
+
 @pytest.fixture
 def worker(
-    worker_env: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+    module_worker: WorkerProcess, worker_env: dict[str, str], request: pytest.FixtureRequest
 ) -> Iterator[WorkerProcess]:
-    proc = WorkerProcess(tmp_path / "worker", worker_env).start()
-    yield proc
-    proc.stop()
+    """The module's worker, on an empty broker and database; what it does for this test
+    ends with the test: the tables it works from are emptied before the cluster is cleaned
+    up, so it recovers, re-applies and reclaims nothing in between."""
+    if not module_worker.alive():
+        module_worker.start()  # the module's first test, or one that stopped it
+    module_worker.mark()
+    yield module_worker
+    empty_tables()
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         # What the worker saw is the first thing to read when a lifecycle test fails.
-        print(f"--- worker log (tail) ---\n{proc.tail(6000)}")
+        print(f"--- worker log (tail) ---\n{module_worker.tail(6000)}")
+
+
+def empty_tables() -> None:
+    """TRUNCATE every table, as the test database's own teardown does (ids keep counting up,
+    so a late task of this test never mistakes the next test's rows for its own). The worker
+    is still up: when a task of its and the TRUNCATE deadlock, PostgreSQL fails one of them,
+    and a failed TRUNCATE is tried again."""
+    for attempt in range(5):
+        try:
+            call_command(
+                "flush",
+                verbosity=0,
+                interactive=False,
+                inhibit_post_migrate=True,
+                reset_sequences=False,
+            )
+            return
+        except CommandError:
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
 
 
 @pytest.fixture

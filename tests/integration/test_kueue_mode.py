@@ -31,6 +31,7 @@ from jobs.services.workspaces import workspace_start, workspace_stop
 from jobs.tracking.reconcile import cluster_reconcile
 from teams.models import Team
 from tests.conftest import api_client_for, workspace_spec
+from tests.integration.conftest import empty_tables
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
@@ -40,15 +41,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
+@pytest.fixture(scope="module")
+def worker_overrides() -> dict[str, str]:
+    return {"QUEUEING": "kueue"}
+
+
 @pytest.fixture
-def kueue_worker(
-    worker_env: dict[str, str], tmp_path: Path, settings: Any
-) -> Iterator[WorkerProcess]:
-    """A worker, and this process, on the cluster's Kueue; Kueue's objects removed after."""
+def kueue_worker(worker: WorkerProcess, settings: Any) -> Iterator[WorkerProcess]:
+    """The worker, and this process, on the cluster's Kueue; Kueue's objects removed after
+    (once the tables the worker would write them from are empty)."""
     settings.QUEUEING = "kueue"
-    proc = WorkerProcess(tmp_path / "worker", {**worker_env, "QUEUEING": "kueue"}).start()
-    yield proc
-    proc.stop()
+    yield worker
+    empty_tables()
     for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             meta = obj["metadata"]

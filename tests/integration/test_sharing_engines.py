@@ -14,7 +14,6 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from jobs.models import Job, JobState
 from jobs.services.submit import job_cancel
 from teams.models import Cohort, GpuQuota, Membership, Team
 from teams.services import quota_set
+from tests.integration.conftest import empty_tables
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
@@ -58,21 +58,21 @@ class Engine:
         return message[: found.start()] if found else message
 
 
-@pytest.fixture(params=["portal", "kueue"])
+@pytest.fixture(scope="module", params=["portal", "kueue"])
+def worker_overrides(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The module's worker on one engine: all scenarios on one, then all on the other."""
+    return {"QUEUEING": request.param}
+
+
+@pytest.fixture
 def engine(
-    request: pytest.FixtureRequest,
-    worker_env: dict[str, str],
-    tmp_path: Path,
-    settings: Any,
+    worker: WorkerProcess, worker_overrides: dict[str, str], settings: Any
 ) -> Iterator[Engine]:
-    """A worker (and this process) on one engine; Kueue's objects removed after."""
-    settings.QUEUEING = request.param
-    proc = WorkerProcess(tmp_path / "worker", {**worker_env, "QUEUEING": request.param}).start()
-    yield Engine(request.param)
-    failed = getattr(request.node, "rep_call", None)
-    if failed is not None and failed.failed:
-        print(f"--- worker log (tail) ---\n{proc.tail(6000)}")
-    proc.stop()
+    """The worker and this process on one engine; Kueue's objects removed after (once the
+    tables the worker would write them from are empty)."""
+    settings.QUEUEING = worker_overrides["QUEUEING"]
+    yield Engine(settings.QUEUEING)
+    empty_tables()
     for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             meta = obj["metadata"]

@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,19 +29,15 @@ from tests.worker_process import WorkerProcess, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def quiet_worker(worker_env: dict[str, str], tmp_path: Path) -> Iterator[WorkerProcess]:
+@pytest.fixture(scope="module")
+def worker_overrides() -> dict[str, str]:
     """A worker that applies jobs but reconciles only once an hour: what moves job rows
     here is the tracker."""
-    proc = WorkerProcess(
-        tmp_path / "worker", {**worker_env, "RECONCILE_INTERVAL_SECONDS": "3600"}
-    ).start()
-    yield proc
-    proc.stop()
+    return {"RECONCILE_INTERVAL_SECONDS": "3600"}
 
 
 @pytest.fixture
-def users(quiet_worker: WorkerProcess, settings: Any) -> dict[str, User]:
+def users(worker: WorkerProcess, settings: Any) -> dict[str, User]:
     settings.TRACKER_LEASE_SECONDS = 2.0
     call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
     return {u.username: u for u in User.objects.all()}

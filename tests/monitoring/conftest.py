@@ -17,7 +17,13 @@ from jobs.models import Job, JobState
 from jobs.services.submit import job_submit
 from monitoring import prometheus
 from tests.conftest import training_spec
-from tests.integration.conftest import cluster, sandbox, worker, worker_env  # noqa: F401
+from tests.integration.conftest import (  # noqa: F401
+    cluster,
+    module_worker,
+    sandbox,
+    worker,
+    worker_env,
+)
 from tests.monitoring.prometheus_process import PrometheusProcess, start_prometheus
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
