@@ -29,11 +29,9 @@ DEFAULT_IMAGES: list[dict[str, Any]] = [
     {
         "name": "code-server",
         "title": "VS Code in the browser (code-server)",
-        "description": "Coder's code-server. Off until the proxy signs in to code-server "
-        'for its owner (docs/workspaces.md, "Limits").',
-        "enabled": False,
+        "description": "Coder's code-server: VS Code, its terminal and extensions.",
         "flavor": "code-server",
-        "image": "docker.io/codercom/code-server:4.106.3",
+        "image": "docker.io/codercom/code-server:4.96.4",
         "command": ["/usr/bin/entrypoint.sh"],
         "port": 8080,
         "home_path": "/home/coder",

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         server.shutdown()
         server.server_close()
     manager.stop()
-    cluster.jupyter.stop_all()
+    cluster.servers.stop_all()
     store.close()
     print("SANDBOX STOPPED", flush=True)
     return 0

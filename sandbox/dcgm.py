@@ -89,7 +89,7 @@ class Holder:
         self.pod = pod
         self.life = life
         self.kind = life.get("kind", "training")
-        # A real notebook server's GPU (sandbox.jupyter) is busy while a kernel executes,
+        # A real notebook server's GPU (sandbox.servers) is busy while a kernel executes,
         # and idle otherwise; a simulated workload follows its kind.
         self.idle = ann.flag(pod, ann.IDLE) or busy is False
         if busy:
@@ -174,7 +174,7 @@ def render(cluster: Cluster) -> str:
             if pod is None or life is None or life.get("state") == "done":
                 continue
             for dev_id in entry.get("devices", []):
-                busy = cluster.jupyter.busy(uid) if life.get("real") else None
+                busy = cluster.servers.busy(uid) if life.get("real") else None
                 holders_by_dev.setdefault((entry["node"], dev_id), []).append(
                     Holder(pod, life, busy)
                 )

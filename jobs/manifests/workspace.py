@@ -30,6 +30,20 @@ CODE_SERVER = "code-server"
 TOKEN_ENV = {JUPYTER: "JUPYTER_TOKEN", CODE_SERVER: "PASSWORD"}
 
 
+def flavor_of(manifests: list[Manifest]) -> str:
+    """Which server a workspace's stored manifests run, by the variable its secret is given
+    in: a later edit of the image in the admin does not change a workspace already built."""
+    for manifest in manifests:
+        if manifest.get("kind") != "Deployment":
+            continue
+        container = manifest["spec"]["template"]["spec"]["containers"][0]
+        names = {item.get("name") for item in container.get("env") or [] if "valueFrom" in item}
+        for flavor, variable in TOKEN_ENV.items():
+            if variable in names:
+                return flavor
+    return JUPYTER
+
+
 def token_secret_name(object_name: str) -> str:
     return f"{object_name}-token"
 

@@ -4,13 +4,14 @@ address, as the proxy reaches it) and what its user is doing (its server's activ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import httpx
 from django.utils.dateparse import parse_datetime
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
+from jobs.manifests.workspace import CODE_SERVER, flavor_of
 from jobs.models import Job, JobState
 from jobs.services.workspaces import WORKSPACE_PATH, workspace_token
 
@@ -23,6 +24,7 @@ class Endpoint:
     pod: str
     ip: str
     port: int
+    started: datetime | None = None  # when its container (the server) started
 
     def url(self, path: str) -> str:
         return f"http://{self.ip}:{self.port}{path}"
@@ -48,7 +50,14 @@ def workspace_endpoint(*, job: Job) -> Endpoint | None:
             continue
         ports = pod["spec"]["containers"][0].get("ports") or []
         if ports:
-            return Endpoint(pod["metadata"]["name"], ip, int(ports[0]["containerPort"]))
+            statuses = pod["status"].get("containerStatuses") or [{}]
+            running = (statuses[0].get("state") or {}).get("running") or {}
+            return Endpoint(
+                pod["metadata"]["name"],
+                ip,
+                int(ports[0]["containerPort"]),
+                parse_datetime(running.get("startedAt") or ""),
+            )
     return None
 
 
@@ -59,8 +68,8 @@ class ActivityUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Activity:
-    """What a workspace's server says its user did (Jupyter Server's ``/api/status`` and
-    ``/api/kernels``, read without counting as activity)."""
+    """What a workspace's server says its user did, read without counting as activity:
+    Jupyter Server's ``/api/status`` and ``/api/kernels``; code-server's ``/healthz``."""
 
     last_activity: datetime  # the newest request, kernel message or terminal use it saw
     busy_kernels: int  # kernels executing now (a cell or a loop)
@@ -72,10 +81,7 @@ ACTIVITY_TIMEOUT = httpx.Timeout(5.0)
 
 
 def workspace_activity(*, job: Job, endpoint: Endpoint | None = None) -> Activity:
-    """Ask the workspace's server, with its token. Raises ``ActivityUnavailable``.
-
-    ``/api/status`` is not itself counted as activity, and ``/api/kernels`` is asked with
-    ``no_track_activity``, so reading does not keep a workspace alive."""
+    """Ask the workspace's server. Raises ``ActivityUnavailable``."""
     if endpoint is None:
         try:
             endpoint = workspace_endpoint(job=job)
@@ -83,27 +89,52 @@ def workspace_activity(*, job: Job, endpoint: Endpoint | None = None) -> Activit
             raise ActivityUnavailable(f"the cluster did not answer ({exc})") from exc
     if endpoint is None:
         raise ActivityUnavailable("no ready pod serves it")
-    base = WORKSPACE_PATH.format(id=job.pk)
-    headers = {"Authorization": f"token {workspace_token(job)}"}
     try:
-        with httpx.Client(timeout=ACTIVITY_TIMEOUT, headers=headers) as client:
-            status = client.get(endpoint.url(f"{base}api/status"))
-            kernels = client.get(endpoint.url(f"{base}api/kernels?no_track_activity=1"))
-        status.raise_for_status()
-        kernels.raise_for_status()
-        body, listed = status.json(), kernels.json()
-        newest = parse_datetime(body["last_activity"])
-        if newest is None:
-            raise ValueError(f"last_activity {body['last_activity']!r}")
-        for kernel in listed:
-            seen = parse_datetime(kernel.get("last_activity") or "")
-            if seen is not None and seen > newest:
-                newest = seen
-        return Activity(
-            last_activity=newest,
-            busy_kernels=sum(1 for k in listed if k.get("execution_state") == "busy"),
-            kernels=len(listed),
-            connections=int(body.get("connections") or 0),
-        )
+        if flavor_of(job.manifests) == CODE_SERVER:
+            return _code_server_activity(job, endpoint)
+        return _jupyter_activity(job, endpoint)
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         raise ActivityUnavailable(f"its server's activity API did not answer ({exc})") from exc
+
+
+def _jupyter_activity(job: Job, endpoint: Endpoint) -> Activity:
+    """``/api/status`` is not itself counted as activity, and ``/api/kernels`` is asked with
+    ``no_track_activity``, so reading does not keep a workspace alive."""
+    base = WORKSPACE_PATH.format(id=job.pk)
+    headers = {"Authorization": f"token {workspace_token(job)}"}
+    with httpx.Client(timeout=ACTIVITY_TIMEOUT, headers=headers) as client:
+        status = client.get(endpoint.url(f"{base}api/status"))
+        kernels = client.get(endpoint.url(f"{base}api/kernels?no_track_activity=1"))
+    status.raise_for_status()
+    kernels.raise_for_status()
+    body, listed = status.json(), kernels.json()
+    newest = parse_datetime(body["last_activity"])
+    if newest is None:
+        raise ValueError(f"last_activity {body['last_activity']!r}")
+    for kernel in listed:
+        seen = parse_datetime(kernel.get("last_activity") or "")
+        if seen is not None and seen > newest:
+            newest = seen
+    return Activity(
+        last_activity=newest,
+        busy_kernels=sum(1 for k in listed if k.get("execution_state") == "busy"),
+        kernels=len(listed),
+        connections=int(body.get("connections") or 0),
+    )
+
+
+def _code_server_activity(job: Job, endpoint: Endpoint) -> Activity:
+    """code-server's heartbeat (``/healthz``, which needs no password and does not beat):
+    it beats on each request of its user, and once a minute while a connection is open
+    (an open VS Code tab). Never beaten: nobody has used it since its server started."""
+    with httpx.Client(timeout=ACTIVITY_TIMEOUT, headers={"Connection": "close"}) as client:
+        health = client.get(endpoint.url("/healthz"))
+    health.raise_for_status()
+    beat = int(health.json()["lastHeartbeat"])
+    if beat > 0:
+        last = datetime.fromtimestamp(beat / 1000, tz=UTC)
+    elif endpoint.started is not None:
+        last = endpoint.started
+    else:
+        raise ValueError("no heartbeat yet, and its container's start time is unknown")
+    return Activity(last_activity=last, busy_kernels=0, kernels=0, connections=0)

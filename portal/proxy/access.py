@@ -3,32 +3,61 @@ database and the cluster (synchronous; the proxy runs them in a worker thread)."
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from argon2 import PasswordHasher
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.sessions.backends.base import SessionBase
 from django.utils.module_loading import import_string
 
 from cluster import kube
+from jobs.manifests.workspace import CODE_SERVER, JUPYTER, flavor_of
 from jobs.models import Job
 from jobs.selectors.workspaces import Endpoint, workspace_endpoint
 from jobs.services.workspaces import WORKSPACE_PATH, workspace_can_open, workspace_token
 from teams.selectors import teams_for_user
 
+CODE_SERVER_COOKIE = "code-server-session"
+
 
 @dataclass(frozen=True)
 class Target:
-    """An open-able workspace, as the proxy needs it: the path its server is served under,
-    its server's token, and its endpoint (None: not running or not ready; ``problem`` says
-    why in the owner's words)."""
+    """An open-able workspace, as the proxy needs it: the path the portal serves it under,
+    its server's token and kind, and its endpoint (None: not running or not ready;
+    ``problem`` says why in the owner's words)."""
 
     job_id: int
     base_path: str
     token: str
     endpoint: Endpoint | None
     problem: str = ""
+    flavor: str = JUPYTER
+
+    def upstream_path(self, path: str) -> str:
+        """The path on the server: Jupyter is served under the portal's prefix (its
+        ``base_url``), code-server at its root (its pages link relatively)."""
+        if self.flavor == CODE_SERVER and path.startswith(self.base_path):
+            return "/" + path[len(self.base_path) :]
+        return path
+
+    def credentials(self) -> tuple[bytes, bytes]:
+        """The header that signs the proxy in: Jupyter's token in ``Authorization``;
+        code-server's session cookie (added to the browser's own cookies)."""
+        if self.flavor == CODE_SERVER:
+            return b"cookie", f"{CODE_SERVER_COOKIE}={code_server_session(self.token)}".encode()
+        return b"authorization", f"token {self.token}".encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def code_server_session(password: str) -> str:
+    """code-server's session cookie for ``password``: an argon2 hash of it, which
+    code-server verifies against its ``PASSWORD`` on each request, as it does the cookie its
+    own login page sets. Cheap parameters (one pass over 8 MiB): the password is 64 random
+    hex digits, not something a hash could help guess, and each request pays the check."""
+    return PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1).hash(password)
 
 
 def _session_store(session_key: str) -> SessionBase:
@@ -68,7 +97,9 @@ def workspace_target(*, user_id: int, job_id: int) -> Target | None:
         return Target(job.pk, base_path, "", None, f"The cluster did not answer ({exc}).")
     if endpoint is None:
         return Target(job.pk, base_path, "", None, _not_running(job))
-    return Target(job.pk, base_path, workspace_token(job), endpoint)
+    return Target(
+        job.pk, base_path, workspace_token(job), endpoint, flavor=flavor_of(job.manifests)
+    )
 
 
 def _not_running(job: Job) -> str:

@@ -42,7 +42,7 @@ import websockets
 from asgiref.sync import sync_to_async
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from portal.proxy.access import Target, session_user_id, workspace_target
+from portal.proxy.access import CODE_SERVER_COOKIE, Target, session_user_id, workspace_target
 
 logger = logging.getLogger(__name__)
 
@@ -213,19 +213,16 @@ class WorkspaceProxy:
     ) -> None:
         """Stream the request to ``origin`` and the response back."""
         headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() not in HOP_BY_HOP]
+        path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         if target is not None:
-            headers = [
-                (k, _without_cookies(v, self.portal_cookies) if k.lower() == b"cookie" else v)
-                for k, v in headers
-                if k.lower() != b"authorization"
-            ]
-            headers.append((b"authorization", f"token {target.token}".encode()))
+            headers = self._signed_in(headers, target)
+            path = target.upstream_path(path)
         else:
             client = scope.get("client")
             if client:
                 headers.append((b"x-forwarded-for", client[0].encode()))
         query = scope.get("query_string") or b""
-        url = origin + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        url = origin + path
         if query:
             url += "?" + query.decode("latin-1")
         sent = _headers(scope)
@@ -260,6 +257,28 @@ class WorkspaceProxy:
         finally:
             await response.aclose()
 
+    def _signed_in(
+        self, headers: list[tuple[bytes, bytes]], target: Target
+    ) -> list[tuple[bytes, bytes]]:
+        """The request's headers for the workspace's server: without the portal's cookies
+        (its session and CSRF token) or anything the browser sent to sign in itself, with
+        the proxy's credentials instead (``Target.credentials``)."""
+        name, value = target.credentials()
+        drop = self.portal_cookies | {CODE_SERVER_COOKIE}
+        kept, cookies = [], b""
+        for k, v in headers:
+            if k.lower() == b"cookie":
+                cookies = _without_cookies(v, drop)
+            elif k.lower() != b"authorization":
+                kept.append((k, v))
+        if name == b"cookie":
+            cookies = b"; ".join(c for c in (cookies, value) if c)
+        else:
+            kept.append((name, value))
+        if cookies:
+            kept.append((b"cookie", cookies))
+        return kept
+
     async def _websocket(
         self, scope: Scope, receive: Receive, send: Send, target: Target | None
     ) -> None:
@@ -274,16 +293,19 @@ class WorkspaceProxy:
         if target.endpoint is None:
             await _deny(scope, send, 503)
             return
-        path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        path = target.upstream_path(scope.get("raw_path", scope["path"].encode()).decode("latin-1"))
         query = (scope.get("query_string") or b"").decode("latin-1")
         url = f"ws://{target.endpoint.ip}:{target.endpoint.port}{path}" + (
             f"?{query}" if query else ""
         )
         wanted = list(scope.get("subprotocols") or [])
+        signed_in = self._signed_in(
+            [(k, v) for k, v in scope.get("headers") or [] if k.lower() == b"cookie"], target
+        )
         try:
             upstream = await websockets.connect(
                 url,
-                additional_headers={"Authorization": f"token {target.token}"},
+                additional_headers=[(k.decode(), v.decode("latin-1")) for k, v in signed_in],
                 subprotocols=wanted or None,
                 max_size=None,
                 open_timeout=10,

@@ -335,11 +335,11 @@ def _kept_log(
     cluster: Cluster, pod: dict[str, Any], life: dict[str, Any], q: dict[str, str]
 ) -> str | None:
     """A log kept as text rather than generated: the MIG manager's (what it did with the
-    node's ``nvidia.com/mig.config``) or a real server's own output (``sandbox.jupyter``)."""
+    node's ``nvidia.com/mig.config``) or a real server's own output (``sandbox.servers``)."""
     node = pod["spec"].get("nodeName")
     if (pod["metadata"].get("labels") or {}).get("app") == "nvidia-mig-manager" and node:
         return _mig_manager_log(cluster, node, q)
-    real = cluster.jupyter.log_text(pod["metadata"]["uid"]) if life.get("real") else None
+    real = cluster.servers.log_text(pod["metadata"]["uid"]) if life.get("real") else None
     return None if real is None else _tail(real, q.get("tailLines") or "")
 
 

@@ -726,7 +726,7 @@ def delete(
     if rt.key == crds.CRD_KEY:
         _delete_custom_objects(cluster, obj)
     if rt.plural == "persistentvolumeclaims":
-        cluster.jupyter.claim_deleted(ns, name)  # its volume goes (reclaim policy Delete)
+        cluster.servers.claim_deleted(ns, name)  # its volume goes (reclaim policy Delete)
     return _status_success(rt, obj), warnings
 
 

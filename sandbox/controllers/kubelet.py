@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox import annotations as ann
-from sandbox import checkpoints, faults, jupyter, logs
+from sandbox import checkpoints, faults, logs, servers
 from sandbox.clock import parse_duration
 from sandbox.dcgm import bank_energy
 from sandbox.state import Cluster
@@ -236,7 +236,7 @@ def _terminate(tick: _Tick, life: dict[str, Any]) -> None:
         life["kill_at"] = now + min(grace, parse_duration(stop) if stop else STOP_SECONDS)
         tick.save_life(life)
     if now >= life["kill_at"]:
-        tick.cluster.jupyter.stop(tick.uid)
+        tick.cluster.servers.stop(tick.uid)
         tick.cluster.store.delete("pods", tick.ns, tick.name)
         release_devices(tick.cluster, pod)
         tick.cluster.store.meta_delete(tick.life_key)
@@ -304,12 +304,12 @@ def _start_containers(tick: _Tick, life: dict[str, Any], node: Obj | None) -> No
             )
         tick.event("Normal", "Created", f"Created container: {c['name']}")
         tick.event("Normal", "Started", f"Started container {c['name']}")
-    real = jupyter.is_jupyter(pod)
+    real = servers.is_real(pod)
     life.update({"state": "running", "started": tick.now, "finished": None, "real": real})
     tick.save_life(life)
     _, pod_ip = _ip(pod, node, tick.cluster)
     if real:
-        pod_ip = jupyter.pod_ip(tick.uid)
+        pod_ip = servers.pod_ip(tick.uid)
         _start_server(tick, life)
     status = pod["status"]
     status.update({"phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]})
@@ -341,19 +341,19 @@ def _start_server(tick: _Tick, life: dict[str, Any]) -> None:
     """The container's env as the kubelet and NVIDIA's runtime give it: its own variables,
     and the GPUs the device plugin assigned (``NVIDIA_VISIBLE_DEVICES``; CUDA numbers
     them from 0), so a notebook can tell which GPU it holds."""
-    env = jupyter.container_env(tick.cluster.store.get, tick.pod)
+    env = servers.container_env(tick.cluster.store.get, tick.pod)
     devices = [str(d) for d in life.get("devices") or []]
     env.setdefault("NVIDIA_VISIBLE_DEVICES", ",".join(devices) or "void")
     if devices:
         env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(len(devices))))
-    tick.cluster.jupyter.start(tick.pod, env, jupyter.home_claim(tick.pod, env))
+    tick.cluster.servers.start(tick.pod, env, servers.home_claim(tick.pod, env))
 
 
 def _follow_server(tick: _Tick, life: dict[str, Any]) -> None:
     """A real server's container: ready once it answers; terminated when its process
     exits (then restarted after a back-off, as ``restartPolicy: Always`` has it); started
     again when the sandbox itself was restarted under it."""
-    servers, uid = tick.cluster.jupyter, tick.uid
+    servers, uid = tick.cluster.servers, tick.uid
     if servers.get(uid) is None:
         _start_server(tick, life)
         return
@@ -521,5 +521,5 @@ def reconcile(cluster: Cluster) -> None:
         elif meta.get("deletionTimestamp"):
             store.delete("pods", meta["namespace"], meta["name"])
     cluster.settled["kubelet"] = still
-    if cluster.jupyter:
-        cluster.jupyter.stop_gone({p["metadata"]["uid"] for p in store.iter("pods")})
+    if cluster.servers:
+        cluster.servers.stop_gone({p["metadata"]["uid"] for p in store.iter("pods")})

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from jobs.models import Job, JobState
+from jobs.models import Job, JobState, WorkspaceImage
 from jobs.services.workspaces import workspace_token
 from teams.models import AuditLog
 from tests.conftest import api_client_for, workspace_spec
@@ -27,9 +27,12 @@ def create(client: APIClient, **overrides: Any) -> dict[str, Any]:
 
 
 def test_the_images_are_the_enabled_ones(alice_api: APIClient) -> None:
+    images = {i["name"]: i for i in alice_api.get("/api/v1/workspace-images/").json()}
+    assert {"jupyter-pytorch", "jupyter-tensorflow", "code-server"} <= set(images)
+    assert images["code-server"]["flavor"] == "code-server"
+    WorkspaceImage.objects.filter(name="jupyter-tensorflow").update(enabled=False)
     names = [i["name"] for i in alice_api.get("/api/v1/workspace-images/").json()]
-    assert "jupyter-pytorch" in names and "jupyter-tensorflow" in names
-    assert "code-server" not in names  # offered disabled (docs/workspaces.md, "Limits")
+    assert "jupyter-tensorflow" not in names
 
 
 def test_create_returns_the_queued_workspace_with_where_to_open_it(

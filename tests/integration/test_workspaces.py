@@ -24,6 +24,7 @@ from django.test import Client
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from jobs.models import Job, JobState
+from jobs.selectors.workspaces import workspace_activity, workspace_endpoint
 from jobs.services.submit import job_submit
 from jobs.services.workspaces import (
     workspace_delete,
@@ -197,3 +198,47 @@ def test_only_the_owner_opens_a_workspace_through_the_proxy(
     assert get(f"{base}/api/status", bob) == 200
     # ...and a direct request to the pod, without the portal's secret, is refused
     assert http_status(server_url(job) + "api/status")[0] == 403
+
+
+def page(url: str, headers: dict[str, str]) -> tuple[int, str]:
+    """Status and text of a page, redirects followed."""
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return int(response.status), response.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_a_code_server_workspace_opens_through_the_proxy_and_its_heartbeat_is_its_activity(
+    users: dict[str, User], proxy: ProxyProcess
+) -> None:
+    # Given alice's code-server workspace, run by the sandbox as a real code-server
+    spec = workspace_spec(name="code", workspace_image="code-server")
+    job = running(job_submit(user=users["alice"], data=spec))
+    base = f"{proxy.url}/workspaces/{job.pk}"
+    alice = {**session_cookie(users["alice"]), "Origin": proxy.url}
+    wait_for(lambda: workspace_endpoint(job=fresh(job)), timeout=30)
+    # ...which nobody has used: its activity is its server's start
+    unused = workspace_activity(job=fresh(job))
+    # When alice opens it, Then VS Code answers through the portal: the proxy signed her
+    # in (no code-server login page), and VS Code's WebSocket is passed through
+    status, text = page(f"{base}/", alice)
+    assert status == 200 and "vscode-workbench-web-configuration" in text, text[:300]
+    socket = f"{base}/?reconnectionToken={job.pk}-test&reconnection=false&skipWebSocketFrames=false"
+    assert handshake(socket, alice) == 101
+    # ...and what she did is its activity, read from code-server's heartbeat
+    used = workspace_activity(job=fresh(job))
+    assert used.last_activity > unused.last_activity
+    # When anyone else asks, Then it is 404, over HTTP and on the WebSocket route alike
+    for who in ("carol", "bob", None):
+        headers = {**session_cookie(users[who] if who else None), "Origin": proxy.url}
+        assert page(f"{base}/", headers)[0] == 404, who
+        assert handshake(socket, headers) == 404, who
+    # ...a code-server session cookie the browser sends is replaced by the proxy's own
+    stale = {**alice, "Cookie": alice["Cookie"] + "; code-server-session=stale"}
+    assert "vscode-workbench-web-configuration" in page(f"{base}/", stale)[1]
+    # ...and the pod, asked directly without the portal's secret, sends to its login page
+    pod = server_url(job).split("/workspaces/")[0]
+    status, text = page(f"{pod}/", {})
+    assert status == 200 and "password" in text.lower() and "vscode-workbench" not in text

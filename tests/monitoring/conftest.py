@@ -23,6 +23,7 @@ from tests.integration.conftest import (  # noqa: F401
     sandbox,
     worker,
     worker_env,
+    worker_overrides,
 )
 from tests.monitoring.prometheus_process import PrometheusProcess, start_prometheus
 from tests.sandbox_process import SandboxProcess

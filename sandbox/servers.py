@@ -1,13 +1,19 @@
-"""Real JupyterLab servers for the pods of Jupyter images (the Jupyter Docker Stacks,
-``quay.io/jupyter/<name>-notebook``): the kubelet runs ``jupyter-lab`` as a local process
+"""Real servers for the pods of workspace images: the kubelet runs them as local processes
 instead of simulating the container.
+
+- **JupyterLab** for the Jupyter Docker Stacks' images (``quay.io/jupyter/<name>-notebook``):
+  ``jupyter-lab`` of the sandbox's own environment. It takes the container's token
+  (``JUPYTER_TOKEN``) and its ``--ServerApp.*`` / ``--IdentityProvider.*`` / ``--LabApp.*``
+  arguments (``base_url``). A kernel executing makes the pod's GPU busy (``sandbox.dcgm``).
+- **code-server** for Coder's image (``codercom/code-server``): the release that
+  ``scripts/install_code_server.sh`` puts in ``var/code-server`` (``SANDBOX_CODE_SERVER``
+  names another), run by Node.js. It takes the container's ``PASSWORD`` and its ``--auth``,
+  ``--disable-*`` and ``--abs-proxy-base-path`` arguments; its ``--bind-addr`` is the pod's.
 
 Each such pod gets its own loopback address (``127.x.y.z``, from its uid) as its pod IP, so
 many servers listen on the same container port, and the portal reaches it as it would a pod
-in a cluster: pod IP and container port. The server takes the container's token
-(``JUPYTER_TOKEN``, a value or a Secret's key), its ``--ServerApp.*`` /
-``--IdentityProvider.*`` arguments (``base_url``), and serves the directory of the
-PersistentVolumeClaim mounted at its home (``HOME``, else ``/home/jovyan``), kept under the
+in a cluster: pod IP and container port. The server serves the directory of the
+PersistentVolumeClaim mounted at its home (``HOME``, else the image's), kept under the
 sandbox's state folder so that a stopped and started workspace finds its files. It listens
 on its pod IP only, and dies with the sandbox (``PR_SET_PDEATHSIG``). Its output is the
 container's log.
@@ -32,17 +38,35 @@ from pathlib import Path
 from typing import Any
 
 Obj = dict[str, Any]
-IMAGE = re.compile(r"(^|/)jupyter/[a-z0-9._-]+-notebook(:[\w.-]+)?(@sha256:[0-9a-f]+)?$")
-DEFAULT_PORT = 8888
-DEFAULT_HOME = "/home/jovyan"
+JUPYTER = "jupyter"
+CODE_SERVER = "code-server"
+IMAGES = {
+    JUPYTER: re.compile(r"(^|/)jupyter/[a-z0-9._-]+-notebook(:[\w.-]+)?(@sha256:[0-9a-f]+)?$"),
+    CODE_SERVER: re.compile(r"(^|/)codercom/code-server(:[\w.-]+)?(@sha256:[0-9a-f]+)?$"),
+}
+DEFAULT_PORT = {JUPYTER: 8888, CODE_SERVER: 8080}
+DEFAULT_HOME = {JUPYTER: "/home/jovyan", CODE_SERVER: "/home/coder"}
 PASSED_OPTIONS = ("--ServerApp.", "--IdentityProvider.", "--LabApp.")
+# code-server's options a container may set (``--bind-addr`` is the pod's own).
+CODE_SERVER_FLAGS = frozenset({"--disable-telemetry", "--disable-update-check"})
+CODE_SERVER_VALUED = frozenset({"--auth", "--abs-proxy-base-path"})
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PR_SET_PDEATHSIG = 1
 
 
-def is_jupyter(pod: Obj) -> bool:
-    """Whether the pod's (first) container is a Jupyter Docker Stacks image."""
+def flavor(pod: Obj) -> str | None:
+    """Which server the pod's (first) container runs for real; None: it is simulated."""
     containers = (pod.get("spec") or {}).get("containers") or []
-    return bool(containers) and bool(IMAGE.search(str(containers[0].get("image", ""))))
+    image = str(containers[0].get("image", "")) if containers else ""
+    return next((name for name, pattern in IMAGES.items() if pattern.search(image)), None)
+
+
+def is_real(pod: Obj) -> bool:
+    return flavor(pod) is not None
+
+
+def code_server_root() -> Path:
+    return Path(os.environ.get("SANDBOX_CODE_SERVER") or REPO_ROOT / "var" / "code-server")
 
 
 def pod_ip(uid: str) -> str:
@@ -54,12 +78,28 @@ def pod_ip(uid: str) -> str:
 def container_port(pod: Obj) -> int:
     container = pod["spec"]["containers"][0]
     ports = container.get("ports") or []
-    return int(ports[0]["containerPort"]) if ports else DEFAULT_PORT
+    return int(ports[0]["containerPort"]) if ports else DEFAULT_PORT[flavor(pod) or JUPYTER]
+
+
+def code_server_options(args: list[Any]) -> list[str]:
+    """The container's code-server options the sandbox passes on (as ``--opt=value``)."""
+    options, words = [], [str(a) for a in args]
+    for i, word in enumerate(words):
+        name, has_value, value = word.partition("=")
+        if name in CODE_SERVER_FLAGS and not has_value:
+            options.append(name)
+        elif name in CODE_SERVER_VALUED:
+            if not has_value and i + 1 < len(words):
+                value = words[i + 1]
+            if value:
+                options.append(f"{name}={value}")
+    return options
 
 
 @dataclass
 class Server:
     uid: str
+    flavor: str
     process: subprocess.Popen[bytes]
     ip: str
     port: int
@@ -73,19 +113,29 @@ class Server:
     def api(self) -> str:
         return f"http://{self.ip}:{self.port}{self.base_url.rstrip('/')}/api"
 
+    @property
+    def health(self) -> str:
+        """What answers without the secret once the server serves: Jupyter Server's
+        ``<base_url>api`` (its version), code-server's ``/healthz``."""
+        if self.flavor == CODE_SERVER:
+            return f"http://{self.ip}:{self.port}/healthz"
+        return self.api
+
     def watch(self) -> None:
         """Off the controllers' thread (which holds the store's lock): until the server
-        answers HTTP (``GET <base_url>api``, its one route without a token), then, while it
-        runs, whether a kernel is executing (``/api/kernels``, not counted as activity):
-        the GPU the notebook holds is busy while it does."""
+        answers HTTP, then, for Jupyter while it runs, whether a kernel is executing
+        (``/api/kernels``, not counted as activity): the GPU the notebook holds is busy
+        while it does."""
         while self.process.poll() is None and not self.answering.is_set():
             try:
                 # http on the pod's own loopback address, never a user-given URL
-                with urllib.request.urlopen(self.api, timeout=1) as response:  # noqa: S310
+                with urllib.request.urlopen(self.health, timeout=1) as response:  # noqa: S310
                     if response.status == 200:
                         self.answering.set()
             except (OSError, urllib.error.URLError):
                 time.sleep(0.1)
+        if self.flavor != JUPYTER:
+            return
         request = urllib.request.Request(  # noqa: S310 - the pod's loopback address
             f"{self.api}/kernels?no_track_activity=1",
             headers={"Authorization": f"token {self.token}"},
@@ -114,6 +164,63 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
+def _jupyter(
+    args: list[Any], ip: str, port: int, root: Path, private: Path
+) -> tuple[list[str], dict[str, str], str]:
+    """jupyter-lab of the sandbox's environment: command, environment, base URL."""
+    for sub in ("config", "data", "runtime", "ipython"):
+        (private / sub).mkdir(parents=True, exist_ok=True)
+    options = [str(a) for a in args if str(a).startswith(PASSED_OPTIONS)]
+    base_url = next(
+        (o.split("=", 1)[1] for o in options if o.startswith("--ServerApp.base_url=")), "/"
+    )
+    command = [
+        str(Path(sys.executable).parent / "jupyter-lab"),
+        "--no-browser",
+        f"--ServerApp.ip={ip}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        *options,
+    ]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    env = {
+        "JUPYTER_CONFIG_DIR": str(private / "config"),
+        "JUPYTER_DATA_DIR": str(private / "data"),
+        "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
+        "IPYTHONDIR": str(private / "ipython"),
+    }
+    return command, env, base_url
+
+
+def _code_server(
+    args: list[Any], ip: str, port: int, root: Path, private: Path
+) -> tuple[list[str], dict[str, str], str]:
+    """The installed code-server under Node.js: command, environment, base URL. Missing,
+    the container fails with the reason in its log (and restarts, as a real one would)."""
+    entry = code_server_root() / "out" / "node" / "entry.js"
+    node = shutil.which("node")
+    if node is None or not entry.exists():
+        missing = (
+            f"code-server is not installed in the sandbox ({entry}): "
+            "run scripts/install_code_server.sh"
+        )
+        return [sys.executable, "-c", f"import sys; print({missing!r}); sys.exit(127)"], {}, "/"
+    for sub in ("data", "extensions", "config"):
+        (private / sub).mkdir(parents=True, exist_ok=True)
+    command = [
+        node,
+        str(entry),
+        f"--bind-addr={ip}:{port}",
+        f"--user-data-dir={private / 'data'}",
+        f"--extensions-dir={private / 'extensions'}",
+        *code_server_options(args),
+        str(root),
+    ]
+    return command, {"XDG_CONFIG_HOME": str(private / "config")}, "/"
+
+
 class Servers:
     """The running servers, by pod uid."""
 
@@ -129,62 +236,44 @@ class Servers:
             found = self._servers.get(uid)
             if found is not None and found.process.poll() is None:
                 return found
-        container = pod["spec"]["containers"][0]
+        kind = flavor(pod) or JUPYTER
+        args = pod["spec"]["containers"][0].get("args") or []
         ip, port = pod_ip(uid), container_port(pod)
         root = self.home_dir(pod["metadata"]["namespace"], home_claim, uid)
-        private = self.workdir / "jupyter" / uid
-        for sub in ("config", "data", "runtime", "ipython"):
-            (private / sub).mkdir(parents=True, exist_ok=True)
-        options = [str(a) for a in container.get("args") or [] if str(a).startswith(PASSED_OPTIONS)]
-        base_url = next(
-            (o.split("=", 1)[1] for o in options if o.startswith("--ServerApp.base_url=")), "/"
-        )
-        command = [
-            sys.executable,
-            "-c",
-            _LAUNCH,
-            str(Path(sys.executable).parent / "jupyter-lab"),
-            "--no-browser",
-            f"--ServerApp.ip={ip}",
-            f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0",
-            f"--ServerApp.root_dir={root}",
-            *options,
-        ]
-        if os.geteuid() == 0:
-            command.append("--allow-root")
+        private = self.private_dir(uid)
+        if kind == CODE_SERVER:
+            command, own_env, base_url = _code_server(args, ip, port, root, private)
+        else:
+            command, own_env, base_url = _jupyter(args, ip, port, root, private)
         log = private / "container.log"
-        process_env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(root),
-            "JUPYTER_CONFIG_DIR": str(private / "config"),
-            "JUPYTER_DATA_DIR": str(private / "data"),
-            "JUPYTER_RUNTIME_DIR": str(private / "runtime"),
-            "IPYTHONDIR": str(private / "ipython"),
-            **env,
-        }
+        process_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(root), **own_env, **env}
         with log.open("ab") as out:
-            # Our own interpreter's jupyter-lab, never a user-given program.
+            # The sandbox's own jupyter-lab or code-server, never a user-given program.
             process = subprocess.Popen(
-                command,
+                [sys.executable, "-c", _LAUNCH, *command],
                 env=process_env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=root,
             )
-        server = Server(uid, process, ip, port, base_url, log, env.get("JUPYTER_TOKEN", ""))
-        threading.Thread(target=server.watch, name=f"jupyter-{uid[:8]}", daemon=True).start()
+        token = env.get("JUPYTER_TOKEN" if kind == JUPYTER else "PASSWORD", "")
+        server = Server(uid, kind, process, ip, port, base_url, log, token)
+        threading.Thread(target=server.watch, name=f"server-{uid[:8]}", daemon=True).start()
         with self._lock:
             self._servers[uid] = server
         return server
+
+    def private_dir(self, uid: str) -> Path:
+        """The server's own files (config, runtime, log), gone with its pod."""
+        return self.workdir / "servers" / uid
 
     def home_dir(self, namespace: str, claim: str | None, uid: str) -> Path:
         """A claim's files (kept while the claim is), else the pod's own (gone with it)."""
         path = (
             self.workdir / "volumes" / namespace / claim
             if claim
-            else self.workdir / "jupyter" / uid / "home"
+            else self.private_dir(uid) / "home"
         )
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -225,7 +314,7 @@ class Servers:
                 server.process.kill()
                 server.process.wait(timeout=5)
         if remove:
-            shutil.rmtree(self.workdir / "jupyter" / uid, ignore_errors=True)
+            shutil.rmtree(self.private_dir(uid), ignore_errors=True)
 
     def __bool__(self) -> bool:
         """Whether any server runs (most clusters run none: nothing to look after)."""
@@ -247,7 +336,7 @@ class Servers:
             self.stop(uid, remove=False)
 
     def log_text(self, uid: str) -> str | None:
-        path = self.workdir / "jupyter" / uid / "container.log"
+        path = self.private_dir(uid) / "container.log"
         return path.read_text(errors="replace") if path.exists() else None
 
 
@@ -270,7 +359,7 @@ def container_env(store_get: Any, pod: Obj) -> dict[str, str]:
 
 def home_claim(pod: Obj, env: dict[str, str]) -> str | None:
     """The PersistentVolumeClaim mounted at the container's home, if any."""
-    home = env.get("HOME", DEFAULT_HOME)
+    home = env.get("HOME", DEFAULT_HOME[flavor(pod) or JUPYTER])
     container = pod["spec"]["containers"][0]
     mount = next(
         (m for m in container.get("volumeMounts") or [] if m.get("mountPath") == home), None
