@@ -21,9 +21,9 @@ from jobs.apis import TEMPLATE_PARAMETER, JobOutput, spec_from_request
 from jobs.manifests.naming import home_claim_name
 from jobs.models import Job, WorkspaceImage
 from jobs.selectors.jobs import job_get_for_user, jobs_for_user
+from jobs.selectors.workspaces import WorkspaceRights, workspace_rights
 from jobs.services.submit import job_submit
 from jobs.services.workspaces import (
-    workspace_can_open,
     workspace_delete,
     workspace_start,
     workspace_stop,
@@ -55,6 +55,11 @@ class WorkspaceOutput(JobOutput):
         fields = [*JobOutput.Meta.fields, "url", "workspace_image", "home_claim", "can_open"]
         read_only_fields = fields
 
+    def _rights(self, user: Any, job: Job) -> WorkspaceRights:
+        """The caller's rights: worked out for the whole page by the list, else here."""
+        known = self.context.get("rights") or {}
+        return known.get(job.pk) or workspace_rights(user=user, jobs=[job])[job.pk]
+
     def job_fields(self, job: Job) -> dict[str, Any]:
         request = self.context.get("request")
         user = getattr(request, "user", None)
@@ -65,7 +70,7 @@ class WorkspaceOutput(JobOutput):
             else workspace_url(job),
             "workspace_image": job.spec.get("workspace_image") or "",
             "home_claim": home_claim_name(job.owner.username),
-            "can_open": user is not None and workspace_can_open(user=user, job=job),
+            "can_open": user is not None and self._rights(user, job).open,
         }
 
 
@@ -114,7 +119,8 @@ class WorkspaceListCreateApi(ApiView):
             .exclude(state__in=("cancelled", "succeeded", "failed"))
             .defer("manifests", "demand")[:500]
         )
-        context = {"request": request}
+        rights = workspace_rights(user=request.user, jobs=found)
+        context = {"request": request, "rights": rights}
         return Response(WorkspaceOutput(found, many=True, context=context).data)
 
     @extend_schema(

@@ -17,10 +17,9 @@ from core.errors import ApplicationError
 from jobs.forms import WorkspaceForm
 from jobs.models import FINAL_STATES, Job, WorkspaceImage
 from jobs.selectors.jobs import jobs_for_user
+from jobs.selectors.workspaces import workspace_rights
 from jobs.services.submit import job_submit
 from jobs.services.workspaces import (
-    workspace_can_manage,
-    workspace_can_open,
     workspace_delete,
     workspace_start,
     workspace_stop,
@@ -57,12 +56,13 @@ def workspace_list(request: HttpRequest) -> HttpResponse:
         .exclude(state__in=FINAL_STATES)
         .defer("manifests", "demand")
     )
+    rights = workspace_rights(user=request.user, jobs=found)
     rows = [
         {
             "job": job,
             "url": workspace_url(job),
-            "can_open": workspace_can_open(user=request.user, job=job),
-            "can_manage": workspace_can_manage(user=request.user, job=job),
+            "can_open": rights[job.pk].open,
+            "can_manage": rights[job.pk].manage,
         }
         for job in found
     ]

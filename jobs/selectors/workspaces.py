@@ -3,17 +3,82 @@ address, as the proxy reaches it) and what its user is doing (its server's activ
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
+from django.contrib.auth.models import AnonymousUser, User
+from django.utils.crypto import salted_hmac
 from django.utils.dateparse import parse_datetime
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from jobs.manifests.workspace import CODE_SERVER, flavor_of
 from jobs.models import Job, JobState
-from jobs.services.workspaces import WORKSPACE_PATH, workspace_token
+from teams.models import Membership
+
+WORKSPACE_PATH = "/workspaces/{id}/"
+_TOKEN_SALT = "gpu-portal.workspace-token"  # noqa: S105 - an HMAC salt, not a secret
+
+
+def workspace_token(job: Job) -> str:
+    """The secret the workspace's server requires and only the portal's proxy presents:
+    derived from the portal's SECRET_KEY, the job's id and its creation time (so a reused
+    id after a database reset never gets an old token). Rotating SECRET_KEY changes it:
+    a running workspace must then be stopped and started (docs/workspaces.md)."""
+    return salted_hmac(
+        _TOKEN_SALT, f"{job.pk}:{job.created_at.isoformat()}", algorithm="sha256"
+    ).hexdigest()
+
+
+@dataclass(frozen=True)
+class WorkspaceRights:
+    """What a user may do with a workspace. Open (through the proxy): its owner; a lead of
+    its team only where the team lets leads in (``Team.workspace_leads_may_open``); nobody
+    else, platform admins included: a notebook holds its owner's code, data and
+    credentials. Manage (stop, start, delete): its owner or a lead of its team."""
+
+    open: bool
+    manage: bool
+
+
+NO_RIGHTS = WorkspaceRights(open=False, manage=False)
+
+
+def workspace_rights(
+    *, user: User | AnonymousUser, jobs: Iterable[Job]
+) -> dict[int, WorkspaceRights]:
+    """The user's rights on each of ``jobs`` (with their teams loaded), from one query of
+    the user's roles in those teams."""
+    jobs = list(jobs)
+    if not user.is_authenticated:
+        return {job.pk: NO_RIGHTS for job in jobs}
+    roles: dict[int, str]
+    if user.is_superuser:  # acts as a lead of every team (``membership_role``)
+        roles = {job.team_id: Membership.Role.LEAD for job in jobs}
+    else:
+        teams = {job.team_id for job in jobs}
+        mine = Membership.objects.filter(user=user, team_id__in=teams)
+        roles = {team_id: str(role) for team_id, role in mine.values_list("team_id", "role")}
+    return {job.pk: _rights(user, job, roles.get(job.team_id)) for job in jobs}
+
+
+def _rights(user: User | AnonymousUser, job: Job, role: str | None) -> WorkspaceRights:
+    if job.kind != Job.Kind.WORKSPACE:
+        return NO_RIGHTS
+    if job.owner_id == user.pk:
+        return WorkspaceRights(open=True, manage=True)
+    lead = role == Membership.Role.LEAD
+    return WorkspaceRights(open=lead and job.team.workspace_leads_may_open, manage=lead)
+
+
+def workspace_can_open(*, user: User | AnonymousUser, job: Job) -> bool:
+    return workspace_rights(user=user, jobs=[job])[job.pk].open
+
+
+def workspace_can_manage(*, user: User | AnonymousUser, job: Job) -> bool:
+    return workspace_rights(user=user, jobs=[job])[job.pk].manage
 
 
 @dataclass(frozen=True)

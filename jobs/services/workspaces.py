@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
-from django.utils.crypto import salted_hmac
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TEAM_LABEL
@@ -29,15 +28,11 @@ from jobs.manifests.context import WorkspaceContext
 from jobs.manifests.naming import home_claim_name
 from jobs.manifests.workspace import TOKEN_KEY, home_claim
 from jobs.models import ACTIVE_STATES, Job, JobState, WorkspaceImage
+from jobs.selectors.workspaces import WORKSPACE_PATH, workspace_can_manage, workspace_token
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop, job_transition
 from jobs.tasks import admission_enqueue, apply_enqueue, evict_enqueue
-from teams.models import Membership
-from teams.selectors import membership_role
 from teams.services import audit_record
-
-WORKSPACE_PATH = "/workspaces/{id}/"
-_TOKEN_SALT = "gpu-portal.workspace-token"  # noqa: S105 - an HMAC salt, not a secret
 
 
 def workspace_image_get(*, name: str) -> WorkspaceImage:
@@ -64,16 +59,6 @@ def workspace_context(*, image: WorkspaceImage, username: str, job_id: int) -> W
         home_claim=home_claim_name(username),
         base_url=WORKSPACE_PATH.format(id=job_id),
     )
-
-
-def workspace_token(job: Job) -> str:
-    """The secret the workspace's server requires and only the portal's proxy presents:
-    derived from the portal's SECRET_KEY, the job's id and its creation time (so a reused
-    id after a database reset never gets an old token). Rotating SECRET_KEY changes it:
-    a running workspace must then be stopped and started (docs/workspaces.md)."""
-    return salted_hmac(
-        _TOKEN_SALT, f"{job.pk}:{job.created_at.isoformat()}", algorithm="sha256"
-    ).hexdigest()
 
 
 def workspace_objects_prepare(*, job: Job) -> list[dict]:
@@ -110,28 +95,6 @@ def workspace_idle_warn(*, job_id: int, now: datetime, due: datetime, message: s
         if moved:
             timeline_add(job_id=job_id, reason="WorkspaceIdle", message=message, type="Warning")
     return bool(moved)
-
-
-def workspace_can_manage(*, user: User | AnonymousUser, job: Job) -> bool:
-    """Stop, start and delete: the owner, or a lead of its team."""
-    if not user.is_authenticated:
-        return False
-    return job.owner_id == user.pk or membership_role(user=user, team=job.team) == (
-        Membership.Role.LEAD
-    )
-
-
-def workspace_can_open(*, user: User | AnonymousUser, job: Job) -> bool:
-    """Open (through the proxy): the owner; a lead of its team only where the team lets
-    leads in (``Team.workspace_leads_may_open``). Nobody else, platform admins included:
-    a notebook holds its owner's code, data and credentials."""
-    if not user.is_authenticated or job.kind != Job.Kind.WORKSPACE:
-        return False
-    if job.owner_id == user.pk:
-        return True
-    return job.team.workspace_leads_may_open and (
-        membership_role(user=user, team=job.team) == Membership.Role.LEAD
-    )
 
 
 def _workspace_for(user: User, job_id: int) -> Job:

@@ -16,8 +16,13 @@ from django.utils.module_loading import import_string
 from cluster import kube
 from jobs.manifests.workspace import CODE_SERVER, JUPYTER, flavor_of
 from jobs.models import Job
-from jobs.selectors.workspaces import Endpoint, workspace_endpoint
-from jobs.services.workspaces import WORKSPACE_PATH, workspace_can_open, workspace_token
+from jobs.selectors.workspaces import (
+    WORKSPACE_PATH,
+    Endpoint,
+    workspace_can_open,
+    workspace_endpoint,
+    workspace_token,
+)
 from teams.selectors import teams_for_user
 
 CODE_SERVER_COOKIE = "code-server-session"

@@ -8,11 +8,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobState, WorkspaceImage
-from jobs.services.workspaces import workspace_token
-from teams.models import AuditLog
+from jobs.selectors.workspaces import workspace_token
+from teams.models import AuditLog, Team
 from tests.conftest import api_client_for, workspace_spec
 
 pytestmark = pytest.mark.django_db
@@ -135,3 +138,32 @@ def test_a_training_job_is_not_a_workspace(alice_api: APIClient) -> None:
     )
     assert response.status_code == 400
     assert "kind" in response.json()["errors"]
+
+
+def test_listing_workspaces_asks_the_database_as_often_for_twelve_as_for_two(
+    alice_api: APIClient, demo: dict[str, Any]
+) -> None:
+    # bob (vision's lead) sees alice's workspaces; what he may do is worked out per page,
+    # not asked of the database once per workspace
+    Team.objects.filter(slug="vision").update(workspace_leads_may_open=True)
+    bob = demo["users"]["bob"]
+    api = api_client_for(bob)
+    page = Client()
+    page.force_login(bob)
+
+    def queries() -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as listed:
+            assert api.get("/api/v1/workspaces/").status_code == 200
+        with CaptureQueriesContext(connection) as shown:
+            assert page.get("/workspaces/").status_code == 200
+        return len(listed), len(shown)
+
+    for n in range(2):
+        create(alice_api, name=f"ws-{n}")
+    queries()  # once to warm what is asked once per client (its token's last use)
+    few = queries()
+    for n in range(2, 12):
+        create(alice_api, name=f"ws-{n}")
+    assert queries() == few
+    body = api.get("/api/v1/workspaces/").json()
+    assert len(body) == 12 and all(w["can_open"] for w in body)

@@ -28,9 +28,8 @@ from django.utils import timezone
 
 from cluster import kube
 from jobs.models import Job, JobState
-from jobs.selectors.workspaces import workspace_endpoint
+from jobs.selectors.workspaces import workspace_endpoint, workspace_token
 from jobs.services.submit import job_submit
-from jobs.services.workspaces import workspace_token
 from monitoring import prometheus
 from monitoring.accounting import usage_rollup_day
 from monitoring.models import GpuUsageDay
