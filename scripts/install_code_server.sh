@@ -32,7 +32,7 @@ if [ ! -f "$nodedir/include/node/node.h" ]; then
     "development headers (Debian: libnode-dev)." >&2
   exit 1
 fi
-export npm_config_nodedir="$nodedir" npm_config_build_from_source=true
+export npm_config_nodedir="$nodedir"
 export npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
 
 echo "Installing code-server $VERSION into $DEST (about a minute)..." >&2
@@ -41,7 +41,12 @@ trap 'rm -rf "$work"' EXIT
 npm pack --silent --pack-destination "$work" "code-server@$VERSION" >/dev/null
 tar -xzf "$work/code-server-$VERSION.tgz" -C "$work"
 pkg="$work/package"
-(cd "$pkg" && npm install --silent --omit=dev --ignore-scripts && npm rebuild --silent argon2)
+(
+  cd "$pkg"
+  npm install --silent --omit=dev --ignore-scripts
+  # argon2's installer would download a prebuilt binary from GitHub: build it here instead.
+  npm_config_build_from_source=true npm rebuild --silent argon2
+)
 
 tarball=$(npm view "@vscode/proxy-agent@0.27.0" dist.tarball)
 integrity=$(npm view "@vscode/proxy-agent@0.27.0" dist.integrity)

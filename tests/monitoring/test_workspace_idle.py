@@ -35,6 +35,7 @@ from monitoring.accounting import usage_rollup_day
 from monitoring.models import GpuUsageDay
 from monitoring.services import workspace_idle_run
 from notifications.models import Delivery
+from portal.proxy.access import code_server_session
 from teams.models import Team
 from tests.conftest import workspace_spec
 from tests.monitoring.prometheus_process import PrometheusProcess
@@ -131,6 +132,35 @@ def test_a_workspace_idle_by_both_signals_is_warned_then_stopped_with_its_home_k
     usage_rollup_day(day=timezone.localdate())
     (row,) = GpuUsageDay.objects.filter(job=job)
     assert row.gpu_hours_allocated > 0 and row.product == "shared:Tesla-T4"
+
+
+def test_code_server_is_idle_by_its_heartbeat_and_its_users_request_stops_the_countdown(
+    quick: dict[str, User],
+) -> None:
+    # Given alice's code-server workspace that nobody has opened, its GPU idle
+    job = job_submit(
+        user=quick["alice"], data=workspace_spec(name="vscode", workspace_image="code-server")
+    )
+    job = wait_for(
+        lambda: (j := fresh(job)).state == JobState.RUNNING and workspace_endpoint(job=j) and j,
+        timeout=90,
+    )
+    # When the rule runs, Then its heartbeat says nobody works in it: it is warned
+    wait_for(lambda: job.pk in workspace_idle_run().warned, timeout=60, interval=1)
+    assert "no activity in its server" in fresh(job).events.get(reason="WorkspaceIdle").message
+    # When alice opens it before it stops (a request, signed in as the proxy signs in)
+    endpoint = workspace_endpoint(job=job)
+    assert endpoint is not None
+    request = urllib.request.Request(
+        endpoint.url("/"),
+        headers={"Cookie": f"code-server-session={code_server_session(workspace_token(job))}"},
+    )
+    with urllib.request.urlopen(request, timeout=20) as response:
+        assert "vscode-workbench" in response.read().decode()
+    # Then its heartbeat is activity: the countdown stops, and it runs on
+    wait_for(lambda: job.pk in workspace_idle_run().cleared, timeout=20, interval=1)
+    found = fresh(job)
+    assert found.state == JobState.RUNNING and found.idle_warned_at is None
 
 
 def test_a_kernel_busy_with_a_loop_is_never_stopped_however_long_nobody_types(
