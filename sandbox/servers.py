@@ -225,7 +225,7 @@ class Servers:
     """The running servers, by pod uid."""
 
     def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
+        self.workdir = workdir.resolve()  # the servers run in their home folders
         self._servers: dict[str, Server] = {}
         self._lock = threading.Lock()
 

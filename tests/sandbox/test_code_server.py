@@ -12,12 +12,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from argon2 import PasswordHasher
 from kubernetes import client
 
+from sandbox.servers import Servers
 from tests.sandbox.conftest import wait_for
 
 IMAGE = "docker.io/codercom/code-server:4.106.3"
@@ -140,3 +142,13 @@ def test_its_heartbeat_moves_with_use_and_not_with_reading_it(server: str) -> No
     # When its user loads a page, Then it beats
     fetch(f"{server}/", cookie=PasswordHasher().hash(PASSWORD))
     assert wait_for(lambda: heartbeat(server) > 0, timeout=10)
+
+
+def test_servers_get_absolute_home_folders_from_a_relative_state_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # make run keeps the sandbox's state in var/ (relative); a server runs in its home
+    # folder, so a relative path would be taken from there and name a folder that is not
+    monkeypatch.chdir(tmp_path)
+    home = Servers(Path("var")).home_dir("team-vision", "home-alice", "uid-1")
+    assert home == tmp_path / "var" / "volumes" / "team-vision" / "home-alice"
