@@ -215,8 +215,10 @@ class ApiHandler(_Base):
         ns, name = target.namespace or "", target.name
         follow = {k: v for k, v in query.items() if k not in ("tailLines", "limitBytes")}
         with cluster.store.serving():
-            text = pod_log(cluster, ns, name, query)  # errors (not found, waiting) as usual
-            sent = len(pod_log(cluster, ns, name, follow))  # how far the full log is shown
+            full = pod_log(cluster, ns, name, follow)  # errors (not found, waiting) as usual
+        # What is shown first is cut from that same read: two reads a moment apart could
+        # differ by a line, which would then be neither shown nor followed.
+        text, sent = _first_part(full, query), len(full)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
@@ -402,3 +404,15 @@ class MetricsHandler(_Base):
 
 
 __all__ = ["ApiServer", "MetricsServer", "objects"]
+
+
+def _first_part(full: str, query: dict[str, str]) -> str:
+    """The part of a log ``tailLines`` and ``limitBytes`` show (a negative or empty
+    ``tailLines``: all of it)."""
+    text = full
+    tail = int(query.get("tailLines") or -1)
+    if tail >= 0:
+        text = "".join(full.splitlines(keepends=True)[-tail:]) if tail else ""
+    if query.get("limitBytes"):
+        text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
+    return text

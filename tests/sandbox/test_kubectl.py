@@ -137,7 +137,8 @@ def test_imperative_generators_send_protobuf_and_it_is_understood(kubectl):  # t
         kubectl("delete", "namespace", ns, "--wait=false")
 
 
-def test_logs_follow_streams_until_the_container_stops(kubectl, namespace):  # type: ignore[no-untyped-def]
+def _running_job(kubectl, namespace: str) -> str:  # type: ignore[no-untyped-def]
+    """A Job whose container runs for four real seconds, once its pod is Ready."""
     name = f"tail-{uuid.uuid4().hex[:6]}"
     kubectl(
         "apply", "-n", namespace, "-f", "-", stdin=JOB.format(name=name).replace('"60s"', '"240s"')
@@ -151,12 +152,28 @@ def test_logs_follow_streams_until_the_container_stops(kubectl, namespace):  # t
         time.sleep(0.1)
     kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod", "-l", f"job-name={name}",
             "--timeout=30s")  # fmt: skip
+    return name
+
+
+def test_logs_follow_streams_until_the_container_stops(kubectl, namespace):  # type: ignore[no-untyped-def]
+    name = _running_job(kubectl, namespace)
     # When kubectl follows the log of a container with four real seconds to run
     followed = kubectl("logs", "-f", "-n", namespace, f"job/{name}")
     # Then it returned once the container stopped, with every line the log has by then
     assert rows(kubectl("get", "pods", "-n", namespace))[1][2] == "Completed"
     whole = kubectl("logs", "-n", namespace, f"job/{name}")
     assert followed == whole and len(whole.splitlines()) > 10
+
+
+def test_logs_follow_from_the_last_lines_asked_for(kubectl, namespace):  # type: ignore[no-untyped-def]
+    name = _running_job(kubectl, namespace)
+    time.sleep(1.5)  # a few lines written
+    # When kubectl follows from the last two lines
+    followed = kubectl("logs", "-f", "--tail=2", "-n", namespace, f"job/{name}")
+    # Then it shows them and every line after, none lost between the two, and not the
+    # lines before them
+    whole = kubectl("logs", "-n", namespace, f"job/{name}")
+    assert whole.endswith(followed) and 2 < len(followed.splitlines()) < len(whole.splitlines())
 
 
 DEPLOYMENT = """
