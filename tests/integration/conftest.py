@@ -73,8 +73,10 @@ def worker_settings(sandbox: SandboxProcess) -> dict[str, str]:
         "RECONCILE_INTERVAL_SECONDS": "1",
         "STALE_QUEUE_SECONDS": "3",
         "LOST_GRACE_SECONDS": "2",
-        # The idle-GPU policy runs when a test says so, not on beat's clock.
+        # The idle rules (jobs' and workspaces') run when a test says so, not on beat's
+        # clock: a pass of the worker's would take the stop a test waits to see.
         "IDLE_POLICY_INTERVAL_SECONDS": "3600",
+        "WORKSPACE_IDLE_INTERVAL_SECONDS": "3600",
         "ACCOUNTING_INTERVAL_SECONDS": "3600",
         "PROGRESS_INTERVAL_SECONDS": "1",
         "GPU_FAILURE_CHECK_INTERVAL_SECONDS": "3600",
