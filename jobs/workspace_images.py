@@ -31,7 +31,7 @@ DEFAULT_IMAGES: list[dict[str, Any]] = [
         "title": "VS Code in the browser (code-server)",
         "description": "Coder's code-server: VS Code, its terminal and extensions.",
         "flavor": "code-server",
-        "image": "docker.io/codercom/code-server:4.96.4",
+        "image": "docker.io/codercom/code-server:4.106.3",
         "command": ["/usr/bin/entrypoint.sh"],
         "port": 8080,
         "home_path": "/home/coder",

@@ -13,13 +13,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=4.96.4
 DEST=$(realpath -m "${1:-var/code-server}")
-STAMP="$DEST/.installed-$VERSION"
-[ -f "$STAMP" ] && exit 0
-
 command -v node >/dev/null && command -v npm >/dev/null || {
   echo "code-server needs Node.js 20 and npm (apt-get install nodejs npm)." >&2
   exit 1
 }
+# Its native modules are built for this Node.js's ABI: another Node.js installs again.
+STAMP="$DEST/.installed-$VERSION-node-abi-$(node -p process.versions.modules)"
+[ -f "$STAMP" ] && exit 0
+
 major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$major" != 20 ]; then
   echo "code-server $VERSION runs on Node.js 20; this machine has $(node -v)." >&2

@@ -23,16 +23,14 @@ def _fast_password_hashing(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache() -> None:
+def _fresh_redis(request: pytest.FixtureRequest) -> None:
+    # A test that did not ask for a worker has none working on its rows; stopped first,
+    # since a worker stopping puts the tasks it had fetched back on the queue.
+    if "worker" not in request.fixturenames:
+        shared_workers_stop()
     # Throttle counters live in Redis and outlive a test database whose ids restart at 1.
     # (Not ``cache.clear()``: its FLUSHDB would drop the broker's bindings too.)
     redis_reset(django_settings.CACHES["default"]["LOCATION"])
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_worker(request: pytest.FixtureRequest) -> None:
-    if "worker" not in request.fixturenames:
-        shared_workers_stop()
 
 
 @pytest.fixture

@@ -79,8 +79,9 @@ class WorkerProcess:
         while any(_running(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.05)
         for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            if _running(pid):  # (one that has exited: its pid may be another's by now)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def kill(self) -> None:
         """SIGKILL the main process and its pool children: a crashed worker."""

@@ -18,7 +18,7 @@ def offer(apps, schema_editor):
     today = next(v for v in DEFAULT_IMAGES if v["name"] == "code-server")
     WorkspaceImage.objects.filter(
         name="code-server", enabled=False, description=OLD_DESCRIPTION, image=OLD_IMAGE
-    ).update(enabled=True, description=today["description"], image=today["image"])
+    ).update(enabled=True, description=today["description"])
 
 
 class Migration(migrations.Migration):

@@ -54,23 +54,24 @@ def workspace_rights(
     jobs = list(jobs)
     if not user.is_authenticated:
         return {job.pk: NO_RIGHTS for job in jobs}
-    roles: dict[int, str]
-    if user.is_superuser:  # acts as a lead of every team (``membership_role``)
-        roles = {job.team_id: Membership.Role.LEAD for job in jobs}
-    else:
-        teams = {job.team_id for job in jobs}
-        mine = Membership.objects.filter(user=user, team_id__in=teams)
-        roles = {team_id: str(role) for team_id, role in mine.values_list("team_id", "role")}
+    teams = {job.team_id for job in jobs}
+    mine = Membership.objects.filter(user=user, team_id__in=teams)
+    roles = {team_id: str(role) for team_id, role in mine.values_list("team_id", "role")}
     return {job.pk: _rights(user, job, roles.get(job.team_id)) for job in jobs}
 
 
 def _rights(user: User | AnonymousUser, job: Job, role: str | None) -> WorkspaceRights:
+    """A platform admin manages every team's workspaces, as a lead (``membership_role``),
+    but opens only where a lead of its own would."""
     if job.kind != Job.Kind.WORKSPACE:
         return NO_RIGHTS
     if job.owner_id == user.pk:
         return WorkspaceRights(open=True, manage=True)
     lead = role == Membership.Role.LEAD
-    return WorkspaceRights(open=lead and job.team.workspace_leads_may_open, manage=lead)
+    return WorkspaceRights(
+        open=lead and job.team.workspace_leads_may_open,
+        manage=lead or bool(getattr(user, "is_superuser", False)),
+    )
 
 
 def workspace_can_open(*, user: User | AnonymousUser, job: Job) -> bool:
@@ -115,8 +116,10 @@ def workspace_endpoint(*, job: Job) -> Endpoint | None:
             continue
         ports = pod["spec"]["containers"][0].get("ports") or []
         if ports:
-            statuses = pod["status"].get("containerStatuses") or [{}]
-            running = (statuses[0].get("state") or {}).get("running") or {}
+            container = pod["spec"]["containers"][0]["name"]
+            statuses = pod["status"].get("containerStatuses") or []
+            status: dict = next((s for s in statuses if s.get("name") == container), {})
+            running = (status.get("state") or {}).get("running") or {}
             return Endpoint(
                 pod["metadata"]["name"],
                 ip,

@@ -4,6 +4,7 @@ database and the cluster (synchronous; the proxy runs them in a worker thread)."
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -26,6 +27,8 @@ from jobs.selectors.workspaces import (
 from teams.selectors import teams_for_user
 
 CODE_SERVER_COOKIE = "code-server-session"
+# code-server's port proxy: /proxy/<port>/… and /absproxy/<port>/… (raw, still %-encoded).
+CODE_SERVER_PORT_PROXY = re.compile(r"^/(?:abs)?proxy/(?P<port>[^/?]*)")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,16 @@ class Target:
         if self.flavor == CODE_SERVER and path.startswith(self.base_path):
             return "/" + path[len(self.base_path) :]
         return path
+
+    def refused(self, upstream_path: str) -> bool:
+        """Paths the proxy does not pass on: code-server's port proxy with anything but a
+        port where the port goes. Before 4.99.4 code-server took a host there too
+        (CVE-2025-47269) and sent the request on, the proxy's session cookie with it; an
+        image an admin pins to such a release stays safe behind the portal."""
+        if self.flavor != CODE_SERVER:
+            return False
+        found = CODE_SERVER_PORT_PROXY.match(upstream_path)
+        return found is not None and not re.fullmatch(r"\d{1,5}", found["port"])
 
     def credentials(self) -> tuple[bytes, bytes]:
         """The header that signs the proxy in: Jupyter's token in ``Authorization``;

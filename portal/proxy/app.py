@@ -217,6 +217,9 @@ class WorkspaceProxy:
         if target is not None:
             headers = self._signed_in(headers, target)
             path = target.upstream_path(path)
+            if target.refused(path):
+                await _respond(send, 404, NOT_FOUND)
+                return
         else:
             client = scope.get("client")
             if client:
@@ -265,18 +268,19 @@ class WorkspaceProxy:
         the proxy's credentials instead (``Target.credentials``)."""
         name, value = target.credentials()
         drop = self.portal_cookies | {CODE_SERVER_COOKIE}
-        kept, cookies = [], b""
+        kept, cookies = [], []
         for k, v in headers:
             if k.lower() == b"cookie":
-                cookies = _without_cookies(v, drop)
+                cookies.append(_without_cookies(v, drop))  # HTTP/2 may send several
             elif k.lower() != b"authorization":
                 kept.append((k, v))
         if name == b"cookie":
-            cookies = b"; ".join(c for c in (cookies, value) if c)
+            cookies.append(value)
         else:
             kept.append((name, value))
-        if cookies:
-            kept.append((b"cookie", cookies))
+        joined = b"; ".join(c for c in cookies if c)
+        if joined:
+            kept.append((b"cookie", joined))
         return kept
 
     async def _websocket(
@@ -294,6 +298,9 @@ class WorkspaceProxy:
             await _deny(scope, send, 503)
             return
         path = target.upstream_path(scope.get("raw_path", scope["path"].encode()).decode("latin-1"))
+        if target.refused(path):
+            await _deny(scope, send, 404)
+            return
         query = (scope.get("query_string") or b"").decode("latin-1")
         url = f"ws://{target.endpoint.ip}:{target.endpoint.port}{path}" + (
             f"?{query}" if query else ""

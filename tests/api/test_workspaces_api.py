@@ -115,6 +115,13 @@ def test_another_team_gets_404_and_a_lead_may_stop_but_not_open(
         assert other.post(f"/api/v1/workspaces/{body['id']}/stop/").status_code == 404
     bob = api_client_for(users["bob"])  # vision's lead
     assert bob.get(f"/api/v1/workspaces/{body['id']}/").json()["can_open"] is False
+    # a platform admin opens none, not even where leads may (a notebook holds its owner's
+    # credentials)
+    Team.objects.filter(slug="vision").update(workspace_leads_may_open=True)
+    admin = api_client_for(users["admin"])
+    assert bob.get(f"/api/v1/workspaces/{body['id']}/").json()["can_open"] is True
+    assert admin.get(f"/api/v1/workspaces/{body['id']}/").json()["can_open"] is False
+    Team.objects.filter(slug="vision").update(workspace_leads_may_open=False)
     stopped = bob.post(f"/api/v1/workspaces/{body['id']}/stop/")
     assert stopped.status_code == 200
     # never applied: stopped at once, out of the queue

@@ -7,7 +7,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import redis
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
@@ -18,6 +17,7 @@ from jobs.services.admission import admission_run
 from jobs.services.submit import job_submit
 from teams.models import Cohort, GpuQuota, Membership, Team
 from tests.conftest import training_spec
+from tests.worker_process import redis_reset
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,7 +83,7 @@ def test_concurrent_submissions_never_admit_more_than_the_quota() -> None:
                 if stored < began and order[earlier] < order[job_id] and earlier not in admitted_ids
             ]
             assert passed_over == [], f"job {job_id} admitted ahead of {passed_over}"
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()  # the admission tasks nobody consumed
+    redis_reset(settings.REDIS_URL)  # the admission tasks nobody consumed
 
 
 def test_admission_waits_for_a_concurrent_admission_of_the_same_team() -> None:
@@ -175,7 +175,7 @@ def test_concurrent_submissions_across_a_cohort_never_exceed_any_limit() -> None
     assert held["a"] + held["b"] <= 16, held
     # and the cohort is used: a queue that can move has moved
     assert held["a"] + held["b"] >= 14, held
-    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    redis_reset(settings.REDIS_URL)
 
 
 def test_admission_for_one_team_waits_for_a_pass_over_another_team_of_its_cohort() -> None:

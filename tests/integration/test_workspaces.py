@@ -192,10 +192,12 @@ def test_only_the_owner_opens_a_workspace_through_the_proxy(
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 403
-    # When vision lets its leads in, Then bob opens it too
+    # When vision lets its leads in, Then bob opens it too, and a platform admin still not
     Team.objects.filter(slug="vision").update(workspace_leads_may_open=True)
     bob = {**session_cookie(users["bob"]), "Origin": proxy.url}
     assert get(f"{base}/api/status", bob) == 200
+    admin = {**session_cookie(users["admin"]), "Origin": proxy.url}
+    assert get(f"{base}/api/status", admin) == 404
     # ...and a direct request to the pod, without the portal's secret, is refused
     assert http_status(server_url(job) + "api/status")[0] == 403
 
@@ -227,6 +229,11 @@ def test_a_code_server_workspace_opens_through_the_proxy_and_its_heartbeat_is_it
     assert status == 200 and "vscode-workbench-web-configuration" in text, text[:300]
     socket = f"{base}/?reconnectionToken={job.pk}-test&reconnection=false&skipWebSocketFrames=false"
     assert handshake(socket, alice) == 101
+    # ...and code-server's port proxy takes a port, never a host to send her session to
+    assert page(f"{base}/proxy/x@127.0.0.1:9/", alice)[0] == 404
+    assert page(f"{base}/absproxy/127.0.0.1%3A9/", alice)[0] == 404
+    assert handshake(f"{base}/proxy/x@127.0.0.1:9/", alice) == 404
+    assert page(f"{base}/proxy/9/", alice)[0] != 404  # code-server's answer: nothing there
     # ...and what she did is its activity, read from code-server's heartbeat
     used = workspace_activity(job=fresh(job))
     assert used.last_activity > unused.last_activity
