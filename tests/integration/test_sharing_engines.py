@@ -66,17 +66,42 @@ def worker_overrides(request: pytest.FixtureRequest) -> dict[str, str]:
 
 @pytest.fixture
 def engine(
-    worker: WorkerProcess, worker_overrides: dict[str, str], settings: Any
+    worker: WorkerProcess,
+    worker_overrides: dict[str, str],
+    settings: Any,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Engine]:
     """The worker and this process on one engine; Kueue's objects removed after (once the
     tables the worker would write them from are empty)."""
     settings.QUEUEING = worker_overrides["QUEUEING"]
     yield Engine(settings.QUEUEING)
+    report = getattr(request.node, "rep_call", None)
+    if settings.QUEUEING == "kueue" and report is not None and report.failed:
+        print(f"--- Kueue's Workloads ---\n{_workloads_said()}")
     empty_tables()
     for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             meta = obj["metadata"]
             kube.delete(kind, meta["name"], meta.get("namespace"))
+
+
+def _workloads_said() -> str:
+    """Each Workload as Kueue left it: priority, admission and conditions (what a failed
+    scenario on Kueue is read from)."""
+    lines = []
+    for workload in kube.list_all("Workload"):
+        meta, status = workload["metadata"], workload.get("status") or {}
+        admitted = (status.get("admission") or {}).get("clusterQueue", "-")
+        lines.append(
+            f"{meta['namespace']}/{meta['name']} priority={workload['spec'].get('priority')} "
+            f"created={meta.get('creationTimestamp')} admitted={admitted}"
+        )
+        for cond in status.get("conditions") or []:
+            lines.append(
+                f"  {cond['type']}={cond['status']} {cond.get('reason', '')} "
+                f"{cond.get('lastTransitionTime', '')}: {cond.get('message', '')}"
+            )
+    return "\n".join(lines) or "(none)"
 
 
 def running(*jobs: Job, timeout: float = 60) -> None:
