@@ -403,9 +403,6 @@ class MetricsHandler(_Base):
         self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
 
-__all__ = ["ApiServer", "MetricsServer", "objects"]
-
-
 def _first_part(full: str, query: dict[str, str]) -> str:
     """The part of a log ``tailLines`` and ``limitBytes`` show (a negative or empty
     ``tailLines``: all of it)."""
@@ -416,3 +413,6 @@ def _first_part(full: str, query: dict[str, str]) -> str:
     if query.get("limitBytes"):
         text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
     return text
+
+
+__all__ = ["ApiServer", "MetricsServer", "objects"]

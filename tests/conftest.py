@@ -28,9 +28,11 @@ def _fresh_redis(request: pytest.FixtureRequest) -> None:
     # since a worker stopping puts the tasks it had fetched back on the queue.
     if "worker" not in request.fixturenames:
         shared_workers_stop()
-    # Throttle counters live in Redis and outlive a test database whose ids restart at 1.
-    # (Not ``cache.clear()``: its FLUSHDB would drop the broker's bindings too.)
-    redis_reset(django_settings.CACHES["default"]["LOCATION"])
+    # Throttle counters (the cache) and queued tasks (the broker) live in Redis and outlive
+    # a test database whose ids restart at 1. (Not ``cache.clear()``: its FLUSHDB would
+    # drop the broker's bindings too.)
+    for url in {django_settings.REDIS_URL, django_settings.CACHES["default"]["LOCATION"]}:
+        redis_reset(url)
 
 
 @pytest.fixture

@@ -43,6 +43,8 @@ class Target:
     endpoint: Endpoint | None
     problem: str = ""
     flavor: str = JUPYTER
+    # The header that signs the proxy in (``credential_for``).
+    credential: tuple[bytes, bytes] = (b"", b"")
 
     def upstream_path(self, path: str) -> str:
         """The path on the server: Jupyter is served under the portal's prefix (its
@@ -61,12 +63,14 @@ class Target:
         found = CODE_SERVER_PORT_PROXY.match(upstream_path)
         return found is not None and not re.fullmatch(r"\d{1,5}", found["port"])
 
-    def credentials(self) -> tuple[bytes, bytes]:
-        """The header that signs the proxy in: Jupyter's token in ``Authorization``;
-        code-server's session cookie (added to the browser's own cookies)."""
-        if self.flavor == CODE_SERVER:
-            return b"cookie", f"{CODE_SERVER_COOKIE}={code_server_session(self.token)}".encode()
-        return b"authorization", f"token {self.token}".encode()
+
+def credential_for(flavor: str, token: str) -> tuple[bytes, bytes]:
+    """The header that signs the proxy in: Jupyter's token in ``Authorization``;
+    code-server's session cookie (added to the browser's own cookies). Worked out here, in
+    the access thread: hashing is no work for the proxy's event loop."""
+    if flavor == CODE_SERVER:
+        return b"cookie", f"{CODE_SERVER_COOKIE}={code_server_session(token)}".encode()
+    return b"authorization", f"token {token}".encode()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -115,8 +119,9 @@ def workspace_target(*, user_id: int, job_id: int) -> Target | None:
         return Target(job.pk, base_path, "", None, f"The cluster did not answer ({exc}).")
     if endpoint is None:
         return Target(job.pk, base_path, "", None, _not_running(job))
+    token, flavor = workspace_token(job), flavor_of(job.manifests)
     return Target(
-        job.pk, base_path, workspace_token(job), endpoint, flavor=flavor_of(job.manifests)
+        job.pk, base_path, token, endpoint, flavor=flavor, credential=credential_for(flavor, token)
     )
 
 

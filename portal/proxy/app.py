@@ -82,6 +82,11 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {k.lower(): v for k, v in scope.get("headers") or []}
 
 
+def _raw_path(scope: Scope) -> str:
+    """The path as the client sent it (still %-encoded)."""
+    return str(scope.get("raw_path", scope["path"].encode()).decode("latin-1"))
+
+
 def _cookie(scope: Scope, name: str) -> str | None:
     raw = _headers(scope).get(b"cookie", b"").decode("latin-1")
     try:
@@ -213,7 +218,7 @@ class WorkspaceProxy:
     ) -> None:
         """Stream the request to ``origin`` and the response back."""
         headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() not in HOP_BY_HOP]
-        path = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        path = _raw_path(scope)
         if target is not None:
             headers = self._signed_in(headers, target)
             path = target.upstream_path(path)
@@ -265,8 +270,8 @@ class WorkspaceProxy:
     ) -> list[tuple[bytes, bytes]]:
         """The request's headers for the workspace's server: without the portal's cookies
         (its session and CSRF token) or anything the browser sent to sign in itself, with
-        the proxy's credentials instead (``Target.credentials``)."""
-        name, value = target.credentials()
+        the proxy's credentials instead (``Target.credential``)."""
+        name, value = target.credential
         drop = self.portal_cookies | {CODE_SERVER_COOKIE}
         kept, cookies = [], []
         for k, v in headers:
@@ -297,7 +302,7 @@ class WorkspaceProxy:
         if target.endpoint is None:
             await _deny(scope, send, 503)
             return
-        path = target.upstream_path(scope.get("raw_path", scope["path"].encode()).decode("latin-1"))
+        path = target.upstream_path(_raw_path(scope))
         if target.refused(path):
             await _deny(scope, send, 404)
             return

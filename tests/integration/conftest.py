@@ -21,7 +21,7 @@ from portal.services import api_token_create
 from teams.models import Team
 from teams.services import team_save
 from tests.sandbox_process import SandboxProcess, start_sandbox
-from tests.worker_process import SHARED, WorkerProcess, redis_reset, wait_for
+from tests.worker_process import SHARED, WorkerProcess, wait_for
 
 SANDBOX_SPEED = 30.0
 
@@ -88,8 +88,8 @@ def worker_settings(sandbox: SandboxProcess) -> dict[str, str]:
 
 @pytest.fixture
 def worker_env(cluster: SandboxProcess, transactional_db: Any) -> dict[str, str]:
-    """For a test that starts its own workers: an empty broker, and their environment."""
-    redis_reset(django_settings.REDIS_URL)
+    """For a test that starts its own workers: their environment (the broker is empty:
+    ``tests/conftest.py::_fresh_redis``)."""
     return worker_settings(cluster)
 
 
