@@ -61,8 +61,17 @@ class ApiView(APIView):
         super().initial(request, *args, **kwargs)
         self.query = {}
         if self.query_input is not None and request.method in READS:
-            # A plain dict (the last value of a repeated key): DRF reads an empty value of a
-            # QueryDict as "not sent", and `state=` must be refused, not ignored.
+            # A key given twice is refused (which value was meant?), then a plain dict: DRF
+            # reads an empty value of a QueryDict as "not sent", and `state=` must be
+            # refused, not ignored.
+            repeated = sorted(k for k, v in request.query_params.lists() if len(v) > 1)
+            if repeated:
+                raise serializers.ValidationError(
+                    {
+                        k: [f"Given {len(request.query_params.getlist(k))} times; give it once."]
+                        for k in repeated
+                    }
+                )
             params = self.query_input(data=request.query_params.dict())
             params.is_valid(raise_exception=True)
             self.query = dict(params.validated_data)

@@ -306,6 +306,7 @@ def test_a_path_no_operation_matches_is_a_json_404_even_in_debug(
         ("state=", "state"),
         ("state=nope", "state"),
         ("kind=", "kind"),
+        ("state=running&state=queued", "state"),  # which one was meant?
     ],
 )
 def test_job_list_parameters_outside_the_schema_are_a_400_naming_them(
