@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the system tools the suite and the demo need, when missing (Debian/Ubuntu):
 #   prometheus + promtool (Debian's prometheus package), chromium (browser tests),
-#   npm (to install axe-core for the accessibility checks).
+#   npm (to install axe-core for the accessibility checks), postgresql and redis
+#   (the database and the broker, started by scripts/ensure_services.sh).
 # Usage: scripts/ensure_tools.sh prometheus [chromium]
 set -euo pipefail
 
@@ -11,6 +12,9 @@ for tool in "$@"; do
     prometheus) command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus) ;;
     chromium) command -v chromium >/dev/null || need+=(chromium) ;;
     npm) command -v npm >/dev/null || need+=(npm) ;;
+    postgresql) { command -v pg_ctlcluster >/dev/null && ls /etc/postgresql/*/main >/dev/null 2>&1; } \
+      || need+=(postgresql) ;;
+    redis) command -v redis-server >/dev/null || need+=(redis-server) ;;
     *) echo "ensure_tools: unknown tool $tool" >&2; exit 2 ;;
   esac
 done

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 BIN=.venv/bin
 mkdir -p var/log
 
+# PostgreSQL and Redis (the local defaults): installed when missing, and started.
+bash scripts/ensure_services.sh || echo "make run: PostgreSQL/Redis could not be set up here (see above)." >&2
 exports=$($BIN/python scripts/preflight.py --db --redis --sqlite-fallback var/demo.sqlite3) || {
   echo "make run: fix the above and run it again." >&2
   exit 1

@@ -10,18 +10,9 @@ export DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/gpu
 export REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/15}"
 export PORTAL_ENV=development DEBUG=false
 
-if ! $BIN/python scripts/preflight.py --db --redis 2>/dev/null; then
-  echo "Starting local PostgreSQL/Redis..." >&2
-  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
-    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start 2>/dev/null || true
-  fi
-  if command -v redis-server >/dev/null; then
-    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
-      --logfile /tmp/gpu-portal-redis.log 2>/dev/null || true
-  fi
-  sleep 2
-  $BIN/python scripts/preflight.py --db --redis
-fi
+# PostgreSQL and Redis: installed from Debian's packages when missing, and started.
+bash scripts/ensure_services.sh
+$BIN/python scripts/preflight.py --db --redis
 
 # The monitoring tests run a real Prometheus and a headless Chromium: install them when
 # missing; the tests fail (not skip) without them.

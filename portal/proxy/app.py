@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.cookiejar
 import logging
 import re
 import time
@@ -70,6 +71,41 @@ HOP_BY_HOP = frozenset(
 NOT_FOUND = b"<!doctype html><title>Not found</title><h1>Not found</h1>"
 DECISION_SECONDS = 5.0
 JUPYTER_SUBPROTOCOL = "v1.kernel.websocket.jupyter.org"
+
+
+class _RefuseEveryCookie(http.cookiejar.CookiePolicy):
+    """The proxy's HTTP client keeps no cookies: it speaks for many people at once.
+
+    httpx stores every response's ``Set-Cookie`` in its client's jar and adds the jar's
+    cookies to any later request without a ``Cookie`` header of its own, so one shared client
+    with a jar sent the first user's session for every later visitor. With this policy
+    (the standard library's documented hook, which httpx's jar honours) nothing is stored
+    and nothing is added: each request carries only the cookies its own client sent, and a
+    ``Set-Cookie`` goes back to the one client whose request caused it.
+    """
+
+    netscape = True
+    rfc2965 = False
+    hide_cookie2 = False
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+    def domain_return_ok(self, domain: str, request: Any) -> bool:
+        return False
+
+    def path_return_ok(self, path: str, request: Any) -> bool:
+        return False
+
+
+def cookieless_client(**options: Any) -> httpx.AsyncClient:
+    """An HTTP client that never stores or adds a cookie (``_RefuseEveryCookie``)."""
+    return httpx.AsyncClient(
+        cookies=http.cookiejar.CookieJar(policy=_RefuseEveryCookie()), **options
+    )
 
 
 @dataclass
@@ -137,7 +173,9 @@ class WorkspaceProxy:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(
+            # One client (and connection pool) for every request, to the portal and to the
+            # workspace servers alike; it holds no state of any user (no cookie jar).
+            self._client = cookieless_client(
                 timeout=self._timeout,
                 follow_redirects=False,
                 limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
