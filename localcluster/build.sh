@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Build the local cluster's binaries from their Go modules (go.mod here pins every version)
+# into a cache outside the clone, keyed by what decides the result, so a second clone on the
+# same machine builds nothing. Prints the cache folder (bin/, crds/) on its last line.
+#
+#   localcluster/build.sh            build what is missing, with progress on stderr
+#   GPU_PORTAL_CACHE=/path ...       cache root (default ~/.cache/gpu-portal)
+#
+# All binaries of the Kubernetes 1.35 line are built from this one module, one after the
+# other, so the packages they share (client-go, apimachinery, ...) compile once.
+set -euo pipefail
+cd "$(dirname "$0")"
+source versions.env
+
+command -v go >/dev/null || { echo "Go 1.25+ is needed to build the local cluster (go not found)" >&2; exit 1; }
+key=$( (cat versions.env go.mod go.sum build.sh jobset/go.mod jobset/go.sum training-operator/go.mod training-operator/go.sum; go version) | sha256sum | cut -c1-16)
+out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/localcluster/$key"
+if [ -f "$out/complete" ]; then echo "$out"; exit 0; fi
+mkdir -p "$out/bin" "$out/crds" "$out/log"
+
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+minor=${KUBERNETES#v1.}; minor=${minor%%.*}
+build_date=$(date -u -d "@$(stat -c %Y go.sum)" +%Y-%m-%dT%H:%M:%SZ)
+# What upstream's hack/lib/version.sh stamps, so /version and `kubectl version` tell the truth
+# (Kueue reads the server's version through discovery).
+kube_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=" -X $pkg.gitVersion=$KUBERNETES -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
+done
+
+# name | module folder | package | extra ldflags
+components=(
+  "etcd|.|go.etcd.io/etcd/server/v3|-X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD"
+  "kube-apiserver|.|k8s.io/kubernetes/cmd/kube-apiserver|"
+  "kube-controller-manager|.|k8s.io/kubernetes/cmd/kube-controller-manager|"
+  "kube-scheduler|.|k8s.io/kubernetes/cmd/kube-scheduler|"
+  "kueue|.|sigs.k8s.io/kueue/cmd/kueue|-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE"
+  "jobset|jobset|sigs.k8s.io/jobset|-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET"
+  "trainer-controller-manager|.|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager|"
+  "training-operator|training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|"
+)
+total=${#components[@]}
+started=$(date +%s)
+i=0
+for entry in "${components[@]}"; do
+  IFS='|' read -r name dir pkg extra <<<"$entry"
+  i=$((i + 1))
+  if [ -x "$out/bin/$name" ]; then continue; fi
+  t0=$(date +%s)
+  echo "localcluster: [$i/$total] building $name (${pkg})..." >&2
+  ( cd "$dir" && go build -trimpath -ldflags "$kube_ldflags $extra" -o "$out/bin/$name.tmp" "$pkg" ) \
+    >"$out/log/$name.log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 15
+    kill -0 "$pid" 2>/dev/null || break
+    now=$(date +%s)
+    echo "localcluster: [$i/$total] $name $((now - t0))s (all: $((now - started))s)" >&2
+  done
+  if ! wait "$pid"; then
+    echo "localcluster: building $name failed; its log ($out/log/$name.log):" >&2
+    tail -n 30 "$out/log/$name.log" >&2
+    exit 1
+  fi
+  mv "$out/bin/$name.tmp" "$out/bin/$name"
+  echo "localcluster: [$i/$total] $name built in $(( $(date +%s) - t0 ))s" >&2
+  echo "$name $(( $(date +%s) - t0 ))" >>"$out/log/times"
+done
+
+# The CRDs, from the same modules' own YAML (the module cache holds their zips' files).
+moddir() { (cd "${2:-.}" && go list -m -f '{{.Dir}}' "$1"); }
+rm -rf "$out/crds" && mkdir -p "$out/crds"/{kueue,jobset,trainer,training-operator,gpu-operator}
+cp "$(moddir sigs.k8s.io/kueue)"/config/components/crd/bases/*.yaml "$out/crds/kueue/"
+cp "$(moddir sigs.k8s.io/jobset jobset)"/config/components/crd/bases/*.yaml "$out/crds/jobset/"
+cp "$(moddir github.com/kubeflow/trainer/v2)"/manifests/base/crds/trainer.*.yaml "$out/crds/trainer/"
+cp "$(moddir github.com/kubeflow/trainer/v2)"/manifests/base/runtimes/torch_distributed.yaml \
+  "$out/crds/trainer/runtime-torch-distributed.yaml" 2>/dev/null || true
+cp "$(moddir github.com/kubeflow/training-operator training-operator)"/manifests/base/crds/kubeflow.org_*.yaml \
+  "$out/crds/training-operator/"
+# Downloaded outside any module, so no go.sum here changes.
+gpuop=$( (cd "$(mktemp -d)" && go mod download -json "github.com/NVIDIA/gpu-operator@$GPU_OPERATOR") \
+  | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+cp "$gpuop"/deployments/gpu-operator/crds/nvidia.com_clusterpolicies.yaml "$out/crds/gpu-operator/"
+chmod -R u+w "$out/crds"
+touch "$out/complete"
+echo "localcluster: built in $(( $(date +%s) - started ))s into $out" >&2
+echo "$out"
