@@ -52,11 +52,14 @@ for entry in "${components[@]}"; do
   ( cd "$dir" && go build -trimpath -ldflags "$kube_ldflags $extra" -o "$out/bin/$name.tmp" "$pkg" ) \
     >"$out/log/$name.log" 2>&1 &
   pid=$!
+  ticks=0
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 15
-    kill -0 "$pid" 2>/dev/null || break
-    now=$(date +%s)
-    echo "localcluster: [$i/$total] $name $((now - t0))s (all: $((now - started))s)" >&2
+    sleep 1
+    ticks=$((ticks + 1))
+    if [ $((ticks % 15)) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
+      now=$(date +%s)
+      echo "localcluster: [$i/$total] $name $((now - t0))s (all: $((now - started))s)" >&2
+    fi
   done
   if ! wait "$pid"; then
     echo "localcluster: building $name failed; its log ($out/log/$name.log):" >&2
@@ -68,21 +71,32 @@ for entry in "${components[@]}"; do
   echo "$name $(( $(date +%s) - t0 ))" >>"$out/log/times"
 done
 
-# The CRDs, from the same modules' own YAML (the module cache holds their zips' files).
+# The CRDs and the manifests the local cluster takes from the same modules' own YAML (the
+# module cache holds their zips' files): base CRDs, the webhook configurations and Kueue's
+# visibility APIService rendered by kustomize (kubectl's own), Trainer's runtimes.
+kubectl=${KUBECTL:-$(command -v ../.venv/bin/kubectl || command -v kubectl || true)}
+[ -n "$kubectl" ] || { echo "localcluster: kubectl is needed to render the manifests" >&2; exit 1; }
 moddir() { (cd "${2:-.}" && go list -m -f '{{.Dir}}' "$1"); }
-rm -rf "$out/crds" && mkdir -p "$out/crds"/{kueue,jobset,trainer,training-operator,gpu-operator}
-cp "$(moddir sigs.k8s.io/kueue)"/config/components/crd/bases/*.yaml "$out/crds/kueue/"
-cp "$(moddir sigs.k8s.io/jobset jobset)"/config/components/crd/bases/*.yaml "$out/crds/jobset/"
-cp "$(moddir github.com/kubeflow/trainer/v2)"/manifests/base/crds/trainer.*.yaml "$out/crds/trainer/"
-cp "$(moddir github.com/kubeflow/trainer/v2)"/manifests/base/runtimes/torch_distributed.yaml \
-  "$out/crds/trainer/runtime-torch-distributed.yaml" 2>/dev/null || true
-cp "$(moddir github.com/kubeflow/training-operator training-operator)"/manifests/base/crds/kubeflow.org_*.yaml \
-  "$out/crds/training-operator/"
+kueue=$(moddir sigs.k8s.io/kueue) jobset=$(moddir sigs.k8s.io/jobset jobset)
+trainer=$(moddir github.com/kubeflow/trainer/v2)
+operator=$(moddir github.com/kubeflow/training-operator training-operator)
 # Downloaded outside any module, so no go.sum here changes.
 gpuop=$( (cd "$(mktemp -d)" && go mod download -json "github.com/NVIDIA/gpu-operator@$GPU_OPERATOR") \
   | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-cp "$gpuop"/deployments/gpu-operator/crds/nvidia.com_clusterpolicies.yaml "$out/crds/gpu-operator/"
-chmod -R u+w "$out/crds"
+rm -rf "$out/crds" "$out/manifests" && mkdir -p "$out/crds" "$out/manifests"
+cp "$kueue"/config/components/crd/bases/*.yaml "$jobset"/config/components/crd/bases/*.yaml \
+  "$trainer"/manifests/base/crds/trainer.*.yaml "$operator"/manifests/base/crds/kubeflow.org_*.yaml \
+  "$gpuop"/deployments/gpu-operator/crds/nvidia.com_clusterpolicies.yaml "$out/crds/"
+render() { "$kubectl" kustomize "$1" >"$out/manifests/$2.yaml"; }
+render "$kueue/config/components/webhook" kueue-webhooks
+render "$kueue/config/components/visibility" kueue-visibility
+render "$jobset/config/components/webhook" jobset-webhooks
+render "$trainer/manifests/base/webhook" trainer-webhooks
+render "$trainer/manifests/base/runtimes" trainer-runtimes
+render "$operator/manifests/base/webhook" training-operator-webhooks
+chmod -R u+w "$out/crds" "$out/manifests"
 touch "$out/complete"
+# Keep the three newest builds (other clones may be at other versions); each is ~500 MB.
+( cd "$out/.." && ls -dt -- */ | tail -n +4 | xargs -r rm -rf -- )
 echo "localcluster: built in $(( $(date +%s) - started ))s into $out" >&2
 echo "$out"
