@@ -72,6 +72,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="serve the API over plain HTTP (kubectl and helm then send no token: every "
         "call is 401); the default is HTTPS with a throwaway CA written into the kubeconfig",
     )
+    p.add_argument(
+        "--control-plane",
+        choices=("real", "python"),
+        default=os.environ.get("SANDBOX_CONTROL_PLANE", "python"),
+        help="real: kube-apiserver, etcd, the controllers, Kueue, JobSet, Trainer and the "
+        "training operator built from their Go modules (localcluster/), with simulated GPU "
+        "nodes; python: the old stand-in, being retired",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 
@@ -142,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         return faults.main(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    if args.control_plane == "real":
+        from sandbox.localcluster import run
+
+        return run(args)
     profile = load_profile(args.profile)
     try:
         fault_rates = faultplan.check_config(profile.get("faults"))

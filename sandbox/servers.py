@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox.children import with_parent
+
 Obj = dict[str, Any]
 JUPYTER = "jupyter"
 CODE_SERVER = "code-server"
@@ -51,7 +53,6 @@ PASSED_OPTIONS = ("--ServerApp.", "--IdentityProvider.", "--LabApp.")
 CODE_SERVER_FLAGS = frozenset({"--disable-telemetry", "--disable-update-check"})
 CODE_SERVER_VALUED = frozenset({"--auth", "--abs-proxy-base-path"})
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PR_SET_PDEATHSIG = 1
 
 
 def flavor(pod: Obj) -> str | None:
@@ -151,19 +152,6 @@ class Server:
             time.sleep(0.5)
 
 
-# Started in the child before it becomes jupyter-lab: it gets SIGTERM when the sandbox
-# exits, however it exits (``prctl(PR_SET_PDEATHSIG)``; a ``preexec_fn`` would do it too,
-# but is not safe in a process with threads, as the sandbox is).
-_LAUNCH = f"""
-import ctypes, os, signal, sys
-if sys.platform.startswith("linux"):
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM)
-    if os.getppid() == 1:
-        sys.exit(1)
-os.execv(sys.argv[1], sys.argv[1:])
-"""
-
-
 def _jupyter(
     args: list[Any], ip: str, port: int, root: Path, private: Path
 ) -> tuple[list[str], dict[str, str], str]:
@@ -250,7 +238,7 @@ class Servers:
         with log.open("ab") as out:
             # The sandbox's own jupyter-lab or code-server, never a user-given program.
             process = subprocess.Popen(
-                [sys.executable, "-c", _LAUNCH, *command],
+                with_parent(command),
                 env=process_env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

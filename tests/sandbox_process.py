@@ -34,6 +34,7 @@ class SandboxProcess:
     speed: float
     extra_args: tuple[str, ...] = ()
     token: str = "test-token"
+    control_plane: str = "python"  # "real": the control plane built from its Go modules
     api_port: int = 0
     metrics_port: int = 0
     api_url: str = ""  # https://127.0.0.1:<port> (http:// with --insecure-http)
@@ -89,14 +90,19 @@ class SandboxProcess:
             str(self.speed),
             "--token",
             self.token,
+            "--control-plane",
+            self.control_plane,
             *self.extra_args,
         ]
         if reset:
             cmd.append("--reset")
         pythonpath = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
         self.process = spawn(cmd, self.log_file, env={"PYTHONPATH": pythonpath}, cwd=REPO_ROOT)
+        # The real control plane starts in ~20 s on an idle machine (its binaries are built
+        # before the suite runs: scripts/test.sh); a loaded one needs more.
+        timeout = READY_TIMEOUT if self.control_plane == "python" else 180.0
         wait_ready(
-            self.process, self._ready, what="sandbox", log_file=self.log_file, timeout=READY_TIMEOUT
+            self.process, self._ready, what="sandbox", log_file=self.log_file, timeout=timeout
         )
         return self
 
@@ -146,7 +152,8 @@ def start_sandbox(
     speed: float = 30.0,
     extra_args: Sequence[str] = (),
     token: str = "test-token",
+    control_plane: str = "python",
 ) -> SandboxProcess:
     return SandboxProcess(
-        Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args), token
+        Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args), token, control_plane
     ).start()

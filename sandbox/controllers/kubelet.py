@@ -159,16 +159,14 @@ def _container_status(
 
 
 def _ip(pod: Obj, node: Obj | None, cluster: Cluster) -> tuple[str, str]:
+    """The node's InternalIP and the pod's own loopback address (``servers.pod_ip``): what
+    runs here listens on loopback only, real servers and simulated pods alike."""
     host = ""
-    cidr = "10.244.0.0/24"
     if node:
         host = next(
             (a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"), ""
         )
-        cidr = node["spec"].get("podCIDR", cidr)
-    base = cidr.split("/")[0].rsplit(".", 1)[0]
-    n = int(pod["metadata"]["uid"].replace("-", "")[:6], 16) % 250 + 2
-    return host, f"{base}.{n}"
+    return host, servers.pod_ip(pod["metadata"]["uid"])
 
 
 @dataclass

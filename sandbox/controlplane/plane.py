@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -40,7 +42,9 @@ from typing import Any
 
 import yaml
 
+from sandbox.children import with_parent
 from sandbox.controlplane.pki import Pki, make_pki
+from sandbox.controlplane.relay import Relay
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +95,10 @@ def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _listening(port: int, host: str = "127.0.0.1") -> bool:
+    return not _port_free(port, host)
 
 
 def _port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -183,6 +191,7 @@ class ControlPlane:
     processes: list[Process] = field(default_factory=list)
     ports: Ports | None = None
     pki: Pki | None = None
+    _relays: list[Relay] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -238,7 +247,7 @@ class ControlPlane:
         log = self.state / "log" / f"{name}.log"
         with open(log, "ab") as out:
             popen = subprocess.Popen(
-                argv,
+                with_parent(argv),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -400,7 +409,7 @@ class ControlPlane:
 
     def _install_crds(self) -> None:
         assert self.components is not None
-        crds = []
+        crds: list[dict[str, Any]] = []
         for path in sorted((self.components / "crds").glob("*.yaml")):
             crds.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
         self.apply(crds)
@@ -570,6 +579,22 @@ class ControlPlane:
         existing = self.kubectl("get", "secret", "-n", "kubeflow", "-o", "name", check=False)
         fresh = [] if "training-operator-webhook-cert" in existing else [cert_secret]
         self.apply([operator_service, *fresh, *hooks])
+        # It serves its webhooks on every interface (no flag chooses the address): it runs
+        # in a network namespace of its own, joined to the cluster by relays (relay.py).
+        sockets = self.state / "netns"
+        sockets.mkdir(exist_ok=True)
+        api_sock, hook_sock = sockets / "api.sock", sockets / "webhook.sock"
+        self._relays = [
+            Relay(f"unix:{api_sock}", f"tcp:127.0.0.1:{ports.apiserver}").start(),
+            Relay(f"tcp:127.0.0.1:{ports.operator_webhook}", f"unix:{hook_sock}").start(),
+        ]
+        ready = sockets / "relays-ready"
+        ready.unlink(missing_ok=True)
+        inside = (
+            f"{sys.executable} -m sandbox.controlplane.relay --ready={ready} "
+            f"tcp:127.0.0.1:{ports.apiserver}=unix:{api_sock} "
+            f"unix:{hook_sock}=tcp:127.0.0.1:{ports.operator_webhook}"
+        )
         self._spawn(
             "training-operator",
             _with_private_dirs(
@@ -583,8 +608,9 @@ class ControlPlane:
                     "--leader-elect=false",
                 ],
                 {OPERATOR_CERT_DIR: self._operator_certs},
+                network=inside,
             ),
-            env={"MY_POD_NAMESPACE": "kubeflow"},
+            env={"MY_POD_NAMESPACE": "kubeflow", "PYTHONPATH": str(REPO)},
         )
 
     @property
@@ -640,9 +666,7 @@ class ControlPlane:
             ("training-operator", ports.operator_webhook, "127.0.0.1"),
             ("kueue", ports.visibility, "127.0.0.1"),
         ):
-            self._wait(
-                by_name[name], lambda port=port, host=host: not _port_free(port, host), timeout=90
-            )
+            self._wait(by_name[name], functools.partial(_listening, port, host), timeout=90)
         # The runtimes go through Trainer's validating webhook, so they come last; a webhook
         # listening is not yet a webhook serving, so this is retried for a while.
         runtimes = self._manifests("trainer-runtimes")
@@ -673,6 +697,9 @@ class ControlPlane:
                     os.killpg(process.popen.pid, signal.SIGKILL)
                 process.popen.wait()
         self.processes.clear()
+        for relay in self._relays:
+            relay.close()
+        self._relays = []
 
 
 def _to_loopback(port: int) -> dict[str, Any]:
@@ -683,7 +710,9 @@ def _to_loopback(port: int) -> dict[str, Any]:
     return {"type": "ExternalName", "externalName": "localhost", "ports": [{"port": port}]}
 
 
-def _with_private_dirs(argv: list[str], dirs: dict[Path, Path]) -> list[str]:
+def _with_private_dirs(
+    argv: list[str], dirs: dict[Path, Path], network: str | None = None
+) -> list[str]:
     """``argv`` run in a mount namespace of its own where each fixed folder the program
     insists on (a key of ``dirs``) is the given folder of this cluster's state, bind-mounted.
 
@@ -691,13 +720,22 @@ def _with_private_dirs(argv: list[str], dirs: dict[Path, Path]) -> list[str]:
     server's from /visibility; the training operator reads its webhook certificates from
     /tmp/k8s-webhook-server/serving-certs. Several local clusters on one machine (the test
     processes) must not share them. The mount points are made, empty, on the host once.
+
+    With ``network`` (a command started in the background first, the relays), it also gets
+    a network namespace of its own with only its loopback up.
     """
     script = []
+    if network:
+        ready = network.split("--ready=", 1)[1].split()[0] if "--ready=" in network else ""
+        script += ["ip link set lo up", f"{{ {network} & }}"]
+        if ready:
+            script.append(f"while [ ! -e '{ready}' ]; do sleep 0.05; done")
     for target, source in dirs.items():
         target.mkdir(parents=True, exist_ok=True)
         script.append(f"mount --bind '{source}' '{target}'")
     script.append('exec "$0" "$@"')
-    return ["unshare", "--mount", "--propagation=private", "sh", "-c", " && ".join(script), *argv]
+    namespaces = ["--mount", "--net"] if network else ["--mount"]
+    return ["unshare", *namespaces, "--propagation=private", "sh", "-c", " && ".join(script), *argv]
 
 
 def _kubectl() -> str:

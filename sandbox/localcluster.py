@@ -1,0 +1,143 @@
+"""``python -m sandbox --control-plane real``: the real control plane and the simulated GPU
+nodes, with the same command line, ready line, ports file and signals as before.
+
+1. The control plane starts (``sandbox.controlplane``); ``--state`` names its folder (a
+   ``.sqlite3`` suffix is dropped, so the old paths still work) and ``--reset`` empties it.
+2. The nodes register and start (``sandbox.nodes``), the DCGM exporter serves ``/metrics``.
+3. The kubeconfig and the ports file are written, then ``SANDBOX READY api=… metrics=…``.
+4. SIGTERM or SIGINT stops the nodes (and their JupyterLab/code-server processes), then every
+   control-plane process this started, and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import sys
+import threading
+from pathlib import Path
+
+from kubernetes import config as k8s_config
+
+from sandbox.controllers import faultplan
+from sandbox.controlplane.plane import ControlPlane, ControlPlaneError
+from sandbox.nodes.agent import NodeAgent
+from sandbox.profiles import load_profile
+from sandbox.server import MetricsServer
+from sandbox.state import Options
+
+
+def state_folder(state: str) -> Path:
+    path = Path(state)
+    return path.with_suffix("") if path.suffix == ".sqlite3" else path
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    profile = load_profile(args.profile)
+    try:
+        fault_rates = faultplan.check_config(profile.get("faults"))
+    except ValueError as exc:
+        print(f"profile {args.profile}: {exc}", file=sys.stderr)
+        return 2
+    folder = state_folder(args.state)
+    if args.reset and folder.exists():
+        shutil.rmtree(folder)
+    plane = ControlPlane(state=folder, token=args.token, apiserver_port=args.port)
+    try:
+        plane.start(on_step=lambda step: print(f"starting {step}...", file=sys.stderr, flush=True))
+    except ControlPlaneError as exc:
+        print(f"the local cluster did not start: {exc}", file=sys.stderr)
+        return 1
+    assert plane.pki is not None and plane.ports is not None
+    api_client = k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(plane.pki.path("kubelet.crt"), plane.pki.path("kubelet.key"))
+    options = Options(
+        token=args.token,
+        seed=args.seed,
+        speed=args.speed,
+        event_ttl=args.event_ttl,
+        default_training_seconds=args.default_duration,
+        faults=fault_rates,
+        workdir=str(folder / "nodes"),
+    )
+    kubelet_port = _kept_port(folder / "kubelet-port", args.host)
+    agent = NodeAgent(
+        api_client=api_client,
+        state=folder,
+        profile=profile,
+        options=options,
+        net=plane.ports.service_net,
+        kubelet_port=kubelet_port,
+        kubelet_tls=tls,
+    )
+    metrics: MetricsServer | None = None
+    try:
+        agent.start()
+        metrics = MetricsServer((args.host, args.metrics_port), agent.cluster)
+        threading.Thread(
+            target=metrics.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+        ).start()
+        _announce(args, plane, metrics, profile.get("name", args.profile))
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
+        done.wait()
+    finally:
+        if metrics is not None:
+            metrics.shutdown()
+            metrics.server_close()
+        agent.stop()
+        plane.stop()
+    print("SANDBOX STOPPED", flush=True)
+    return 0
+
+
+def _kept_port(path: Path, host: str) -> int:
+    """The kubelets' port, kept across restarts (the nodes' status names it)."""
+    if path.exists():
+        return int(path.read_text())
+    port = _free_port(host)
+    path.write_text(str(port))
+    return port
+
+
+def _announce(
+    args: argparse.Namespace, plane: ControlPlane, metrics: MetricsServer, profile: str
+) -> None:
+    assert plane.ports is not None and plane.pki is not None
+    metrics_url = f"http://{args.host}:{metrics.server_address[1]}/metrics"
+    kubeconfig = Path(args.kubeconfig)
+    kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(plane.admin_kubeconfig, kubeconfig)
+    info = {
+        "api_port": plane.ports.apiserver,
+        "metrics_port": metrics.server_address[1],
+        "api_url": plane.url,
+        "metrics_url": metrics_url,
+        "kubeconfig": str(kubeconfig),
+        "ca_file": str(plane.pki.ca_file),
+        "token": args.token,
+        "pid": os.getpid(),
+        "control_plane": "real",
+    }
+    if args.ports_file:
+        tmp = Path(args.ports_file + ".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(args.ports_file)
+    print(
+        f"SANDBOX READY api={plane.url} metrics={metrics_url} kubeconfig={kubeconfig} "
+        f"profile={profile} speed={args.speed}",
+        flush=True,
+    )

@@ -1,0 +1,275 @@
+"""The simulated GPU nodes: what the kubelets and the device plugins of a profile's nodes do,
+through the real API server only.
+
+1. Each node of the profile is registered (``POST /api/v1/nodes``) with its GPU capacity,
+   NFD/GFD labels and taints, a loopback InternalIP of its own and the kubelet port; its
+   status says Ready. A restart keeps the nodes there (and their devices, in the state).
+2. Each node's Lease in ``kube-node-lease`` is renewed every 10 s while the node is up; a
+   node that goes down (``sandbox.faults``) stops renewing, and the real node-lifecycle
+   controller marks it NotReady, taints it and evicts its pods. A node that comes back
+   reports Ready again, as a kubelet's status sync does.
+3. The pods the real scheduler binds to these nodes are run by ``sandbox.controllers.kubelet``
+   on the watch-fed cache (``NodeStore``): devices assigned, containers started, simulated
+   work with its duration and exit code, restarts by restart policy, real JupyterLab and
+   code-server processes for workspace images, termination on deletion.
+4. ``kubectl logs`` reaches each node's kubelet API (``kubelet_api``) through the API server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from sandbox import faults
+from sandbox.bootstrap import node_conditions
+from sandbox.controllers import faultplan, gpu_operator, kubelet
+from sandbox.nodes.kubelet_api import KubeletServer, serve
+from sandbox.nodes.store import Api, NodeStore
+from sandbox.profiles import build_nodes
+from sandbox.state import Cluster, Options
+from sandbox.store import Obj
+
+log = logging.getLogger("sandbox.nodes")
+LEASE_NAMESPACE = "kube-node-lease"
+LEASE_SECONDS = 40  # the kubelet's default nodeLeaseDurationSeconds
+# A kubelet renews every 10 s (a quarter of the lease); here the node-lifecycle controller's
+# grace period is 8 s (sandbox.controlplane.plane), so the leases are renewed every 2 s.
+RENEW_SECONDS = 2.0
+TICK_SECONDS = 0.1
+
+
+class NodeCluster(Cluster):
+    """The node side's view: the watch-fed cache, the simulated clock, and events posted to
+    the API server (``record_event``) as a kubelet's recorder posts them."""
+
+    def __init__(self, store: NodeStore, options: Options) -> None:
+        super().__init__(store, options)
+        self.node_store = store
+
+    def record_event(
+        self,
+        obj: Obj,
+        event_type: str,
+        reason: str,
+        message: str,
+        component: str,
+        *,
+        action: str | None = None,
+        host: str | None = None,
+    ) -> Obj:
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or "default"
+        stamp = _now_rfc3339()
+        event: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{self.random_hex(16)}", "namespace": ns},
+            "involvedObject": {
+                "kind": obj.get("kind", "Pod"),
+                "namespace": ns,
+                "name": meta["name"],
+                "uid": meta.get("uid", ""),
+                "apiVersion": obj.get("apiVersion", "v1"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": component, **({"host": host} if host else {})},
+            "reportingComponent": component,
+            "reportingInstance": host or "",
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        if obj.get("kind") == "Node":
+            event["involvedObject"].pop("namespace")
+        try:
+            created: Obj = self.node_store.api.call(
+                "POST", f"/api/v1/namespaces/{ns}/events", event
+            )
+            return created
+        except ApiException as exc:  # a namespace being deleted: its events go with it
+            log.debug("event %s on %s/%s not recorded: %s", reason, ns, meta["name"], exc.reason)
+            return event
+
+
+def _now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _now_micro() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_address(net: int, index: int) -> str:
+    """Node ``index``'s InternalIP: 127.<net>.<1 + index // 250>.<2 + index % 250>."""
+    return f"127.{net}.{1 + index // 250}.{2 + index % 250}"
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        *,
+        api_client: k8s.ApiClient,
+        state: Path,
+        profile: dict[str, Any],
+        options: Options,
+        net: int,
+        kubelet_port: int,
+        kubelet_tls: ssl.SSLContext,
+        reset: bool = False,
+    ) -> None:
+        self.api = Api(api_client)
+        self.store = NodeStore(state / "nodes.sqlite3", self.api, reset=reset)
+        self.cluster = NodeCluster(self.store, options)
+        self.profile = profile
+        self.net = net
+        self.kubelet_port = kubelet_port
+        self.kubelet_tls = kubelet_tls
+        self.node_names: list[str] = []
+        self._renewed: dict[str, float] = {}
+        self._servers: list[KubeletServer] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubelets", daemon=True)
+
+    # -- start / stop ---------------------------------------------------------------------
+    def start(self) -> None:
+        self.store.start()
+        self._register_nodes()
+        self._thread.start()
+        for server in self._servers:
+            log.debug("kubelet of %s on %s", server.node, server.server_address)
+        serve(self._servers)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        self.store.stop()
+        self.cluster.servers.stop_all()
+        self.store.close()
+
+    def _register_nodes(self) -> None:
+        """Create the profile's nodes that are not there yet; every node's kubelet API."""
+        created = _now_rfc3339()
+        for index, spec in enumerate(build_nodes(self.profile, self.cluster.options.seed, created)):
+            node = spec.node
+            name = node["metadata"]["name"]
+            address = node_address(self.net, index)
+            node["metadata"].pop("creationTimestamp", None)
+            node["spec"].pop("podCIDR", None)
+            node["spec"].pop("podCIDRs", None)
+            node["spec"]["providerID"] = f"gpu-portal-local://{name}"
+            node["status"]["addresses"] = [
+                {"type": "InternalIP", "address": address},
+                {"type": "Hostname", "address": name},
+            ]
+            node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.kubelet_port}}
+            node["status"]["conditions"] = node_conditions(_now_rfc3339())
+            with self.store.lock:
+                known = self.store.get("nodes", "", name)
+                if self.store.meta_get(f"devices/{name}") is None:
+                    self.store.meta_set(f"devices/{name}", [d.to_json() for d in spec.devices])
+            if known is None:
+                try:
+                    registered = self.api.call("POST", "/api/v1/nodes", node)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+                    registered = self.api.call("GET", f"/api/v1/nodes/{name}")
+                registered["status"] = {**registered.get("status", {}), **node["status"]}
+                with self.store.lock:
+                    self.store.put("nodes", registered)
+            self.node_names.append(name)
+            self._servers.append(
+                KubeletServer(
+                    (address, self.kubelet_port),
+                    name,
+                    self.cluster,
+                    self.kubelet_tls,
+                    lambda n: faults.node_down(self.cluster, n),
+                )
+            )
+
+    # -- the kubelets' loop ---------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except Exception:  # one bad pass must not stop the nodes
+                log.exception("node pass failed")
+            self._stop.wait(max(TICK_SECONDS, time.monotonic() - started))
+
+    def run_once(self) -> None:
+        for step in (
+            lambda: kubelet.reconcile(self.cluster),
+            lambda: gpu_operator.reconcile(self.cluster),
+            lambda: faultplan.reconcile(self.cluster),
+        ):
+            with self.store.lock:
+                step()
+        self._heartbeats()
+
+    def _heartbeats(self) -> None:
+        """Renew each live node's Lease; a node back from being down reports Ready."""
+        now = time.monotonic()
+        for name in self.node_names:
+            with self.store.lock:
+                down = faults.node_down(self.cluster, name)
+                node = self.store.get("nodes", "", name)
+            if down or node is None or now - self._renewed.get(name, 0.0) < RENEW_SECONDS:
+                continue
+            self._renew_lease(name, node)
+            ready: dict[str, Any] = next(
+                (c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {}
+            )
+            if ready.get("status") != "True":
+                back = dict(node)
+                back["status"] = {**node["status"], "conditions": node_conditions(_now_rfc3339())}
+                with self.store.lock:
+                    self.store.put("nodes", back)
+            self._renewed[name] = now
+
+    def _renew_lease(self, name: str, node: Obj) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
+        lease: Obj = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "namespace": LEASE_NAMESPACE,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": name,
+                        "uid": node["metadata"]["uid"],
+                    }
+                ],
+            },
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": _now_micro(),
+            },
+        }
+        try:
+            held = self.api.call("GET", f"{path}/{name}")
+            held["spec"] = {**held.get("spec", {}), **lease["spec"]}
+            self.api.call("PUT", f"{path}/{name}", held)
+        except ApiException as exc:
+            if exc.status == 404:
+                self.api.call("POST", path, lease)
+            elif exc.status != 409:
+                log.warning("lease of %s not renewed: %s", name, exc.reason)
