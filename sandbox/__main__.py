@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from sandbox import faults, history
+from sandbox import faults, history, localcluster
 from sandbox.api import crds
 from sandbox.bootstrap import bootstrap, install_crds, install_training_runtimes
 from sandbox.controllers import faultplan
@@ -151,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     if args.control_plane == "real":
-        from sandbox.localcluster import run
-
-        return run(args)
+        return localcluster.run(args)
     profile = load_profile(args.profile)
     try:
         fault_rates = faultplan.check_config(profile.get("faults"))

@@ -451,16 +451,21 @@ class ControlPlane:
         return {"TMPDIR": str(tmp)}
 
     def _start_managers(self) -> None:
-        ports = self.ports
-        assert ports is not None
-        kubeconfig_file = str(self.admin_kubeconfig)
         self.apply(
             [
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
                 for ns in ("kueue-system", "jobset-system", "kubeflow-system", "kubeflow")
             ]
         )
-        # Kueue
+        self._start_kueue()
+        self._start_jobset()
+        self._start_trainer()
+        self._start_training_operator()
+
+    def _start_kueue(self) -> None:
+        ports = self.ports
+        assert ports is not None
+        kubeconfig_file = str(self.admin_kubeconfig)
         kueue_tmp = self._certdir_env("kueue")
         kueue_config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -506,7 +511,11 @@ class ControlPlane:
             ),
             env=kueue_tmp,
         )
-        # JobSet
+
+    def _start_jobset(self) -> None:
+        ports = self.ports
+        assert ports is not None
+        kubeconfig_file = str(self.admin_kubeconfig)
         jobset_tmp = self._certdir_env("jobset")
         jobset_config = {
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
@@ -529,7 +538,11 @@ class ControlPlane:
             ],
             env=jobset_tmp,
         )
-        # Trainer
+
+    def _start_trainer(self) -> None:
+        ports = self.ports
+        assert ports is not None
+        kubeconfig_file = str(self.admin_kubeconfig)
         trainer_tmp = self._certdir_env("trainer")
         trainer_config = {
             "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
@@ -551,6 +564,11 @@ class ControlPlane:
             ],
             env=trainer_tmp,
         )
+
+    def _start_training_operator(self) -> None:
+        ports = self.ports
+        assert ports is not None
+        kubeconfig_file = str(self.admin_kubeconfig)
         # The training operator: its own cert rotation (a Secret in "kubeflow", the CA
         # injected into its webhook configuration), for the name training-operator.kubeflow.svc,
         # which the API server resolves to the Service's loopback ClusterIP.

@@ -176,10 +176,8 @@ def test_a_gpu_job_is_scheduled_onto_a_gpu_node_runs_and_its_log_follows(
     )
 
 
-def test_kueue_never_admits_two_8_gpu_workloads_into_8_gpus(cluster: SandboxProcess) -> None:
-    # Given a ClusterQueue of 8 GPUs and two 8-GPU Jobs submitted at once
-    ns = namespace(cluster)
-    queue = f"cq-{ns}"
+def gpu_queue(cluster: SandboxProcess, ns: str, queue: str, gpus: int) -> None:
+    """A ClusterQueue of ``gpus`` GPUs and LocalQueue ``team`` in ``ns`` pointing at it."""
     apply(
         cluster,
         {
@@ -201,7 +199,7 @@ def test_kueue_never_admits_two_8_gpu_workloads_into_8_gpus(cluster: SandboxProc
                                 "name": "default-flavor",
                                 "resources": [
                                     {"name": "cpu", "nominalQuota": 16},
-                                    {"name": "nvidia.com/gpu", "nominalQuota": 8},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": gpus},
                                 ],
                             }
                         ],
@@ -230,6 +228,13 @@ def test_kueue_never_admits_two_8_gpu_workloads_into_8_gpus(cluster: SandboxProc
             )
         ),
     )
+
+
+def test_kueue_never_admits_two_8_gpu_workloads_into_8_gpus(cluster: SandboxProcess) -> None:
+    # Given a ClusterQueue of 8 GPUs and two 8-GPU Jobs submitted at once
+    ns = namespace(cluster)
+    queue = f"cq-{ns}"
+    gpu_queue(cluster, ns, queue, gpus=8)
     label = {"kueue.x-k8s.io/queue-name": "team"}
     apply(cluster, gpu_job("first", ns, 8, **label), gpu_job("second", ns, 8, **label))
 
