@@ -27,12 +27,17 @@ Deterministic: a fault happens when it is asked for, nothing is random (a profil
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
 from sandbox import checkpoints
 from sandbox.errors import ApiError
 from sandbox.state import Cluster
+
+# The kubeconfig extension that names where a local cluster's nodes take faults (with the
+# real control plane the API server knows nothing of them: the node simulation takes them).
+FAULTS_EXTENSION = "gpu-portal.dev/local-cluster"
 
 # The XID codes a fault may name, in NVIDIA's words.
 XID_MEANINGS: dict[int, str] = {
@@ -175,6 +180,27 @@ def inject(cluster: Cluster, body: dict[str, Any]) -> dict[str, Any]:
     return fault
 
 
+def answer(cluster: Cluster, method: str, path: str, body: bytes) -> Any:
+    """One request to ``/sandbox/faults`` (``GET``: every GPU fault; ``POST``: inject or
+    repair one) or ``/sandbox/faults/log`` (callers hold the store's lock)."""
+    if path.endswith("/log"):
+        return cluster.store.meta_get(LOG, [])
+    if method == "GET":
+        return {
+            key[len("fault/") :]: cluster.store.meta_get(key)
+            for key in cluster.store.meta_keys("fault/")
+        }
+    if method != "POST":
+        raise ApiError(405, "MethodNotAllowed", "use GET or POST")
+    try:
+        request = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise _bad_request(f"the body is not JSON: {exc}") from exc
+    if not isinstance(request, dict):
+        raise _bad_request("the body must be a JSON object")
+    return inject(cluster, request)
+
+
 def _log(cluster: Cluster, entry: dict[str, Any]) -> None:
     log = list(cluster.store.meta_get(LOG, []))
     log.append({"at": cluster.wall_now(), **entry})
@@ -271,11 +297,14 @@ def main(argv: list[str]) -> int:
         body["down"] = bool(args.down)
     else:
         body |= {"gpu": args.gpu} | ({"repair": True} if args.repair else {"xid": args.xid})
-    server = str(cluster["server"]).rstrip("/")
+    server = str(cluster["server"]).rstrip("/") + "/sandbox/faults"
+    for extension in cluster.get("extensions") or []:
+        if extension.get("name") == FAULTS_EXTENSION:  # the real control plane's nodes
+            server, context = str(extension["extension"]["faults"]), None
     if not server.startswith(("https://", "http://")):
         p.error(f"the kubeconfig's server {server!r} is not an http(s) URL")
     request = urllib.request.Request(  # noqa: S310 - an http(s) URL, checked above
-        server + "/sandbox/faults",
+        server,
         data=json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
         method="POST",

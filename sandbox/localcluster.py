@@ -22,10 +22,12 @@ import sys
 import threading
 from pathlib import Path
 
+import yaml
 from kubernetes import config as k8s_config
 
 from sandbox.controllers import faultplan
 from sandbox.controlplane.plane import ControlPlane, ControlPlaneError
+from sandbox.faults import FAULTS_EXTENSION
 from sandbox.nodes.agent import NodeAgent
 from sandbox.profiles import load_profile
 from sandbox.server import MetricsServer
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     metrics: MetricsServer | None = None
     try:
         agent.start()
-        metrics = MetricsServer((args.host, args.metrics_port), agent.cluster)
+        metrics = MetricsServer((args.host, args.metrics_port), agent.cluster, with_faults=True)
         threading.Thread(
             target=metrics.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
         ).start()
@@ -120,7 +122,16 @@ def _announce(
     metrics_url = f"http://{args.host}:{metrics.server_address[1]}/metrics"
     kubeconfig = Path(args.kubeconfig)
     kubeconfig.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(plane.admin_kubeconfig, kubeconfig)
+    # Where the simulated nodes take fault injections (``python -m sandbox fault``): a
+    # kubeconfig extension, which kubectl and the client libraries ignore.
+    config = yaml.safe_load(plane.admin_kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["extensions"] = [
+        {
+            "name": FAULTS_EXTENSION,
+            "extension": {"faults": metrics_url.removesuffix("/metrics") + "/sandbox/faults"},
+        }
+    ]
+    kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
     info = {
         "api_port": plane.ports.apiserver,
         "metrics_port": metrics.server_address[1],

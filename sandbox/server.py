@@ -123,27 +123,6 @@ class ApiHandler(_Base):
     def do_DELETE(self) -> None:
         self._dispatch()
 
-    def _faults(self, body: bytes) -> None:
-        """``GET``: every GPU fault; ``POST``: inject or repair one (``sandbox.faults``)."""
-        cluster = self.server.cluster
-        with cluster.store.serving():
-            if self.command == "POST":
-                try:
-                    request = json.loads(body or b"{}")
-                except ValueError as exc:
-                    raise bad_request(f"the body is not JSON: {exc}") from exc
-                if not isinstance(request, dict):
-                    raise bad_request("the body must be a JSON object")
-                result: Any = faults.inject(cluster, request)
-            elif self.command == "GET":
-                result = {
-                    key[len("fault/") :]: cluster.store.meta_get(key)
-                    for key in cluster.store.meta_keys("fault/")
-                }
-            else:
-                raise ApiError(405, "MethodNotAllowed", "use GET or POST")
-        self._send(200, json.dumps(result).encode(), "application/json")
-
     def _dispatch(self) -> None:
         cluster = self.server.cluster
         split = urlsplit(self.path)
@@ -157,13 +136,10 @@ class ApiHandler(_Base):
             auth = self.headers.get("Authorization", "")
             if auth != f"Bearer {cluster.options.token}":
                 raise unauthorized()
-            if split.path == FAULTS_PATH:
-                self._faults(body)
-                return
-            if split.path == FAULTS_PATH + "/log":
+            if split.path in (FAULTS_PATH, FAULTS_PATH + "/log"):
                 with cluster.store.serving():
-                    log = cluster.store.meta_get(faults.LOG, [])
-                self._send(200, json.dumps(log).encode(), "application/json")
+                    result = faults.answer(cluster, self.command, split.path, body)
+                self._send(200, json.dumps(result).encode(), "application/json")
                 return
             if self.command == "GET" and query.get("watch", "").lower() in ("true", "1"):
                 self._watch(split.path, query)
@@ -387,20 +363,50 @@ class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], cluster: Cluster) -> None:
+    def __init__(
+        self, address: tuple[str, int], cluster: Cluster, *, with_faults: bool = False
+    ) -> None:
         super().__init__(address, MetricsHandler)
         self.cluster = cluster
+        self.with_faults = with_faults
 
 
 class MetricsHandler(_Base):
+    """dcgm-exporter's ``/metrics``; with the real control plane (``with_faults``), also the
+    fault injection the old API server served (``POST /sandbox/faults``, bearer token)."""
+
     server: MetricsServer
 
     def do_GET(self) -> None:
-        if urlsplit(self.path).path != "/metrics":
+        path = urlsplit(self.path).path
+        if path.startswith(FAULTS_PATH) and self.server.with_faults:
+            self._faults(path)
+            return
+        if path != "/metrics":
             self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
             return
         text = dcgm.render(self.server.cluster)
         self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if not (path.startswith(FAULTS_PATH) and self.server.with_faults):
+            self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
+            return
+        self._faults(path)
+
+    def _faults(self, path: str) -> None:
+        cluster = self.server.cluster
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        try:
+            if self.headers.get("Authorization", "") != f"Bearer {cluster.options.token}":
+                raise unauthorized()
+            with cluster.store.lock:
+                result = faults.answer(cluster, self.command, path, body)
+            self._send(200, json.dumps(result).encode(), "application/json")
+        except ApiError as exc:
+            self._send(exc.code, json.dumps(exc.status()).encode(), "application/json")
 
 
 def _first_part(full: str, query: dict[str, str]) -> str:

@@ -136,13 +136,17 @@ class SandboxProcess:
 
 def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
     """``POST /sandbox/faults``: make a GPU or node fail (``sandbox/faults.py``)."""
+    # With the real control plane the simulated nodes take faults, beside their metrics.
+    real = sandbox.control_plane == "real"
+    base = f"http://127.0.0.1:{sandbox.metrics_port}" if real else sandbox.api_url
     request = urllib.request.Request(
-        f"{sandbox.api_url}/sandbox/faults",
+        f"{base}/sandbox/faults",
         data=json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {sandbox.token}"},
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=10, context=sandbox.ssl_context()) as resp:
+    context = None if real else sandbox.ssl_context()
+    with urllib.request.urlopen(request, timeout=10, context=context) as resp:
         return dict(json.load(resp))
 
 

@@ -215,6 +215,7 @@ class ControlPlane:
         self.state.mkdir(parents=True, exist_ok=True)
         (self.state / "log").mkdir(exist_ok=True)
         self.components = self.components or build_components()
+        _end_leftovers(self.state / "pids")
         self.pki = make_pki(self.state / "pki")
         self.ports = Ports.load_or_choose(self.state / "ports.json", self.apiserver_port)
         (self.state / "tokens.csv").write_text(
@@ -257,6 +258,8 @@ class ControlPlane:
             )
         process = Process(name, popen, log)
         self.processes.append(process)
+        with open(self.state / "pids", "a") as pids:
+            pids.write(f"{popen.pid}\n")
         return process
 
     def _wait(self, process: Process, ready: Callable[[], bool], timeout: float = 60) -> None:
@@ -718,6 +721,33 @@ class ControlPlane:
         for relay in self._relays:
             relay.close()
         self._relays = []
+
+
+def _end_leftovers(pids: Path, timeout: float = 15) -> None:
+    """End what an earlier run on this state left running (its launcher was killed with
+    SIGKILL: the components got SIGTERM and may still be shutting down, holding etcd's data
+    and their ports). Only processes whose command line names this state folder."""
+    if not pids.exists():
+        return
+    alive = []
+    for line in pids.read_text().split():
+        cmdline = Path(f"/proc/{line}/cmdline")
+        try:
+            if str(pids.parent) in cmdline.read_bytes().decode(errors="replace"):
+                alive.append(int(line))
+        except OSError:
+            continue
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists()]
+        time.sleep(0.1)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    pids.unlink()
 
 
 def _to_loopback(port: int) -> dict[str, Any]:

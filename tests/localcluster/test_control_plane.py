@@ -7,96 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.sandbox_process import REPO_ROOT, SandboxProcess, start_sandbox
-
-KUBECTL = str(REPO_ROOT / ".venv" / "bin" / "kubectl")
-VERSIONS = dict(
-    line.split("=", 1)
-    for line in (REPO_ROOT / "localcluster" / "versions.env").read_text().splitlines()
-    if line and not line.startswith("#")
-)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    proc = start_sandbox(
-        tmp_path_factory.mktemp("localcluster"), profile="small", speed=10, control_plane="real"
-    )
-    yield proc
-    proc.stop(timeout=30)
-
-
-def kubectl(
-    cluster: SandboxProcess, *args: str, stdin: str | None = None, timeout: float = 60
-) -> str:
-    done = subprocess.run(
-        [KUBECTL, f"--kubeconfig={cluster.kubeconfig}", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-    return done.stdout
-
-
-def apply(cluster: SandboxProcess, *docs: dict[str, Any]) -> None:
-    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
-
-
-def wait_for(what: str, check: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r})")
-
-
-def gpu_job(name: str, namespace: str, gpus: int, **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": {"sandbox.gpu-portal.dev/duration": "40s"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [
-                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                            "resources": {
-                                "requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
-                                "limits": {"nvidia.com/gpu": str(gpus)},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
-def namespace(cluster: SandboxProcess) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    return name
+from tests.localcluster.kube import VERSIONS, apply, gpu_job, kubectl, namespace, wait_for
+from tests.sandbox_process import SandboxProcess
 
 
 def test_kubectl_version_shows_the_built_kubernetes(cluster: SandboxProcess) -> None:
