@@ -12,11 +12,20 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source versions.env
 
-command -v go >/dev/null || { echo "Go 1.25+ is needed to build the local cluster (go not found)" >&2; exit 1; }
+export PATH="$PATH:/usr/local/go/bin"
+command -v go >/dev/null || {
+  echo "localcluster: Go 1.25+ is needed to build the local cluster from its modules" \
+    "(go not found on PATH or in /usr/local/go/bin)" >&2
+  exit 1
+}
 key=$( (cat versions.env go.mod go.sum build.sh jobset/go.mod jobset/go.sum training-operator/go.mod training-operator/go.sum; go version) | sha256sum | cut -c1-16)
 out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/localcluster/$key"
 if [ -f "$out/complete" ]; then echo "$out"; exit 0; fi
 mkdir -p "$out/bin" "$out/crds" "$out/log"
+# One build at a time (parallel test processes, a second clone): the others wait for it.
+exec 9>"$out/.lock"
+flock 9
+if [ -f "$out/complete" ]; then echo "$out"; exit 0; fi
 
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 minor=${KUBERNETES#v1.}; minor=${minor%%.*}

@@ -31,6 +31,10 @@ fi
 $BIN/python scripts/install_kube_tools.py
 # A real code-server (from npm) for the sandbox's code-server workspaces.
 bash scripts/install_code_server.sh
+# The local cluster's real components (kube-apiserver, etcd, the controllers, Kueue, JobSet,
+# Trainer, the training operator), built from their Go modules once per machine and version
+# (~10 min cold on 2 cores, with progress; cached in ~/.cache/gpu-portal).
+KUBECTL=$BIN/kubectl bash localcluster/build.sh >/dev/null
 
 echo "== ruff"
 $BIN/ruff check .

@@ -51,12 +51,18 @@ def wait_for(what: str, check: Any, timeout: float = 60) -> Any:
 
 
 def gpu_job(
-    name: str, namespace: str, gpus: int, duration: str = "40s", backoff: int = 0, **labels: str
+    name: str,
+    namespace: str,
+    gpus: int,
+    *,
+    duration: str = "40s",
+    backoff: int = 0,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
         "spec": {
             "backoffLimit": backoff,
             "template": {

@@ -152,7 +152,7 @@ def test_kueue_never_admits_two_8_gpu_workloads_into_8_gpus(cluster: SandboxProc
     queue = f"cq-{ns}"
     gpu_queue(cluster, ns, queue, gpus=8)
     label = {"kueue.x-k8s.io/queue-name": "team"}
-    apply(cluster, gpu_job("first", ns, 8, **label), gpu_job("second", ns, 8, **label))
+    apply(cluster, gpu_job("first", ns, 8, labels=label), gpu_job("second", ns, 8, labels=label))
 
     # When Kueue has decided
     def workloads() -> list[dict[str, Any]]:
