@@ -55,6 +55,11 @@ CODE_SERVER_VALUED = frozenset({"--auth", "--abs-proxy-base-path"})
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def volume_dir(root: Path, namespace: str, claim: str) -> Path:
+    """Where a claim's files live under the nodes' work folder (its volume's hostPath)."""
+    return root / "volumes" / namespace / claim
+
+
 def flavor(pod: Obj) -> str | None:
     """Which server the pod's (first) container runs for real; None: it is simulated."""
     containers = (pod.get("spec") or {}).get("containers") or []
@@ -259,16 +264,14 @@ class Servers:
     def home_dir(self, namespace: str, claim: str | None, uid: str) -> Path:
         """A claim's files (kept while the claim is), else the pod's own (gone with it)."""
         path = (
-            self.workdir / "volumes" / namespace / claim
-            if claim
-            else self.private_dir(uid) / "home"
+            volume_dir(self.workdir, namespace, claim) if claim else self.private_dir(uid) / "home"
         )
         path.mkdir(parents=True, exist_ok=True)
         return path
 
     def claim_deleted(self, namespace: str, claim: str) -> None:
         """A deleted claim's volume goes with it (the default reclaim policy, Delete)."""
-        shutil.rmtree(self.workdir / "volumes" / namespace / claim, ignore_errors=True)
+        shutil.rmtree(volume_dir(self.workdir, namespace, claim), ignore_errors=True)
 
     def get(self, uid: str) -> Server | None:
         with self._lock:

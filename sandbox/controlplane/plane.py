@@ -45,6 +45,7 @@ import yaml
 from sandbox.children import with_parent
 from sandbox.controlplane.pki import Pki, make_pki
 from sandbox.controlplane.relay import Relay
+from sandbox.nodes.volumes import storage_class
 
 logger = logging.getLogger(__name__)
 
@@ -456,8 +457,11 @@ class ControlPlane:
     def _start_managers(self) -> None:
         self.apply(
             [
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                for ns in ("kueue-system", "jobset-system", "kubeflow-system", "kubeflow")
+                *(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                    for ns in ("kueue-system", "jobset-system", "kubeflow-system", "kubeflow")
+                ),
+                storage_class(),
             ]
         )
         self._start_kueue()

@@ -12,6 +12,7 @@ through the real API server only.
    on the watch-fed cache (``NodeStore``): devices assigned, containers started, simulated
    work with its duration and exit code, restarts by restart policy, real JupyterLab and
    code-server processes for workspace images, termination on deletion.
+5. Claims of the default StorageClass get volumes (``volumes``), as a provisioner's would.
 4. ``kubectl logs`` reaches each node's kubelet API (``kubelet_api``) through the API server.
 """
 
@@ -31,6 +32,7 @@ from kubernetes.client.rest import ApiException
 from sandbox import faults
 from sandbox.bootstrap import node_conditions
 from sandbox.controllers import faultplan, gpu_operator, kubelet
+from sandbox.nodes import volumes
 from sandbox.nodes.kubelet_api import KubeletServer, serve
 from sandbox.nodes.store import Api, NodeStore
 from sandbox.profiles import build_nodes
@@ -128,6 +130,7 @@ class NodeAgent:
         reset: bool = False,
     ) -> None:
         self.api = Api(api_client)
+        self.root = Path(options.workdir)
         self.store = NodeStore(state / "nodes.sqlite3", self.api, reset=reset)
         self.cluster = NodeCluster(self.store, options)
         self.profile = profile
@@ -216,6 +219,7 @@ class NodeAgent:
             lambda: kubelet.reconcile(self.cluster),
             lambda: gpu_operator.reconcile(self.cluster),
             lambda: faultplan.reconcile(self.cluster),
+            lambda: volumes.reconcile(self.store, self.api, self.root),
         ):
             with self.store.lock:
                 step()

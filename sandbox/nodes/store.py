@@ -64,6 +64,7 @@ WATCHED = (
     Resource("pods", "", "v1", "pods", True),
     Resource("nodes", "", "v1", "nodes", False),
     Resource("persistentvolumeclaims", "", "v1", "persistentvolumeclaims", True, status=False),
+    Resource("persistentvolumes", "", "v1", "persistentvolumes", False, status=False),
     Resource("configmaps", "", "v1", "configmaps", True, status=False),
     Resource("secrets", "", "v1", "secrets", True, status=False),
     Resource("clusterpolicies.nvidia.com", "nvidia.com", "v1", "clusterpolicies", False),

@@ -3,7 +3,20 @@ real node-lifecycle controller does the rest."""
 
 from __future__ import annotations
 
-from tests.localcluster.kube import apply, condition, gpu_job, namespace, node, pods, wait_for
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.localcluster.kube import (
+    apply,
+    condition,
+    gpu_job,
+    kubectl,
+    namespace,
+    node,
+    pods,
+    wait_for,
+)
 from tests.sandbox_process import SandboxProcess, inject
 
 
@@ -59,3 +72,47 @@ def test_a_node_whose_heartbeats_stop_is_marked_not_ready_and_its_pods_replaced(
         "the evicted pod gone",
         lambda: first["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods(cluster, ns)},
     )
+
+
+def test_a_claim_of_the_default_class_is_provisioned_bound_and_removed_with_it(
+    cluster: SandboxProcess,
+) -> None:
+    # Given a claim that names no StorageClass
+    ns = namespace(cluster)
+    apply(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "home", "namespace": ns},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+
+    # When the real PV controller and the local provisioner have done their part
+    def claim() -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(
+            kubectl(cluster, "get", "pvc", "home", "-n", ns, "-o", "json")
+        )
+        return found
+
+    bound = wait_for(
+        "the claim bound", lambda: claim() if claim()["status"].get("phase") == "Bound" else None
+    )
+
+    # Then it is bound to a volume of the default class, a folder on this machine
+    assert bound["spec"]["storageClassName"] == "standard"
+    volume = json.loads(kubectl(cluster, "get", "pv", bound["spec"]["volumeName"], "-o", "json"))
+    folder = Path(volume["spec"]["hostPath"]["path"])
+    assert folder.is_dir()
+    # and deleting the claim deletes the volume and its files (reclaim policy Delete)
+    (folder / "notes.txt").write_text("kept while the claim is")
+    kubectl(cluster, "delete", "pvc", "home", "-n", ns, "--wait=false")
+    wait_for(
+        "the volume gone",
+        lambda: bound["spec"]["volumeName"] not in kubectl(cluster, "get", "pv", "-o", "name"),
+    )
+    assert not folder.exists()
