@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         net=plane.ports.service_net,
         kubelet_port=kubelet_port,
         kubelet_tls=tls,
+        kubelet_version=plane.versions["KUBERNETES"],
     )
     metrics: MetricsServer | None = None
     try:

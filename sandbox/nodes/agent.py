@@ -127,6 +127,7 @@ class NodeAgent:
         net: int,
         kubelet_port: int,
         kubelet_tls: ssl.SSLContext,
+        kubelet_version: str,
         reset: bool = False,
     ) -> None:
         self.api = Api(api_client)
@@ -137,6 +138,7 @@ class NodeAgent:
         self.net = net
         self.kubelet_port = kubelet_port
         self.kubelet_tls = kubelet_tls
+        self.kubelet_version = kubelet_version
         self.node_names: list[str] = []
         self._renewed: dict[str, float] = {}
         self._servers: list[KubeletServer] = []
@@ -179,6 +181,9 @@ class NodeAgent:
             ]
             node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.kubelet_port}}
             node["status"]["conditions"] = node_conditions(_now_rfc3339())
+            # Kubelets of the control plane's own version (never newer than the API server).
+            info = node["status"]["nodeInfo"]
+            info["kubeletVersion"] = info["kubeProxyVersion"] = self.kubelet_version
             with self.store.lock:
                 known = self.store.get("nodes", "", name)
                 if self.store.meta_get(f"devices/{name}") is None:

@@ -40,7 +40,7 @@ def test_after_sigkill_and_a_restart_jobs_workloads_and_pods_carry_on(
     gpu_queue(cluster, ns, queue, gpus=8)
     apply(
         cluster,
-        gpu_job("survivor", ns, 8, duration="400s", labels={"kueue.x-k8s.io/queue-name": "team"}),
+        gpu_job("survivor", ns, 8, duration="250s", labels={"kueue.x-k8s.io/queue-name": "team"}),
     )
     running = wait_for(
         "the pod running",
