@@ -363,10 +363,14 @@ class ControlPlane:
                 "--use-service-account-credentials=false",
                 f"--node-monitor-grace-period={NODE_MONITOR_GRACE_SECONDS}s",
                 f"--node-monitor-period={NODE_MONITOR_PERIOD_SECONDS}s",
-                # No cloud, no node CIDRs: the simulated kubelets give pods loopback IPs.
+                # No cloud, no node CIDRs (the simulated kubelets give pods loopback IPs),
+                # and no Service routing (no kube-proxy): Endpoints and EndpointSlices may not
+                # hold loopback addresses, so their controllers would only log refusals.
                 "--allocate-node-cidrs=false",
-                "--controllers=*,-bootstrapsigner,-tokencleaner,-service-lb-controller,"
-                "-node-ipam-controller,-persistentvolume-expander-controller",
+                "--controllers=*,-service-lb-controller,-node-ipam-controller,"
+                "-node-route-controller,-cloud-node-lifecycle-controller,"
+                "-persistentvolume-expander-controller,-endpoints-controller,"
+                "-endpointslice-controller,-endpointslice-mirroring-controller",
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
                 "--v=1",
