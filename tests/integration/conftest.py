@@ -27,10 +27,20 @@ SANDBOX_SPEED = 30.0
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    proc = start_sandbox(tmp_path_factory.mktemp("cluster"), profile="small", speed=SANDBOX_SPEED)
+def sandbox(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[SandboxProcess]:
+    """The module's cluster: the real control plane for a module that says
+    ``CONTROL_PLANE = "real"`` (the rest are moving over), else ``TEST_CONTROL_PLANE``'s."""
+    control_plane = getattr(request.module, "CONTROL_PLANE", None)
+    proc = start_sandbox(
+        tmp_path_factory.mktemp("cluster"),
+        profile="small",
+        speed=SANDBOX_SPEED,
+        control_plane=control_plane,
+    )
     yield proc
-    proc.stop()
+    proc.stop(timeout=30)
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@ configuration, jobs go to the cluster suspended and Kueue admits them, borrowing
 quota; a lender reclaims through Kueue's preemption, and the portal shows what Kueue did in
 its own words: the waiting reason, the eviction (counted), the run again.
 
-Real processes: PostgreSQL, Redis, a Celery worker with beat's reconcile, the sandbox and
-its Kueue controller (profile ``small``: two 8-GPU A100 nodes, 30× real time).
+Real processes: PostgreSQL, Redis, a Celery worker with beat's reconcile, and the real
+control plane with the real Kueue (profile ``small``: two simulated 8-GPU A100 nodes, their
+work at 30× real time).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+CONTROL_PLANE = "real"  # the real Kueue, built from its module (sandbox/README.md)
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
