@@ -251,3 +251,15 @@ def format_lines(lines: list[tuple[float, str]], timestamps: bool) -> str:
     if timestamps:
         return "".join(f"{_ts(t)} {text}\n" for t, text in lines)
     return "".join(f"{text}\n" for _, text in lines)
+
+
+def first_part(full: str, query: dict[str, str]) -> str:
+    """What ``tailLines`` and ``limitBytes`` show of a log (a negative or empty
+    ``tailLines``: all of it)."""
+    text = full
+    tail = int(query.get("tailLines") or -1)
+    if tail >= 0:
+        text = "".join(full.splitlines(keepends=True)[-tail:]) if tail else ""
+    if query.get("limitBytes"):
+        text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
+    return text

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import dcgm, faults
+from sandbox import dcgm, faults, logs
 from sandbox.api import objects, printing
 from sandbox.api.handlers import Request, Response, handle, parse_target, pod_log, resolve
 from sandbox.api.resources import ResourceType
@@ -194,7 +194,7 @@ class ApiHandler(_Base):
             full = pod_log(cluster, ns, name, follow)  # errors (not found, waiting) as usual
         # What is shown first is cut from that same read: two reads a moment apart could
         # differ by a line, which would then be neither shown nor followed.
-        text, sent = _first_part(full, query), len(full)
+        text, sent = logs.first_part(full, query), len(full)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
@@ -407,18 +407,6 @@ class MetricsHandler(_Base):
             self._send(200, json.dumps(result).encode(), "application/json")
         except ApiError as exc:
             self._send(exc.code, json.dumps(exc.status()).encode(), "application/json")
-
-
-def _first_part(full: str, query: dict[str, str]) -> str:
-    """The part of a log ``tailLines`` and ``limitBytes`` show (a negative or empty
-    ``tailLines``: all of it)."""
-    text = full
-    tail = int(query.get("tailLines") or -1)
-    if tail >= 0:
-        text = "".join(full.splitlines(keepends=True)[-tail:]) if tail else ""
-    if query.get("limitBytes"):
-        text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
-    return text
 
 
 __all__ = ["ApiServer", "MetricsServer", "objects"]

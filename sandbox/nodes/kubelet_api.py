@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from sandbox import logs
 from sandbox.api.handlers import pod_log
 from sandbox.errors import ApiError
 from sandbox.state import Cluster
@@ -96,7 +97,7 @@ class KubeletHandler(BaseHTTPRequestHandler):
             self._send(exc.code, exc.message)
             return
         if query.get("follow", "").lower() not in ("true", "1"):
-            self._send(200, _first_part(full, query))
+            self._send(200, logs.first_part(full, query))
             return
         self._follow(ns, name, query, full)
 
@@ -105,7 +106,7 @@ class KubeletHandler(BaseHTTPRequestHandler):
         or the pod is gone."""
         cluster = self.server.cluster
         follow = {k: v for k, v in query.items() if k not in ("tailLines", "limitBytes")}
-        text, sent = _first_part(full, query), len(full)
+        text, sent = logs.first_part(full, query), len(full)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
@@ -138,18 +139,6 @@ class KubeletHandler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, TimeoutError):
             pass
-
-
-def _first_part(full: str, query: dict[str, str]) -> str:
-    """What ``tailLines`` and ``limitBytes`` show of a log (negative or no ``tailLines``:
-    all of it)."""
-    text = full
-    tail = int(query.get("tailLines") or -1)
-    if tail >= 0:
-        text = "".join(full.splitlines(keepends=True)[-tail:]) if tail else ""
-    if query.get("limitBytes"):
-        text = text.encode()[: int(query["limitBytes"])].decode(errors="ignore")
-    return text
 
 
 def serve(servers: list[KubeletServer]) -> list[threading.Thread]:
