@@ -49,16 +49,16 @@ fi
 # database: the tests that drive real workers, sandboxes and browsers mostly wait on them.
 # The groups are balanced by their measured times (docs/performance.md#the-test-suite):
 # - QUEUEING: the queueing scenarios of both engines, and the sandbox's own tests;
-# - WORKSPACES: the workspaces (real JupyterLab servers, the proxy, Chromium) and the
-#   security tests (the API fuzzing);
+# - WORKSPACES: the workspaces (real JupyterLab servers, the proxy, Chromium), the
+#   security tests (the API fuzzing) and the local cluster's own tests;
 # - SLOW: the rest of tests/integration, and tests/web;
 # - REST: everything else.
 QUEUEING=(tests/integration/test_sharing_engines.py tests/integration/test_kueue_mode.py
   tests/sandbox)
 WORKSPACES=(tests/integration/test_workspaces.py tests/integration/test_workspace_browser.py
-  tests/monitoring/test_workspace_idle.py tests/security)
+  tests/monitoring/test_workspace_idle.py tests/security tests/localcluster)
 SLOW=(tests/integration tests/web)
-GROUPED=(tests/integration tests/security tests/web tests/sandbox)
+GROUPED=(tests/integration tests/security tests/web tests/sandbox tests/localcluster)
 REST=()
 for dir in tests/*/; do
   dir=${dir%/}
