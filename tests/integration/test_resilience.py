@@ -227,12 +227,11 @@ def test_api_server_down_for_a_while_loses_no_job(
         cluster.start(reset=False)
 
     # Tracking resumes: the running job finishes, the one submitted during the outage runs
-    # (16 s on an idle machine; the bounds leave room for a restart on a loaded one: the
-    # queueing group's real control planes share the 2 cores, and 120 s was once exceeded).
-    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED, timeout=240)
+    # (16 s on an idle machine; the bounds leave room for a restart on a loaded one).
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED, timeout=120)
     wait_for(
         lambda: Job.objects.get(pk=queued.pk).state in (JobState.RUNNING, JobState.SUCCEEDED),
-        timeout=240,
+        timeout=120,
     )
     assert not Job.objects.filter(state=JobState.FAILED).exists()
 
