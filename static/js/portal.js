@@ -36,3 +36,15 @@
   // An outerHTML swap replaces the target, so look in the whole document.
   document.addEventListener("htmx:afterSettle", function () { scrollLogs(document); });
 })();
+
+// Ask before a form with data-confirm is sent (the workspace Delete, which can take a home
+// folder with it). From this file, not an inline onsubmit: the portal's Content Security
+// Policy (script-src 'self') blocks inline handlers, and the form was sent without asking.
+(function () {
+  "use strict";
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var question = form && form.getAttribute && form.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) { event.preventDefault(); }
+  });
+})();
