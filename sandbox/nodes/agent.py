@@ -150,8 +150,6 @@ class NodeAgent:
         self.store.start()
         self._register_nodes()
         self._thread.start()
-        for server in self._servers:
-            log.debug("kubelet of %s on %s", server.node, server.server_address)
         serve(self._servers)
 
     def stop(self) -> None:
