@@ -121,7 +121,7 @@ $BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >
 # /workspaces/<id>/), the portal's gunicorn behind it, as an ingress would route them.
 WEB_ADDR="127.0.0.1:${PORTAL_WEB_PORT:-8001}"
 WORKSPACE_PROXY_UPSTREAM="http://$WEB_ADDR" $BIN/uvicorn portal.proxy.asgi:application \
-  --host 127.0.0.1 --port 8000 --no-access-log >var/log/proxy.log 2>&1 &
+  --host 127.0.0.1 --port 8000 --ws wsproto --no-access-log >var/log/proxy.log 2>&1 &
 pids+=($!)
 
 cat <<MSG

@@ -47,7 +47,7 @@ class ProxyProcess:
     def start(self) -> ProxyProcess:
         cmd = [
             sys.executable, "-m", "uvicorn", "portal.proxy.asgi:application",
-            "--host", "127.0.0.1", "--port", str(self.port), "--no-access-log",
+            "--host", "127.0.0.1", "--port", str(self.port), "--ws", "wsproto", "--no-access-log",
             "--lifespan", "on",
         ]  # fmt: skip
         env = {**self.env, "WORKSPACE_PROXY_UPSTREAM": self.upstream}

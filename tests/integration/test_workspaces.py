@@ -192,6 +192,8 @@ def test_only_the_owner_opens_a_workspace_through_the_proxy(
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 403
+    # ...and the proxy's log shows the refusals as what they are, not as its own errors
+    assert "ERROR" not in proxy.tail(20000), proxy.tail(20000)
     # When vision lets its leads in, Then bob opens it too, and a platform admin still not
     Team.objects.filter(slug="vision").update(workspace_leads_may_open=True)
     bob = {**session_cookie(users["bob"]), "Origin": proxy.url}

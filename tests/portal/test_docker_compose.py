@@ -154,7 +154,9 @@ def test_gunicorn_serves_an_importable_wsgi_app() -> None:
     # And the proxy in front publishes port 8000 and sends the portal's pages to the port
     # gunicorn binds in web (gunicorn.conf.py, which the command does not override)
     assert any(p.endswith(":8000") for p in map(expand, SERVICES["proxy"]["ports"]))
-    assert command_of(SERVICES["proxy"])[:2] == ["uvicorn", "portal.proxy.asgi:application"]
+    proxy = command_of(SERVICES["proxy"])
+    assert proxy[:2] == ["uvicorn", "portal.proxy.asgi:application"]
+    assert proxy[proxy.index("--ws") + 1] == "wsproto"  # refusals logged as such, not ERROR
     assert SERVICES["proxy"]["environment"]["WORKSPACE_PROXY_UPSTREAM"] == "http://web:8000"
     assert "ports" not in SERVICES["web"]
     assert runpy.run_path(str(ROOT / "gunicorn.conf.py"))["bind"] == "0.0.0.0:8000"
