@@ -86,6 +86,10 @@ class Job(models.Model):
     # A workspace being stopped (with ``evicted_at``: its objects are being deleted): once
     # they are gone it moves to ``stopped`` rather than back into the queue.
     stop_requested_at = models.DateTimeField(null=True, blank=True)
+    # ...and what it says once stopped: ``Stopped`` (its owner), ``IdleStopped`` or
+    # ``LifetimeStopped`` (the team's rule), with the stop's own message.
+    stop_reason = models.CharField(max_length=32, blank=True)
+    stop_message = models.TextField(blank=True)
     # An inference deployment the idle-GPU policy scaled to zero: the replicas it resumes with.
     scaled_to_zero_from = models.PositiveIntegerField(null=True, blank=True)
     # Where a training job stands (docs/jobs.md, "Progress and time to finish"):

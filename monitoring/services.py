@@ -183,11 +183,12 @@ def _workspace_due(job: Job, found: WorkspaceIdleness, now: datetime, result: Po
     if job.idle_action_due is None or job.idle_action_due > now:
         return
     reason = "LifetimeStopped" if found.over_lifetime else "IdleStopped"
-    message = (
-        f"Stopped by team {team.slug}: {why} ({found.finding}); warned at "
-        f"{job.idle_warned_at:%H:%M} UTC. Its home folder is kept: start it again from its "
-        "page, or gpuportal workspace start."
+    rule = (
+        f"at team {team.slug}'s maximum lifetime of {team.workspace_max_hours:g} h"
+        if found.over_lifetime
+        else f"for being idle, by team {team.slug}'s idle rule"
     )
+    message = f"Stopped {rule} ({found.finding}); warned at {job.idle_warned_at:%H:%M} UTC."
     if workspace_stop_begin(
         job=job, reason=reason, message=message, actor=None, event_type="Warning"
     ):

@@ -131,9 +131,8 @@ def job_evict(*, job_id: int) -> EvictOutcome:
                 "earlier_runs": runs,
                 "state": JobState.STOPPED,
                 "stop_requested_at": None,
-                "reason": "Stopped",
-                "message": "Stopped: its pod is gone and its GPUs are free; the home folder is "
-                "kept. Start it again to resume.",
+                "reason": job.stop_reason or "Stopped",
+                "message": _stopped_message(job.stop_message or "Stopped."),
             },
             event_reason="Stopped",
             event_message="Its pod is gone and its quota is free; the home folder is kept.",
@@ -148,3 +147,12 @@ def job_evict(*, job_id: int) -> EvictOutcome:
         f"(submitted {timezone.localtime(job.created_at):%Y-%m-%d %H:%M}).",
     )
     return EvictOutcome.REQUEUED if released else EvictOutcome.NOT_DUE
+
+
+def _stopped_message(why: str) -> str:
+    """A stopped workspace's message: why it was stopped (by whom, or by which rule), then
+    where it stands."""
+    return (
+        f"{why} Its pod is gone and its GPUs are free; the home folder is kept. "
+        "Start it again to resume."
+    )

@@ -108,6 +108,11 @@ def _workspace_for(user: User, job_id: int) -> Job:
     return job
 
 
+# A stop's timeline reason → the stopped workspace's reason (others are kept as they are:
+# ``IdleStopped``, ``LifetimeStopped``), so the list's "why" says who or what stopped it.
+STOPPED_REASONS = {"StopRequested": "Stopped"}
+
+
 def workspace_stop_begin(
     *, job: Job, reason: str, message: str, actor: User | None, event_type: str = "Normal"
 ) -> bool:
@@ -116,15 +121,18 @@ def workspace_stop_begin(
     1. Not yet in the cluster: straight to ``stopped`` (and out of the queue).
     2. Otherwise: back to ``queued`` with ``evicted_at`` and ``stop_requested_at``; the
        eviction task deletes its objects and, once they are gone, moves it to ``stopped``.
+    Either way the stopped workspace's reason says why (``STOPPED_REASONS``: the owner's
+    stop is ``Stopped``, the team's rules their own) and its message is ``message``.
     Returns whether it moved (False: it finished or was stopped first).
     """
     now = timezone.now()
+    stopped_reason = STOPPED_REASONS.get(reason, reason)
     with transaction.atomic():
         if job.applied_at is None and job.admitted_at is None:
             moved = job_transition(
                 job=job,
                 where={"state": JobState.QUEUED, "applied_at__isnull": True},
-                changes={"state": JobState.STOPPED, "reason": "Stopped", "message": message},
+                changes={"state": JobState.STOPPED, "reason": stopped_reason, "message": message},
                 event_reason=reason,
                 event_message=message,
                 event_type=event_type,
@@ -137,6 +145,8 @@ def workspace_stop_begin(
                     "state": JobState.QUEUED,
                     "evicted_at": now,
                     "stop_requested_at": now,
+                    "stop_reason": stopped_reason,
+                    "stop_message": message,
                     "idle_warned_at": None,
                     "idle_action_due": None,
                     "reason": "Stopping",

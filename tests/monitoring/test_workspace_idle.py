@@ -11,6 +11,7 @@ JupyterLab in the sandbox, its GPU's utilisation through a real Prometheus, a re
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 import websocket
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from cluster import kube
@@ -92,6 +94,16 @@ def call(job: Job, path: str, method: str = "GET", body: Any = None) -> Any:
         return json.load(response)
 
 
+def why_column(user: User, job: Job) -> str:
+    """The text of the workspace's "why" cell in the list at /workspaces/, as ``user``
+    sees it."""
+    browser = Client()
+    browser.force_login(user)
+    page = browser.get("/workspaces/").content.decode()
+    row = page.split(f'data-testid="workspace-{job.name}"', 1)[1].split("</tr>", 1)[0]
+    return html.unescape(row.split('<td class="reason">', 1)[1].split("</td>", 1)[0])
+
+
 def never_acted_on(job: Job, seconds: float, between: Any = None) -> None:
     """Run the rule for ``seconds`` (past warning and grace); the workspace is never warned
     nor stopped. ``between`` runs before each pass (a user at work)."""
@@ -126,6 +138,12 @@ def test_a_workspace_idle_by_both_signals_is_warned_then_stopped_with_its_home_k
     wait_for(lambda: job.pk in workspace_idle_run().stopped, timeout=40, interval=1)
     stopped = wait_for(lambda: (j := fresh(job)).state == JobState.STOPPED and j, timeout=60)
     assert stopped.events.filter(reason="IdleStopped").count() == 1
+    # ...and the job says why, where people look: its reason and message, and the list's
+    # "why" column
+    assert stopped.reason == "IdleStopped"
+    assert stopped.message.startswith("Stopped for being idle, by team vision's idle rule")
+    assert "the home folder is kept" in stopped.message
+    assert "Stopped for being idle" in why_column(quick["alice"], job)
     assert stopped.admitted_at is None and len(stopped.earlier_runs) == 1
     assert kube.get("PersistentVolumeClaim", "home-alice", job.namespace)
     # ...and the GPU-hour report counts the run it had, the GPU it held idle
@@ -266,3 +284,6 @@ def test_the_maximum_lifetime_is_enforced_busy_or_not(
     wait_for(lambda: job.pk in workspace_idle_run().stopped, timeout=40, interval=1)
     stopped = wait_for(lambda: (j := fresh(job)).state == JobState.STOPPED and j, timeout=60)
     assert stopped.events.filter(reason="LifetimeStopped").count() == 1
+    assert stopped.reason == "LifetimeStopped"
+    assert stopped.message.startswith("Stopped at team vision's maximum lifetime of 0.01 h")
+    assert "maximum lifetime of 0.01 h" in why_column(quick["alice"], job)
