@@ -193,11 +193,22 @@ def local_queue(team: Team) -> Obj:
     }
 
 
+# Quantities the API server writes back in its canonical form ("1000000" is read as "1M").
+_QUANTITIES = frozenset({"nominalQuota", "borrowingLimit", "lendingLimit"})
+
+
 def _contains(have: Any, want: Any) -> bool:
-    """Whether ``have`` holds everything ``want`` says (defaults added by Kueue are fine)."""
+    """Whether ``have`` holds everything ``want`` says (defaults added by Kueue are fine;
+    quantities are compared by value, as the API server canonicalises them)."""
     if isinstance(want, dict):
         return isinstance(have, dict) and all(
-            key in have and _contains(have[key], value) for key, value in want.items()
+            key in have
+            and (
+                _same_quantity(have[key], value)
+                if key in _QUANTITIES
+                else _contains(have[key], value)
+            )
+            for key, value in want.items()
         )
     if isinstance(want, list):
         return (
@@ -206,6 +217,13 @@ def _contains(have: Any, want: Any) -> bool:
             and all(_contains(h, w) for h, w in zip(have, want, strict=True))
         )
     return bool(have == want)
+
+
+def _same_quantity(have: Any, want: Any) -> bool:
+    try:
+        return bool(parse_quantity(have) == parse_quantity(want))
+    except ValueError:
+        return bool(have == want)
 
 
 def _same_spec(existing: Obj, wanted: Obj) -> bool:
