@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from rest_framework.test import APIClient
 
 from portal.services import api_token_create
 from teams.models import Team
+from tests.sandbox_process import SandboxProcess, start_sandbox
 from tests.worker_process import redis_reset, shared_workers_stop
 
 
@@ -33,6 +35,18 @@ def _fresh_redis(request: pytest.FixtureRequest) -> None:
     # drop the broker's bindings too.)
     for url in {django_settings.REDIS_URL, django_settings.CACHES["default"]["LOCATION"]}:
         redis_reset(url)
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    """The test process's local cluster (the real control plane and the simulated GPU
+    nodes, ``sandbox/localcluster.py``), started when a test first needs it. Modules share
+    it and leave it as they found it: the portal's objects are deleted after each test
+    (``tests/integration/conftest.py::cluster``); a module that stops, restarts or breaks
+    the cluster says ``OWN_CLUSTER = True`` and gets its own."""
+    proc = start_sandbox(tmp_path_factory.mktemp("local-cluster"), profile="small", speed=30.0)
+    yield proc
+    proc.stop(timeout=30)
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from sandbox.children import with_parent
+
 
 def spawn(
     cmd: Sequence[str],
@@ -19,11 +21,13 @@ def spawn(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` with stdout and stderr appended to ``log_file``."""
+    """Start ``cmd`` with stdout and stderr appended to ``log_file``. It gets SIGTERM when
+    the test process dies, however (``sandbox/children.py``): a test run killed halfway
+    leaves no cluster, worker or server behind to serve the next run's broker or ports."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
-            list(cmd),
+            with_parent(list(cmd)),
             cwd=cwd,
             env={**os.environ, **(env or {})},
             stdout=log,

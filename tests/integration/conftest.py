@@ -30,14 +30,16 @@ SANDBOX_SPEED = 30.0
 def sandbox(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[SandboxProcess]:
-    """The module's cluster: the real control plane for a module that says
-    ``CONTROL_PLANE = "real"`` (the rest are moving over), else ``TEST_CONTROL_PLANE``'s."""
-    control_plane = getattr(request.module, "CONTROL_PLANE", None)
+    """The module's cluster: the test process's shared local cluster, or its own for a
+    module that says ``OWN_CLUSTER = True`` (it stops, restarts or breaks it)."""
+    if not getattr(request.module, "OWN_CLUSTER", False):
+        yield request.getfixturevalue("local_cluster")
+        return
     proc = start_sandbox(
         tmp_path_factory.mktemp("cluster"),
         profile="small",
         speed=SANDBOX_SPEED,
-        control_plane=control_plane,
+        control_plane=getattr(request.module, "CONTROL_PLANE", None),
     )
     yield proc
     proc.stop(timeout=30)

@@ -36,6 +36,7 @@ from tests.sandbox_process import SandboxProcess, inject
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+OWN_CLUSTER = True  # it breaks, stops or restarts the cluster
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 

@@ -38,7 +38,8 @@ from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-CONTROL_PLANE = "real"  # the real Kueue, built from its module (sandbox/README.md)
+# Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.
+OWN_CLUSTER = True
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 

@@ -23,6 +23,7 @@ from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+OWN_CLUSTER = True  # it breaks, stops or restarts the cluster
 
 
 @pytest.fixture

@@ -36,7 +36,8 @@ from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-CONTROL_PLANE = "real"
+# Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.
+OWN_CLUSTER = True
 
 _KUEUE_SAYS = re.compile(r" \(Kueue: (?P<kueue>.*)\)$")
 

@@ -27,6 +27,7 @@ from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+OWN_CLUSTER = True  # it breaks, stops or restarts the cluster
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,14 @@ def fresh(job: Job) -> Job:
     return Job.objects.get(pk=job.pk)
 
 
+def complete(job: Job) -> bool:
+    """Whether the job's Kubernetes Job has finished in the cluster (its ``Complete``
+    condition, set by the Job controller)."""
+    obj = kube.get("Job", job.object_name, job.namespace) or {}
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
+
+
 def short_job(user: User, name: str) -> Job:
     # 60 simulated seconds: two real seconds on the sandbox at speed 30
     return job_submit(user=user, data=training_spec(name=name, env={"SANDBOX_DURATION": "60s"}))
@@ -91,9 +100,9 @@ def test_changes_reach_the_job_within_seconds_without_the_reconcile(
     wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=20)
     done = wait_for(lambda: (j := fresh(job)).state == JobState.SUCCEEDED and j, timeout=20)
     seen_at = time.time()
-    # The Job finished at completionTime (the API server's clock); the row followed fast
-    (obj,) = [o for o in kube.list_all("Job", namespace="team-vision") if o["metadata"]["name"]
-              == job.object_name]  # fmt: skip
+    # The Job finished at completionTime (the API server's clock; the Job controller sets it
+    # with ``Complete``, just after ``SuccessCriteriaMet``); the row followed fast
+    obj = wait_for(lambda: complete(done) and kube.get("Job", job.object_name, job.namespace))
     completed = datetime.fromisoformat(obj["status"]["completionTime"].replace("Z", "+00:00"))
     assert seen_at - completed.timestamp() < 2.5
     assert done.exit_code == 0 and done.finished_at is not None
@@ -145,8 +154,8 @@ def test_the_reconcile_still_catches_what_no_tracker_saw(
 ) -> None:
     # Given no tracker at all, a job runs to the end in the cluster
     job = short_job(users["alice"], "unwatched")
-    wait_for(lambda: fresh(job).applied_at is not None, timeout=20)
-    time.sleep(3)
+    applied = wait_for(lambda: (j := fresh(job)).applied_at is not None and j, timeout=20)
+    wait_for(lambda: complete(applied), timeout=60)
     assert fresh(job).state == JobState.PENDING
     # When the safety-net pass runs
     cluster_reconcile()

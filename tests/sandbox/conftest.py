@@ -28,7 +28,9 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    proc = start_sandbox(tmp_path_factory.mktemp("sandbox"), profile="small", speed=SPEED)
+    proc = start_sandbox(
+        tmp_path_factory.mktemp("sandbox"), profile="small", speed=SPEED, control_plane="python"
+    )
     yield proc
     proc.stop()
 

@@ -13,7 +13,7 @@ from tests.sandbox_process import start_sandbox
 
 @pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "sigkill"])
 def test_restart_keeps_state_and_running_pods(tmp_path, hard):
-    proc = start_sandbox(tmp_path, profile="small", speed=SPEED)
+    proc = start_sandbox(tmp_path, profile="small", speed=SPEED, control_plane="python")
     try:
         core = client.CoreV1Api(make_client(proc))
         batch = client.BatchV1Api(make_client(proc))

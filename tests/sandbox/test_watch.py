@@ -120,6 +120,7 @@ def small_window(tmp_path_factory: pytest.TempPathFactory) -> Any:
         profile="small",
         speed=60,
         extra_args=("--watch-window", "50"),
+        control_plane="python",
     )
     yield proc
     proc.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,8 @@ from teams.kueue_config import (
     resource_flavors,
 )
 from teams.models import GpuQuota, Team
-from tests.sandbox_process import SandboxProcess, start_sandbox
+from tests.sandbox_process import SandboxProcess
+from tests.worker_process import wait_for
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -72,11 +72,9 @@ def test_limits_follow_the_quota_rows_and_need_a_cohort(research: dict[str, Any]
     assert "cohortName" not in queue["spec"] and "fairSharing" not in queue["spec"]
 
 
-@pytest.fixture(scope="module")
-def kueue_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    proc = start_sandbox(tmp_path_factory.mktemp("kueue"), profile="small", speed=30.0)
-    yield proc
-    proc.stop()
+@pytest.fixture
+def kueue_cluster(local_cluster: SandboxProcess) -> SandboxProcess:
+    return local_cluster
 
 
 def test_the_sync_writes_follows_and_cleans_up_kueues_objects(
@@ -117,8 +115,15 @@ def test_the_sync_writes_follows_and_cleans_up_kueues_objects(
         gone = kueue_config_sync(teams=Team.objects.exclude(slug="speech"), catalog=catalog)
         assert gone["ClusterQueue/speech"] == "deleted"
         assert gone["LocalQueue/team-speech/gpu-portal"] == "deleted"
-        names = {q["metadata"]["name"] for q in kube.list_all("ClusterQueue")}
-        assert "speech" not in names and {"platform-own", "vision", "nlp"} <= names
+        # (Kueue's finalizer lets a deleted ClusterQueue go once nothing holds its quota)
+        names = wait_for(
+            lambda: (
+                "speech"
+                not in (n := {q["metadata"]["name"] for q in kube.list_all("ClusterQueue")})
+                and n
+            )
+        )
+        assert {"platform-own", "vision", "nlp"} <= names
     finally:
         kube.delete("ClusterQueue", "platform-own")
         kube.reset_client()

@@ -32,7 +32,7 @@ from jobs.services.templates import template_from_job
 from monitoring.models import GpuUsageDay
 from tests.browser import chromium
 from tests.conftest import training_spec
-from tests.sandbox_process import SandboxProcess, start_sandbox
+from tests.sandbox_process import SandboxProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,11 +52,9 @@ def styled_variants() -> set[str]:
     return found - {"state-line"}
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    proc = start_sandbox(tmp_path_factory.mktemp("cluster"), profile="small", speed=30.0)
-    yield proc
-    proc.stop()
+@pytest.fixture
+def sandbox(local_cluster: SandboxProcess) -> SandboxProcess:
+    return local_cluster
 
 
 @pytest.fixture
