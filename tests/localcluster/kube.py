@@ -88,9 +88,20 @@ def gpu_job(
     }
 
 
+# A namespace a test made: deleted after the test (conftest.py), with all it holds.
+TEST_NAMESPACE = "gpu-portal.dev/localcluster-test"
+
+
 def namespace(cluster: SandboxProcess) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
-    apply(cluster, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    apply(
+        cluster,
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {TEST_NAMESPACE: "true"}},
+        },
+    )
     return name
 
 

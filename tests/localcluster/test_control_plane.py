@@ -152,7 +152,12 @@ def test_kueue_never_admits_two_8_gpu_workloads_into_8_gpus(cluster: SandboxProc
     queue = f"cq-{ns}"
     gpu_queue(cluster, ns, queue, gpus=8)
     label = {"kueue.x-k8s.io/queue-name": "team"}
-    apply(cluster, gpu_job("first", ns, 8, labels=label), gpu_job("second", ns, 8, labels=label))
+    # (an hour each: the first still runs while we look)
+    apply(
+        cluster,
+        gpu_job("first", ns, 8, labels=label, duration="1h"),
+        gpu_job("second", ns, 8, labels=label, duration="1h"),
+    )
 
     # When Kueue has decided
     def workloads() -> list[dict[str, Any]]:
