@@ -39,6 +39,7 @@ from typing import Any
 from django.conf import settings
 
 from cluster import kube
+from cluster.compare import contains
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
 from cluster.selectors import Catalog, catalog_get
 from scheduling.quantity import parse_quantity
@@ -197,37 +198,8 @@ def local_queue(team: Team) -> Obj:
 _QUANTITIES = frozenset({"nominalQuota", "borrowingLimit", "lendingLimit"})
 
 
-def _contains(have: Any, want: Any) -> bool:
-    """Whether ``have`` holds everything ``want`` says (defaults added by Kueue are fine;
-    quantities are compared by value, as the API server canonicalises them)."""
-    if isinstance(want, dict):
-        return isinstance(have, dict) and all(
-            key in have
-            and (
-                _same_quantity(have[key], value)
-                if key in _QUANTITIES
-                else _contains(have[key], value)
-            )
-            for key, value in want.items()
-        )
-    if isinstance(want, list):
-        return (
-            isinstance(have, list)
-            and len(have) == len(want)
-            and all(_contains(h, w) for h, w in zip(have, want, strict=True))
-        )
-    return bool(have == want)
-
-
-def _same_quantity(have: Any, want: Any) -> bool:
-    try:
-        return bool(parse_quantity(have) == parse_quantity(want))
-    except ValueError:
-        return bool(have == want)
-
-
 def _same_spec(existing: Obj, wanted: Obj) -> bool:
-    return _contains(existing.get("spec") or {}, wanted.get("spec") or {}) and _contains(
+    return contains(existing.get("spec") or {}, wanted.get("spec") or {}, _QUANTITIES) and contains(
         existing["metadata"].get("labels") or {}, wanted["metadata"]["labels"]
     )
 
