@@ -36,7 +36,9 @@ from tests.sandbox_process import SandboxProcess, inject
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-OWN_CLUSTER = True  # it breaks, stops or restarts the cluster
+# Still on the stand-in: the simulated nodes do not yet install the GPU Operator's objects
+# on the real control plane (sandbox/README.md, "Still on the stand-in").
+OWN_CLUSTER, CONTROL_PLANE = True, "python"
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 

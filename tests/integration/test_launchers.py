@@ -24,6 +24,9 @@ from tests.integration.test_reclaim import LONG, seed, submit
 from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+# Still on the stand-in: the PyTorchJob launcher's tests fail on the real training operator
+# (not yet diagnosed; sandbox/README.md, "Still on the stand-in").
+OWN_CLUSTER, CONTROL_PLANE = True, "python"
 
 
 def fresh(job: Job) -> Job:

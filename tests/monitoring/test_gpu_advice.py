@@ -24,8 +24,8 @@ from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-# Still on the stand-in: on the local cluster the admin's page gives no advice here yet (not
-# diagnosed; sandbox/README.md, "Still on the stand-in").
+# Still on the stand-in: the simulated nodes do not yet install the GPU Operator's objects on
+# the real control plane, so there are no MIG layouts to advise (sandbox/README.md).
 OWN_CLUSTER, CONTROL_PLANE = True, "python"
 
 MIG_NODE = "gpu-a100-mig-0"
