@@ -160,7 +160,7 @@ def start_sandbox(
 ) -> SandboxProcess:
     """A sandbox on ``control_plane`` (default: ``TEST_CONTROL_PLANE``, else the stand-in;
     ``TEST_CONTROL_PLANE=real`` runs a module's tests against the real control plane)."""
-    control_plane = control_plane or os.environ.get("TEST_CONTROL_PLANE", "real")
+    control_plane = control_plane or os.environ.get("TEST_CONTROL_PLANE", "python")
     return SandboxProcess(
         Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args), token, control_plane
     ).start()

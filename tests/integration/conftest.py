@@ -30,9 +30,12 @@ SANDBOX_SPEED = 30.0
 def sandbox(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[SandboxProcess]:
-    """The module's cluster: the test process's shared local cluster, or its own for a
-    module that says ``OWN_CLUSTER = True`` (it stops, restarts or breaks it)."""
-    if not getattr(request.module, "OWN_CLUSTER", False):
+    """The module's cluster. A module that says ``CONTROL_PLANE = "real"`` runs on the real
+    local cluster: the test process's shared one, or its own if it also says
+    ``OWN_CLUSTER = True`` (it stops, restarts or breaks it). The others, still moving
+    over, get a stand-in of their own (``TEST_CONTROL_PLANE`` chooses otherwise)."""
+    real = getattr(request.module, "CONTROL_PLANE", None) == "real"
+    if real and not getattr(request.module, "OWN_CLUSTER", False):
         yield request.getfixturevalue("local_cluster")
         return
     proc = start_sandbox(

@@ -39,7 +39,7 @@ from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.
-OWN_CLUSTER = True
+OWN_CLUSTER, CONTROL_PLANE = True, "real"
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 

@@ -37,7 +37,7 @@ from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.
-OWN_CLUSTER = True
+OWN_CLUSTER, CONTROL_PLANE = True, "real"
 
 _KUEUE_SAYS = re.compile(r" \(Kueue: (?P<kueue>.*)\)$")
 
