@@ -9,6 +9,8 @@
 # All binaries of the Kubernetes 1.35 line are built from this one module, one after the
 # other, so the packages they share (client-go, apimachinery, ...) compile once.
 set -euo pipefail
+# A KUBECTL given relative to the caller's folder still names the same file after the cd.
+[ -n "${KUBECTL:-}" ] && KUBECTL=$(realpath -m "$KUBECTL")
 cd "$(dirname "$0")"
 source versions.env
 

@@ -9,16 +9,26 @@
 # - the native modules (argon2, node-pty, spdlog, the file watcher) are built against the
 #   local Node.js headers instead of downloading prebuilt binaries or headers.
 # code-server 4.96 runs on Node.js 20 only. Usage: scripts/install_code_server.sh [DEST]
+# Without DEST it is installed once per machine under ~/.cache/gpu-portal and var/code-server
+# links to it, so a second clone installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=4.96.4
-DEST=$(realpath -m "${1:-var/code-server}")
 command -v node >/dev/null && command -v npm >/dev/null || {
   echo "code-server needs Node.js 20 and npm (apt-get install nodejs npm)." >&2
   exit 1
 }
 # Its native modules are built for this Node.js's ABI: another Node.js installs again.
-STAMP="$DEST/.installed-$VERSION-node-abi-$(node -p process.versions.modules)"
+abi=$(node -p process.versions.modules)
+if [ -n "${1:-}" ]; then
+  DEST=$(realpath -m "$1")
+else
+  DEST="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-portal/code-server-$VERSION-node-abi-$abi"
+  mkdir -p var
+  [ -L var/code-server ] || rm -rf var/code-server  # an install of before the cache
+  ln -sfn "$DEST" var/code-server
+fi
+STAMP="$DEST/.installed-$VERSION-node-abi-$abi"
 [ -f "$STAMP" ] && exit 0
 
 major=$(node -p 'process.versions.node.split(".")[0]')

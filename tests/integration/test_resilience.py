@@ -20,7 +20,7 @@ from teams.cluster_sync import team_cluster_sync
 from teams.models import AuditLog, Team
 from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
-from tests.worker_process import WorkerProcess, wait_for
+from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OWN_CLUSTER, CONTROL_PLANE = True, "real"  # it breaks, stops or restarts it
@@ -231,11 +231,8 @@ def test_api_server_down_for_a_while_loses_no_job(
 
     # Tracking resumes: the running job finishes, the one submitted during the outage runs
     # (16 s on an idle machine; the bounds leave room for a restart on a loaded one).
-    wait_for(lambda: Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED, timeout=120)
-    wait_for(
-        lambda: Job.objects.get(pk=queued.pk).state in (JobState.RUNNING, JobState.SUCCEEDED),
-        timeout=120,
-    )
+    wait_job(job, JobState.SUCCEEDED, timeout=120)
+    wait_job(queued, JobState.RUNNING, JobState.SUCCEEDED, timeout=120)
     assert not Job.objects.filter(state=JobState.FAILED).exists()
 
 

@@ -33,7 +33,7 @@ from teams.services import quota_set
 from tests.integration.conftest import empty_tables
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
-from tests.worker_process import WorkerProcess, wait_for
+from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.
@@ -110,7 +110,7 @@ def _workloads_said() -> str:
 
 def running(*jobs: Job, timeout: float = 60) -> None:
     for job in jobs:
-        wait_for(lambda job=job: fresh(job).state == JobState.RUNNING, timeout=timeout)
+        wait_job(job, JobState.RUNNING, timeout=timeout)
 
 
 def waiting(job: Job, timeout: float = 30) -> Job:
