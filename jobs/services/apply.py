@@ -70,7 +70,8 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
     2. Create each manifest in order (idempotent).
     3. Move ``queued`` → ``pending`` only if the row is still queued and unapplied (with
        Kueue: stay ``queued``, applied, until its Workload is admitted).
-       If it was cancelled meanwhile, delete what was just created.
+       If it was cancelled meanwhile, delete what was just created; if another apply of
+       the same job moved it first, leave the objects (they are the same ones) to it.
 
     ``kube.TemporaryClusterError`` propagates: the task retries it with backoff,
     and the reconcile re-queues the job if every retry fails. ``ClusterCredentialsRefused``
@@ -121,10 +122,23 @@ def job_apply(*, job_id: int) -> ApplyOutcome:
         event_message=f"Created in namespace {job.namespace}.",
     )
     if not moved:
+        if _applied_by_another_run(job.pk):
+            # Two applies of one job ran at once (a retried task and the one the reconcile
+            # queued again after an outage): the other created the same objects and moved
+            # the row. They are the job's now; deleting them would lose it.
+            return ApplyOutcome.NOT_DUE
         # Cancelled while we were creating: don't leave orphans behind.
         job_cleanup(job_id=job.pk)
         return ApplyOutcome.CANCELLED_MEANWHILE
     return ApplyOutcome.APPLIED
+
+
+def _applied_by_another_run(job_id: int) -> bool:
+    return (
+        Job.objects.filter(pk=job_id, applied_at__isnull=False)
+        .exclude(state__in=(JobState.CANCELLED, JobState.STOPPED))
+        .exists()
+    )
 
 
 def _requeue(job: Job, message: str) -> None:
