@@ -28,7 +28,7 @@ def admitted_job(demo: dict[str, Any], name: str) -> Job:
     return job
 
 
-def while_creating(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], None]) -> None:
+def while_creating(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], object]) -> None:
     """Run ``meanwhile`` once, after this apply has created the job's objects and before it
     moves the row: the moment the other party gets in."""
     create = apply._apply_objects
