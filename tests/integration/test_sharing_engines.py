@@ -290,7 +290,10 @@ def test_a_higher_priority_job_preempts_its_own_teams_lower_priority_job(
     running(low)
     # When a high-priority job of 8 arrives
     urgent = submit(alice, "vision", 8, "urgent", env=LONG, priority="high")
-    running(urgent, timeout=90)
+    # On Kueue its pods are refused by the team's ResourceQuota while the victim's pods
+    # terminate (Kueue admits once none is active; the quota counts terminating ones), and
+    # the real Job controller retries pod creation at up to one-minute intervals.
+    running(urgent, timeout=150)
     # Then the low one was evicted for it, saying by which job (and, as when it was
     # evicted, behind it in the queue). On Kueue the urgent job's pods may run on the
     # cluster's free GPUs before the tracker has seen the victim suspended: wait for it.
