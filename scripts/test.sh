@@ -40,57 +40,10 @@ echo "== pytest"
 if [ "$#" -gt 0 ]; then
   exec $BIN/pytest "$@"  # some tests, as asked
 fi
-# The whole suite in four processes at once, each with its own test database and Redis
-# database: the tests that drive real workers, sandboxes and browsers mostly wait on them.
-# The groups are balanced by their measured times (docs/performance.md#the-test-suite):
-# - QUEUEING: the queueing scenarios of both engines, and the sandbox's own tests;
-# - WORKSPACES: the workspaces (real JupyterLab servers, the proxy, Chromium), the
-#   security tests (the API fuzzing) and the local cluster's own tests;
-# - SLOW: the rest of tests/integration, and tests/web;
-# - REST: everything else.
-QUEUEING=(tests/integration/test_sharing_engines.py tests/integration/test_kueue_mode.py
-  tests/sandbox)
-WORKSPACES=(tests/integration/test_workspaces.py tests/integration/test_workspace_browser.py
-  tests/monitoring/test_workspace_idle.py tests/security tests/localcluster)
-SLOW=(tests/integration tests/web)
-GROUPED=(tests/integration tests/security tests/web tests/sandbox tests/localcluster)
-REST=()
-for dir in tests/*/; do
-  dir=${dir%/}
-  compgen -G "$dir/test_*.py" >/dev/null || continue  # fixtures and helpers only
-  [[ " ${GROUPED[*]} " == *" $dir "* ]] || REST+=("$dir")
-done
-REST+=(tests/test_architecture.py)
-redis_db=${REDIS_URL##*/}
+# The whole suite in several processes at once (pytest-xdist), each with its own test
+# database and Redis database (tests/parallel.py): the tests that drive real workers,
+# clusters and browsers mostly wait on them. A module runs whole in one process (its
+# cluster and worker are the module's); the longest modules are handed out first.
 mkdir -p var/log
-(
-  export DATABASE_URL="${DATABASE_URL}_b"
-  export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 14) % 16 ))"
-  exec $BIN/pytest -p no:cacheprovider "${SLOW[@]}" "${QUEUEING[@]/#/--ignore=}" \
-    "${WORKSPACES[@]/#/--ignore=}"
-) > var/log/pytest-slow.log 2>&1 &
-slow=$!
-(
-  export DATABASE_URL="${DATABASE_URL}_c"
-  export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 13) % 16 ))"
-  exec $BIN/pytest -p no:cacheprovider "${QUEUEING[@]}"
-) > var/log/pytest-queueing.log 2>&1 &
-queueing=$!
-(
-  export DATABASE_URL="${DATABASE_URL}_d"
-  export REDIS_URL="${REDIS_URL%/*}/$(( (redis_db + 12) % 16 ))"
-  exec $BIN/pytest -p no:cacheprovider "${WORKSPACES[@]}"
-) > var/log/pytest-workspaces.log 2>&1 &
-workspaces=$!
-status=0
-$BIN/pytest -p no:cacheprovider "${REST[@]}" "${WORKSPACES[@]/#/--ignore=}" || status=$?
-wait $slow || status=$?
-wait $queueing || status=$?
-wait $workspaces || status=$?
-echo "== pytest (${SLOW[*]}, but the queueing scenarios and the workspaces)"
-cat var/log/pytest-slow.log
-echo "== pytest (${QUEUEING[*]})"
-cat var/log/pytest-queueing.log
-echo "== pytest (${WORKSPACES[*]})"
-cat var/log/pytest-workspaces.log
-exit $status
+PYTHONPATH=. exec $BIN/pytest -p no:cacheprovider -p tests.parallel -n "${TEST_PROCESSES:-6}" \
+  --dist loadfile --junitxml=var/log/junit.xml
