@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import sys
 import threading
@@ -26,7 +25,7 @@ import yaml
 from kubernetes import config as k8s_config
 
 from sandbox.controllers import faultplan
-from sandbox.controlplane.plane import ControlPlane, ControlPlaneError
+from sandbox.controlplane.plane import ControlPlane, ControlPlaneError, free_port
 from sandbox.faults import FAULTS_EXTENSION
 from sandbox.nodes.agent import NodeAgent
 from sandbox.profiles import load_profile
@@ -37,12 +36,6 @@ from sandbox.state import Options
 def state_folder(state: str) -> Path:
     path = Path(state)
     return path.with_suffix("") if path.suffix == ".sqlite3" else path
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     metrics: MetricsServer | None = None
     try:
         agent.start()
-        metrics = MetricsServer((args.host, args.metrics_port), agent.cluster, with_faults=True)
+        # Below the ephemeral range, as the control plane's: a restart asks for it again.
+        metrics_port = args.metrics_port or free_port(args.host)
+        metrics = MetricsServer((args.host, metrics_port), agent.cluster, with_faults=True)
         threading.Thread(
             target=metrics.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
         ).start()
@@ -111,7 +106,7 @@ def _kept_port(path: Path, host: str) -> int:
     """The kubelets' port, kept across restarts (the nodes' status names it)."""
     if path.exists():
         return int(path.read_text())
-    port = _free_port(host)
+    port = free_port(host)
     path.write_text(str(port))
     return port
 
