@@ -50,6 +50,7 @@ spec:
 
 
 def until(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """``check()`` once truthy; its last value after ``timeout`` (the caller asserts it)."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()

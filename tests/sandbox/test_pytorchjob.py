@@ -74,7 +74,9 @@ def apply(kubectl, ns: str, name: str, *, suspend: bool = False, duration: str =
 def test_a_pytorchjob_runs_a_pod_per_replica_with_torchruns_env_and_succeeds(  # type: ignore[no-untyped-def]
     kubectl, namespace
 ) -> None:
-    apply(kubectl, namespace, "ddp")
+    # 20 s of real time at the sandbox's speed: long enough to be seen running on a loaded
+    # machine (its 30 s default is half a second)
+    apply(kubectl, namespace, "ddp", duration="1200s")
     # A pod and a headless Service per replica, with the operator's names and labels
     found = until(lambda: len(p := pods(kubectl, namespace, "ddp")) == 3 and p)
     by_name = {p["metadata"]["name"]: p for p in found}
@@ -98,13 +100,14 @@ def test_a_pytorchjob_runs_a_pod_per_replica_with_torchruns_env_and_succeeds(  #
     running = until(
         lambda: conditions(j := get(kubectl, namespace, "ddp")).get("Running") == "True" and j
     )
+    assert running, "the PyTorchJob was never seen Running"
     assert conditions(running)["Created"] == "True"
     table = rows(kubectl("get", "pytorchjobs", "-n", namespace))
     assert table[0] == ["NAME", "STATE", "AGE"] and table[1][:2] == ["ddp", "Running"]
     assert re.fullmatch(r"\d+s|\d+m\d*s?", table[1][2]), table[1]  # an age, as kubectl shows
     done = until(
         lambda: conditions(j := get(kubectl, namespace, "ddp")).get("Succeeded") == "True" and j,
-        timeout=40,
+        timeout=60,
     )
     assert conditions(done)["Running"] == "False"
     assert done["status"]["replicaStatuses"]["Master"]["succeeded"] == 1

@@ -90,7 +90,9 @@ def test_the_cluster_ships_the_torch_distributed_runtime(kubectl) -> None:  # ty
 
 
 def test_a_trainjob_runs_as_a_jobset_of_its_trainer_and_completes(kubectl, namespace) -> None:  # type: ignore[no-untyped-def]
-    apply(kubectl, namespace, "llm")
+    # 20 s of real time at the sandbox's speed: its progress is read while it runs, even on
+    # a loaded machine (the default 60 s is one second)
+    apply(kubectl, namespace, "llm", duration="1200s")
     # The JobSet of its name, owned by it, with one Job of numNodes pods
     jobset = until(
         lambda: json.loads(kubectl("get", "jobsets", "-n", namespace, "-o", "json"))["items"]
@@ -124,17 +126,21 @@ def test_a_trainjob_runs_as_a_jobset_of_its_trainer_and_completes(kubectl, names
     # While it runs: jobsStatus and the trainer's progress
     status = until(
         lambda: (
-            (s := get(kubectl, namespace, "llm").get("status") or {}).get("trainerStatus") and s
+            (s := get(kubectl, namespace, "llm").get("status") or {})
+            .get("trainerStatus", {})
+            .get("progressPercentage")
+            and s
         ),
         30,
     )
+    assert status, "the TrainJob reported no progress while it ran"
     assert status["jobsStatus"][0]["name"] == "node"
     progress = status["trainerStatus"]
     assert 0 < progress["progressPercentage"] < 100
     assert progress["estimatedRemainingSeconds"] >= 0 and progress["lastUpdatedTime"]
     assert {m["name"] for m in progress["metrics"]} == {"step", "total"}
     # And it completes as its JobSet does
-    done = until(lambda: conditions(get(kubectl, namespace, "llm")).get("Complete"), 30)
+    done = until(lambda: conditions(get(kubectl, namespace, "llm")).get("Complete"), 60)
     assert (done["status"], done["reason"], done["message"]) == (
         "True", "AllJobsCompleted", "jobset completed successfully"
     )  # fmt: skip
