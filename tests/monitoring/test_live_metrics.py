@@ -190,7 +190,9 @@ def test_aggregates_that_hide_the_node_count_the_same_gpus_as_the_node_panels(
     job = submit_running(users["alice"], name="same-gpus", env={}, gpus=2)
     held = queries.matchers(held=True)
     per_device = f"max by (namespace, pod, node, gpu, GPU_I_ID) ({queries.utilisation(held)})"
-    reference = f"sum by (namespace, pod) (sum_over_time(({per_device} < bool 101)[60s:1s]))"
+    # (59 s: a window of 60 is one second short, queries._steps; with 60 here, a pod of an
+    # earlier test gone between 59 and 60 s before was counted by this side only)
+    reference = f"sum by (namespace, pod) (sum_over_time(({per_device} < bool 101)[59s:1s]))"
 
     def by_pod(promql: str, at: datetime) -> dict[tuple[str, str], float | None]:
         return {(s.labels["namespace"], s.labels["pod"]): s.value for s in query(promql, at=at)}
