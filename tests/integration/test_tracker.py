@@ -24,7 +24,7 @@ from jobs.tracking.reconcile import cluster_reconcile
 from jobs.tracking.tracker import ClusterTracker
 from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
-from tests.worker_process import WorkerProcess, wait_for
+from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OWN_CLUSTER, CONTROL_PLANE = True, "real"  # it breaks, stops or restarts it
@@ -179,5 +179,6 @@ def test_an_unreachable_api_server_fails_no_job_and_tracking_resumes(
     # And once it is back, the tracker leads again and follows the job to its end
     cluster.start(reset=False)
     assert wait_for(lambda: tracker.tracker.leading.is_set(), timeout=20)
-    done = wait_for(lambda: (j := fresh(job)).state == JobState.SUCCEEDED and j, timeout=30)
+    # (the restarted controllers resync first: seconds idle, a minute on a loaded machine)
+    done = wait_job(job, JobState.SUCCEEDED, timeout=90)
     assert done.reason != "Lost"
