@@ -297,7 +297,14 @@ def test_a_higher_priority_job_preempts_its_own_teams_lower_priority_job(
     # Then the low one was evicted for it, saying by which job (and, as when it was
     # evicted, behind it in the queue). On Kueue the urgent job's pods may run on the
     # cluster's free GPUs before the tracker has seen the victim suspended: wait for it.
-    evicted = wait_for(lambda: (j := fresh(low)).evictions == 1 and j, timeout=30)
+    try:
+        evicted = wait_for(lambda: (j := fresh(low)).evictions == 1 and j, timeout=30)
+    except AssertionError:
+        seen = fresh(low)
+        raise AssertionError(
+            f"the victim's eviction was never counted: it is {seen.state} "
+            f"({seen.reason}: {seen.message}), evictions={seen.evictions}"
+        ) from None
     assert evicted.state == JobState.QUEUED
     assert re.fullmatch(
         rf"evicted at \d\d:\d\d: job #{urgent.pk} of priority gpu-high needed 8 "
