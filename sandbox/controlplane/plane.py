@@ -419,28 +419,27 @@ class ControlPlane:
     def apply(self, documents: Iterable[dict[str, Any]]) -> None:
         docs = [d for d in documents if d]
         if docs:
-            self.kubectl(
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "--field-manager=gpu-portal-localcluster",
-                "-f",
-                "-",
-                stdin=yaml.dump_all(docs, Dumper=yaml.CSafeDumper, sort_keys=False),
+            self._server_side_apply(
+                "-", stdin=yaml.dump_all(docs, Dumper=yaml.CSafeDumper, sort_keys=False)
             )
 
-    def _install_crds(self) -> None:
-        """The components' CRDs, given to kubectl as the files they are: 8 MB of YAML that
-        PyYAML took 10-20 s of CPU to read and write again at every start."""
-        assert self.components is not None
+    def _server_side_apply(self, source: str, stdin: str | None = None) -> None:
+        """``kubectl apply --server-side`` of a file, a folder, or ``-`` (``stdin``)."""
         self.kubectl(
             "apply",
             "--server-side",
             "--force-conflicts",
             "--field-manager=gpu-portal-localcluster",
             "-f",
-            str(self.components / "crds"),
+            source,
+            stdin=stdin,
         )
+
+    def _install_crds(self) -> None:
+        """The components' CRDs, given to kubectl as the files they are: 8 MB of YAML that
+        PyYAML took 10-20 s of CPU to read and write again at every start."""
+        assert self.components is not None
+        self._server_side_apply(str(self.components / "crds"))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
     def _manifests(self, name: str) -> list[dict[str, Any]]:

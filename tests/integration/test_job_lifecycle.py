@@ -18,7 +18,7 @@ from teams.models import Team
 from teams.services import team_save
 from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
-from tests.worker_process import WorkerProcess, wait_for
+from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,7 +42,8 @@ def state_of(job_id: int) -> Job:
 
 
 def wait_state(job_id: int, *states: str, timeout: float = 40.0) -> Job:
-    return wait_for(lambda: (j := state_of(job_id)).state in states and j, timeout=timeout)
+    found: Job = wait_job(job_id, *states, timeout=timeout)
+    return found
 
 
 def test_submit_runs_and_succeeds(users: dict[str, User], worker: WorkerProcess) -> None:
