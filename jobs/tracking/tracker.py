@@ -71,15 +71,27 @@ BATCH_PAUSE = 0.2  # seconds to gather changes into one batch of observations
 
 
 class _Informer:
-    """The tracked objects of every watched kind, and which portal job each belongs to."""
+    """The tracked objects of every watched kind, and which portal job each belongs to.
 
-    def __init__(self) -> None:
+    Jobs are observed only once every kind it watches has been listed (``synced``, as
+    client-go's ``HasSynced``): a job whose pods are listed before its Job would look as
+    if its objects had gone, and be marked Lost.
+    """
+
+    def __init__(self, kinds: tuple[str, ...] = (*WATCHED, *OPERATORS, *KUEUE, "Event")) -> None:
         self.lock = threading.Lock()
+        self.kinds = kinds
         self.objects: dict[str, dict[Key, Obj]] = {
             k: {} for k in (*WATCHED, *OPERATORS, *KUEUE, "Event")
         }
+        self.listed: set[str] = set()
         self.dirty: set[int] = set()
         self.changed = threading.Event()
+
+    @property
+    def synced(self) -> bool:
+        with self.lock:
+            return self.listed.issuperset(self.kinds)
 
     def _mark(self, job_id: int | None) -> None:
         if job_id is not None:
@@ -91,6 +103,7 @@ class _Informer:
         with self.lock:
             before = self.objects[kind]
             self.objects[kind] = {_key(o): o for o in items}
+            self.listed.add(kind)
             for obj in [*before.values(), *items]:
                 self._mark(self._job_of(kind, obj))
 
@@ -246,7 +259,8 @@ class ClusterTracker:
     def run(self) -> None:
         """1. Wait until this tracker holds the lease (trying every few seconds).
         2. While it holds it: watch every kind in its own thread, observe marked jobs in
-           batches, and renew the lease every third of its duration.
+           batches once every kind has been listed, and renew the lease every third of
+           its duration.
         3. A renewal that fails ends this term: watches stop, and the tracker waits for
            the lease again (another tracker may hold it by then).
         """
@@ -258,19 +272,22 @@ class ClusterTracker:
             self.leading.set()
             logger.info("tracker %s leads", self.lease.identity)
             term = threading.Event()
-            informer = _Informer()
             operators = owner_kinds()
+            informer = _Informer((*WATCHED, *operators, *_kueue_kinds(), "Event"))
             threads = [
                 threading.Thread(target=self._watch_loop, args=(kind, informer, term), daemon=True)
-                for kind in (*WATCHED, *operators, *_kueue_kinds(), "Event")
+                for kind in informer.kinds
             ]
             for thread in threads:
                 thread.start()
             next_renewal = time.monotonic() + renew_every
             try:
                 while not self._stop.is_set():
-                    informer.changed.wait(BATCH_PAUSE)
-                    self._observe(informer)
+                    if informer.synced:
+                        informer.changed.wait(BATCH_PAUSE)
+                        self._observe(informer)
+                    else:
+                        self._stop.wait(BATCH_PAUSE)
                     if time.monotonic() >= next_renewal:
                         if not self._hold():
                             logger.warning("tracker %s lost the lease", self.lease.identity)
@@ -284,8 +301,11 @@ class ClusterTracker:
             finally:
                 term.set()
                 self.leading.clear()
+                # A watch blocked on a quiet stream ends with its next event or timeout:
+                # wait a few seconds in all for them, not a few each.
+                deadline = time.monotonic() + 5
                 for thread in threads:
-                    thread.join(timeout=5)
+                    thread.join(timeout=max(0.0, deadline - time.monotonic()))
                 close_old_connections()
 
     def _hold(self) -> bool:

@@ -128,6 +128,42 @@ def test_a_restarted_api_server_loses_nothing(
     assert fresh(job).reason != "Lost"
 
 
+def test_a_tracker_observes_no_job_before_it_has_listed_every_kind(
+    users: dict[str, User],
+    tracker: Running,
+    cluster: SandboxProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    # Given a running job, tracked, past the grace period after which a job whose objects
+    # are gone counts as lost
+    settings.LOST_GRACE_SECONDS = 0
+    job = job_submit(
+        user=users["alice"], data=training_spec(name="listed", env={"SANDBOX_DURATION": "60m"})
+    )
+    wait_job(job, JobState.RUNNING, timeout=30)
+    tracker.stop()
+    # When the next tracker's list of Jobs comes seconds after its list of Pods (as on a
+    # loaded machine, or an API server that has just restarted)
+    listed = kube.list_with_version
+
+    def slow_jobs(kind: str, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+        if kind == "Job":
+            time.sleep(3)
+        return listed(kind, **kwargs)
+
+    monkeypatch.setattr(tracker_module.kube, "list_with_version", slow_jobs)
+    second = Running("tracker-b")
+    try:
+        assert second.tracker.leading.wait(10)
+        wait_for(lambda: second.tracker.observed > 0, timeout=20)
+        # Then the job was never taken for lost: it is still running
+        found = fresh(job)
+        assert found.state == JobState.RUNNING, f"{found.reason}: {found.message}"
+    finally:
+        second.stop()
+
+
 def test_a_second_tracker_takes_over_when_the_leader_stops(
     users: dict[str, User], tracker: Running, cluster: SandboxProcess
 ) -> None:
