@@ -304,7 +304,11 @@ def _kueue_changes(job: Job, seen: Observation, now: datetime) -> dict[str, Any]
     suspended again) counted, its run kept for the GPU-hour accounting."""
     if seen.state != JobState.QUEUED:
         return {"admitted_at": seen.admitted_at or now} if job.admitted_at is None else {}
-    if job.state in (JobState.PENDING, JobState.RUNNING) and seen.reason == "Preempted":
+    # Admitted, and now evicted: counted once, since the count clears ``admitted_at`` (and
+    # Kueue clears ``Evicted`` when it admits the Workload again). Not by the row's state:
+    # the Job's watch may tell of its suspension before the Workload's tells why, so the
+    # row can be queued already, in the words of a Workload not yet updated.
+    if job.admitted_at is not None and seen.reason == "Preempted":
         return {
             "admitted_at": None,
             "started_at": None,
