@@ -1,6 +1,7 @@
 """A workspace in a real browser: alice creates one on the Workspaces page, opens JupyterLab
 through the portal's proxy, runs a cell over the proxied kernel WebSocket, writes a file in
-her home folder, stops and starts the workspace, and finds the file again.
+her home folder, stops and starts the workspace, finds the file again, and deletes the
+workspace with its home folder once she has said yes (her first "no" keeps both).
 
 Real processes: headless Chromium (Playwright), the portal (live server) behind the
 workspace proxy (uvicorn), a Celery worker, the sandbox running a real JupyterLab.
@@ -16,8 +17,10 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Dialog, Page, expect
 
+from cluster import kube
+from jobs.manifests.naming import home_claim_name
 from jobs.models import Job, JobState
 from tests.browser import chromium
 from tests.integration.test_e2e_browser import shot
@@ -122,4 +125,39 @@ def test_alice_opens_jupyterlab_through_the_portal_and_her_files_outlive_a_stop(
     run_cell(lab, "open('kept.txt').read()")
     expect(lab.locator(".jp-OutputArea-output").last).to_have_text("'still here'", timeout=60_000)
     shot(lab, "23-file-kept")
+    lab.close()
+
+    # She deletes it with its home folder: the browser asks first, and her "no" keeps both
+    page.goto(f"{base}/workspaces/")
+    row = page.locator("[data-testid=workspace-lab]")
+    row.locator("input[name=delete_home]").check()
+    questions: list[str] = []
+    answers = iter([False, True])
+
+    def answer(dialog: Dialog) -> None:
+        questions.append(dialog.message)
+        if next(answers):
+            dialog.accept()
+        else:
+            dialog.dismiss()
+
+    page.on("dialog", answer)
+    row.get_by_role("button", name="Delete").click()
+    page.wait_for_timeout(2000)  # a form the dialog did not stop is posted by now
+    assert questions == ["Delete workspace lab?"]
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    assert home_exists(job)
+    # ...and her "yes" deletes the workspace and its home folder
+    row.get_by_role("button", name="Delete").click()
+    wait_for(lambda: Job.objects.get(pk=job.pk).reason == "Deleted", timeout=30)
+    wait_for(lambda: not home_exists(job), timeout=120, interval=1)
+    assert len(questions) == 2
     context.close()
+
+
+def home_exists(job: Job) -> bool:
+    try:
+        kube.get("PersistentVolumeClaim", home_claim_name(job.owner.username), job.namespace)
+    except kube.ObjectNotFound:
+        return False
+    return True
