@@ -30,11 +30,10 @@ SANDBOX_SPEED = 30.0
 def sandbox(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[SandboxProcess]:
-    """The module's cluster. A module that says ``CONTROL_PLANE = "real"`` runs on the real
-    local cluster: the test process's shared one, or its own if it also says
-    ``OWN_CLUSTER = True`` (it stops, restarts or breaks it). The others, still moving
-    over, get a stand-in of their own (``TEST_CONTROL_PLANE`` chooses otherwise)."""
-    real = getattr(request.module, "CONTROL_PLANE", None) == "real"
+    """The module's cluster: the real local cluster, the test process's shared one, or its
+    own if the module says ``OWN_CLUSTER = True`` (it stops, restarts or breaks it). A
+    module that says ``CONTROL_PLANE = "python"``, still moving over, gets a stand-in."""
+    real = getattr(request.module, "CONTROL_PLANE", "real") == "real"
     if real and not getattr(request.module, "OWN_CLUSTER", False):
         yield request.getfixturevalue("local_cluster")
         return
@@ -42,7 +41,7 @@ def sandbox(
         tmp_path_factory.mktemp("cluster"),
         profile="small",
         speed=SANDBOX_SPEED,
-        control_plane=getattr(request.module, "CONTROL_PLANE", None),
+        control_plane=getattr(request.module, "CONTROL_PLANE", "real"),
     )
     yield proc
     proc.stop(timeout=30)
