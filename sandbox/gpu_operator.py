@@ -151,6 +151,14 @@ def cluster_policy() -> dict[str, Any]:
         },
         "spec": {
             "operator": {"defaultRuntime": "containerd"},
+            # Every operand DaemonSet's common settings (the chart's ``daemonsets`` values;
+            # the CRD requires the section).
+            "daemonsets": {
+                "priorityClassName": "system-node-critical",
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                ],
+            },
             "driver": {"enabled": True, "version": "550.54.15"},
             "toolkit": {"enabled": True},
             "devicePlugin": {
@@ -177,6 +185,8 @@ def operand_daemonset(operand: str) -> dict[str, Any]:
     app, image = OPERAND_PODS[operand]
     labels = {"app": app, "app.kubernetes.io/part-of": "gpu-operator"}
     return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
         "metadata": {"name": app, "namespace": NAMESPACE, "labels": labels},
         "spec": {
             "selector": {"matchLabels": {"app": app}},
@@ -196,42 +206,64 @@ def operand_daemonset(operand: str) -> dict[str, Any]:
     }
 
 
-def install_gpu_operator(cluster: Cluster, profile: dict[str, Any]) -> bool:
-    """What ``helm install gpu-operator`` leaves on a fresh cluster, once; an admin's later
-    changes survive restarts. True when made."""
-    with cluster.store.lock:
-        if CLUSTER_POLICY_KEY not in BY_KEY or cluster.store.meta_get("gpu_operator_installed"):
-            return False
-        create = objects.create
-        if cluster.store.get("namespaces", "", NAMESPACE) is None:
-            create(
-                cluster,
-                BY_KEY["namespaces"],
-                "",
-                {"metadata": {"name": NAMESPACE}},
-                check_schema=False,
-            )
-        create(cluster, BY_KEY[CLUSTER_POLICY_KEY], "", cluster_policy(), check_schema=False)
+def operator_objects(profile: dict[str, Any]) -> list[dict[str, Any]]:
+    """What ``helm install gpu-operator`` leaves on a fresh cluster, in the order to create
+    it: the namespace, the operands' service accounts, the MIG manager's and the device
+    plugin's ConfigMaps, the operands' DaemonSets, and last the ClusterPolicy (its presence
+    says the install is done)."""
+    part_of = {"app.kubernetes.io/part-of": "gpu-operator"}
+    config_maps = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": part_of},
+            "data": data,
+        }
         for name, data in (
             (MIG_PARTED_CONFIG_MAP, {MIG_PARTED_KEY: mig_parted_config_text(profile)}),
             (DEVICE_PLUGIN_CONFIG_MAP, device_plugin_configs(profile)),
-        ):
-            body = {
-                "metadata": {
-                    "name": name,
-                    "namespace": NAMESPACE,
-                    "labels": {"app.kubernetes.io/part-of": "gpu-operator"},
-                },
-                "data": data,
-            }
-            create(cluster, BY_KEY["configmaps"], NAMESPACE, body, check_schema=False)
-        for operand in OPERANDS:
-            create(
-                cluster,
-                BY_KEY["daemonsets.apps"],
-                NAMESPACE,
-                operand_daemonset(operand),
-                check_schema=False,
+        )
+    ]
+    service_accounts = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": app.removesuffix("-daemonset"), "namespace": NAMESPACE},
+        }
+        for app, _ in OPERAND_PODS.values()
+    ]
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        *service_accounts,
+        *config_maps,
+        *(operand_daemonset(operand) for operand in OPERANDS),
+        cluster_policy(),
+    ]
+
+
+_STORE_KEYS = {
+    "Namespace": "namespaces",
+    "ServiceAccount": "serviceaccounts",
+    "ConfigMap": "configmaps",
+    "DaemonSet": "daemonsets.apps",
+    "ClusterPolicy": CLUSTER_POLICY_KEY,
+}
+
+
+def install_gpu_operator(cluster: Cluster, profile: dict[str, Any]) -> bool:
+    """The stand-in's install of ``operator_objects``, once; an admin's later changes
+    survive restarts. True when made."""
+    with cluster.store.lock:
+        if CLUSTER_POLICY_KEY not in BY_KEY or cluster.store.meta_get("gpu_operator_installed"):
+            return False
+        for obj in operator_objects(profile):
+            meta = obj["metadata"]
+            key = _STORE_KEYS[obj["kind"]]
+            if cluster.store.get(key, meta.get("namespace", ""), meta["name"]) is not None:
+                continue
+            body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+            objects.create(
+                cluster, BY_KEY[key], meta.get("namespace", ""), body, check_schema=False
             )
         cluster.store.meta_set("gpu_operator_installed", True)
         return True

@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox import faults
-from sandbox.api.resources import BY_KEY
 from sandbox.gpu_operator import (
     CLUSTER_POLICY,
     CLUSTER_POLICY_KEY,
@@ -87,7 +86,9 @@ RESTARTING = (
 
 
 def reconcile(cluster: Cluster) -> None:
-    if CLUSTER_POLICY_KEY not in BY_KEY or not cluster.store.meta_get("gpu_operator_installed"):
+    # Installed: by the stand-in where it serves the ClusterPolicy CRD, or by the simulated
+    # nodes through the real API server (``sandbox.nodes.agent``).
+    if not cluster.store.meta_get("gpu_operator_installed"):
         return
     policy = cluster.store.get(CLUSTER_POLICY_KEY, "", CLUSTER_POLICY)
     spec = (policy or {}).get("spec") or {}

@@ -219,6 +219,23 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
         and now >= life["started"] + life["duration"]
     ):
         _exit_containers(tick, life)
+    elif life["state"] == "running" and not _is_ready(pod):
+        _ready_again(tick)
+
+
+def _is_ready(pod: Obj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in pod["status"].get("conditions") or []
+    )
+
+
+def _ready_again(tick: _Tick) -> None:
+    """Running, yet not Ready in the API: the node-lifecycle controller marks the pods of a
+    node it lost so. The kubelet, back, reports them Ready again, as its status manager
+    corrects what the API server holds."""
+    tick.conditions(("Ready", True, None), ("ContainersReady", True, None))
+    tick.cluster.store.put("pods", tick.pod)
 
 
 def _terminate(tick: _Tick, life: dict[str, Any]) -> None:

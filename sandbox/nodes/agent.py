@@ -32,9 +32,10 @@ from kubernetes.client.rest import ApiException
 from sandbox import faults
 from sandbox.bootstrap import node_conditions
 from sandbox.controllers import faultplan, gpu_operator, kubelet
+from sandbox.gpu_operator import CLUSTER_POLICY, CLUSTER_POLICY_KEY, operator_objects
 from sandbox.nodes import volumes
 from sandbox.nodes.kubelet_api import KubeletServer, serve
-from sandbox.nodes.store import Api, NodeStore
+from sandbox.nodes.store import BY_KEY, Api, NodeStore
 from sandbox.profiles import build_nodes
 from sandbox.state import Cluster, Options
 from sandbox.store import Obj
@@ -111,6 +112,25 @@ def _now_micro() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# The plural of each kind the GPU Operator's install creates (its REST collection).
+_PLURALS = {
+    "Namespace": "namespaces",
+    "ServiceAccount": "serviceaccounts",
+    "ConfigMap": "configmaps",
+    "DaemonSet": "daemonsets",
+    "ClusterPolicy": "clusterpolicies",
+}
+
+
+def _collection_path(obj: Obj) -> str:
+    """``/api/v1/namespaces/gpu-operator/configmaps`` and the like."""
+    version, namespace = obj["apiVersion"], obj["metadata"].get("namespace")
+    path = f"/apis/{version}" if "/" in version else f"/api/{version}"
+    if namespace:
+        path += f"/namespaces/{namespace}"
+    return f"{path}/{_PLURALS[obj['kind']]}"
+
+
 def node_address(net: int, index: int) -> str:
     """Node ``index``'s InternalIP: 127.<net>.<1 + index // 250>.<2 + index % 250>."""
     return f"127.{net}.{1 + index // 250}.{2 + index % 250}"
@@ -148,6 +168,7 @@ class NodeAgent:
     # -- start / stop ---------------------------------------------------------------------
     def start(self) -> None:
         self.store.start()
+        self._install_gpu_operator()
         self._register_nodes()
         self._thread.start()
         serve(self._servers)
@@ -206,6 +227,22 @@ class NodeAgent:
                     lambda n: faults.node_down(self.cluster, n),
                 )
             )
+
+    def _install_gpu_operator(self) -> None:
+        """What the GPU Operator's Helm chart leaves, through the API, once: its ClusterPolicy
+        already there means it was installed (an admin's later changes stay). The real
+        DaemonSet controller then runs the operands on the nodes labelled for them."""
+        policy = BY_KEY[CLUSTER_POLICY_KEY]
+        if self.api.get(policy, "", CLUSTER_POLICY) is None:
+            for obj in operator_objects(self.profile):
+                try:
+                    self.api.call("POST", _collection_path(obj), obj)
+                except ApiException as exc:
+                    if exc.status != 409:  # there from an install a restart cut short
+                        raise
+        # The operator's node side (MIG manager, device plugin, ClusterPolicy status) runs.
+        with self.store.lock:
+            self.store.meta_set("gpu_operator_installed", True)
 
     # -- the kubelets' loop ---------------------------------------------------------------
     def _run(self) -> None:

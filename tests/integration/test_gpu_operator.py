@@ -36,9 +36,8 @@ from tests.sandbox_process import SandboxProcess, inject
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-# Still on the stand-in: the simulated nodes do not yet install the GPU Operator's objects
-# on the real control plane (sandbox/README.md, "Still on the stand-in").
-OWN_CLUSTER, CONTROL_PLANE = True, "python"
+# It re-partitions the nodes' GPUs: a cluster of its own.
+OWN_CLUSTER = True
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 

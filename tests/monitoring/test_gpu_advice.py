@@ -24,9 +24,7 @@ from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-# Still on the stand-in: the simulated nodes do not yet install the GPU Operator's objects on
-# the real control plane, so there are no MIG layouts to advise (sandbox/README.md).
-OWN_CLUSTER, CONTROL_PLANE = True, "python"
+
 
 MIG_NODE = "gpu-a100-mig-0"
 
