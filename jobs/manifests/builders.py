@@ -210,21 +210,29 @@ PYTORCH_CONTAINER = "pytorch"
 def _pytorchjob(spec: JobSpec, ctx: ManifestContext) -> Manifest:
     """Kubeflow's PyTorchJob (seed 003's shape): a Master and ``workers - 1`` Workers, each
     pod the portal's restricted template; the operator gives each pod its Service and
-    torchrun's env (MASTER_ADDR, WORLD_SIZE, RANK, PET_*). Pods are not restarted in place
-    (``Never``): a failed rank fails the job, which the portal runs again when a GPU or a
-    node failed (``jobs.services.hardware``), as for its own Jobs."""
-    template = _pod_template(spec, ctx, restart_policy="Never")
+    torchrun's env (MASTER_ADDR, WORLD_SIZE, RANK, PET_*).
+
+    Without retries, pods are not restarted (``Never``) and no ``backoffLimit`` is set: a
+    failed rank fails the job and its pods stay, with the exit code (the operator deletes
+    every pod of a job past its backoff limit, whatever ``cleanPodPolicy`` says). The
+    portal runs it again when a GPU or a node failed (``jobs.services.hardware``), as for
+    its own Jobs. With retries, the operator restarts a failed rank in place
+    (``OnFailure``) up to ``backoffLimit`` times: the only restarts it counts."""
+    restart = "OnFailure" if spec.retries else "Never"
+    template = _pod_template(spec, ctx, restart_policy=restart)
     template["spec"]["containers"][0]["name"] = PYTORCH_CONTAINER
     replicas: dict[str, Any] = {
-        "Master": {"replicas": 1, "restartPolicy": "Never", "template": template}
+        "Master": {"replicas": 1, "restartPolicy": restart, "template": template}
     }
     if spec.workers > 1:
         replicas["Worker"] = {
             "replicas": spec.workers - 1,
-            "restartPolicy": "Never",
+            "restartPolicy": restart,
             "template": copy.deepcopy(template),
         }
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": spec.retries}
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None"}
+    if spec.retries:
+        run_policy["backoffLimit"] = spec.retries
     if spec.max_runtime_seconds is not None:
         run_policy["activeDeadlineSeconds"] = spec.max_runtime_seconds
     whole = spec.gpu.sharing == "exclusive" and not spec.gpu.mig_profile and spec.gpu.count

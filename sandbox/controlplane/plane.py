@@ -50,6 +50,7 @@ from sandbox.nodes.volumes import storage_class
 logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
+INIT_CONTAINER_TEMPLATE = REPO / "localcluster" / "pytorch-init-container.yaml"
 ADMIN_USER = "gpu-portal-admin"
 CLUSTER_NAME = "local"
 # Grace periods of the node-lifecycle controller and the default tolerations of pods for a
@@ -651,6 +652,9 @@ class ControlPlane:
                     f"--webhook-server-port={ports.operator_webhook}",
                     "--enable-scheme=pytorchjob",
                     "--leader-elect=false",
+                    # Its workers' init container, restricted (the built-in one is refused
+                    # in the teams' namespaces): the file says why.
+                    f"--pytorch-init-container-template-file={INIT_CONTAINER_TEMPLATE}",
                 ],
                 {OPERATOR_CERT_DIR: self._operator_certs},
                 network=inside,

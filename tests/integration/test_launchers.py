@@ -21,12 +21,11 @@ from jobs.models import Job, JobState
 from jobs.services.submit import job_cancel, job_submit
 from tests.conftest import api_client_for, training_spec
 from tests.integration.test_reclaim import LONG, seed, submit
-from tests.worker_process import WorkerProcess, wait_for
+from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
-# Still on the stand-in: the PyTorchJob launcher's tests fail on the real training operator
-# (not yet diagnosed; sandbox/README.md, "Still on the stand-in").
-OWN_CLUSTER, CONTROL_PLANE = True, "python"
+# Its borrowing test reclaims quota across the cluster: a cluster of its own.
+OWN_CLUSTER = True
 
 
 def fresh(job: Job) -> Job:
@@ -61,7 +60,7 @@ def test_a_pytorchjob_runs_with_the_operators_pods_and_succeeds(users: dict[str,
     job = ddp(users["alice"], "ddp", SANDBOX_DURATION="300s")
     assert [m["kind"] for m in job.manifests] == ["PyTorchJob"]
     # When it runs, Then its pods are the operator's, with torchrun's env, and it is running
-    running = wait_for(lambda: (j := fresh(job)).state == JobState.RUNNING and j, timeout=60)
+    running = wait_job(job, JobState.RUNNING, timeout=60)
     pods = {
         p["metadata"]["name"]: p
         for p in kube.list_all("Pod", label_selector=f"{JOB_ID_LABEL}={job.pk}")
@@ -84,14 +83,14 @@ def test_a_pytorchjob_runs_with_the_operators_pods_and_succeeds(users: dict[str,
 
 def test_a_failing_rank_fails_the_pytorchjob_with_its_exit_code(users: dict[str, User]) -> None:
     job = ddp(users["alice"], "crash", SANDBOX_DURATION="30s", SANDBOX_EXIT_CODE="3")
-    failed = wait_for(lambda: (j := fresh(job)).state == JobState.FAILED and j, timeout=60)
+    failed = wait_job(job, JobState.FAILED, timeout=60)
     assert failed.reason == "PyTorchJobFailed"
-    assert failed.exit_code == 3 and "exited with code 3" in failed.message
+    assert failed.exit_code == 3 and "exited with code 3" in failed.message, failed.message
 
 
 def test_cancel_removes_the_pytorchjob_and_its_pods(users: dict[str, User]) -> None:
     job = ddp(users["alice"], "stop", SANDBOX_DURATION="3600s")
-    wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=60)
+    wait_job(job, JobState.RUNNING, timeout=60)
     job_cancel(user=users["alice"], job_id=job.pk)
 
     def gone() -> Any:

@@ -54,7 +54,7 @@ from jobs.services.submit import job_submit
 from portal.services import api_token_create
 from portal.wsgi import application
 from tests.conftest import inference_spec, training_spec
-from tests.sandbox_process import SandboxProcess, start_sandbox
+from tests.sandbox_process import SandboxProcess
 
 EXAMPLES_PER_OPERATION = 20
 
@@ -137,14 +137,8 @@ STATEFUL_CHECKS = [*CHECKS, ensure_resource_availability]
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    # Still on the stand-in: on the local cluster, without the GPU Operator's objects, the
-    # device-plugin config operations answer outside their schema (sandbox/README.md).
-    proc = start_sandbox(
-        tmp_path_factory.mktemp("cluster"), profile="small", speed=30.0, control_plane="python"
-    )
-    yield proc
-    proc.stop()
+def sandbox(local_cluster: SandboxProcess) -> SandboxProcess:
+    return local_cluster
 
 
 @pytest.fixture
