@@ -132,6 +132,10 @@ def placement_of(pods: list[Obj]) -> dict[str, Any]:
     }
 
 
+def _event_time(event: Obj) -> str:
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+
 def _pending(pods: list[Obj], expected: int, what: str, events: list[Obj]) -> Observation:
     """Why pods are not all running yet, most specific reason first."""
     running = sum(1 for p in pods if _phase(p) == "Running")
@@ -144,14 +148,17 @@ def _pending(pods: list[Obj], expected: int, what: str, events: list[Obj]) -> Ob
                 str(condition.get("message") or "The scheduler cannot place a pod."),
                 unschedulable_pod=pod,
             )
-    failed_create = [e for e in events if e.get("reason") == "FailedCreate"]
-    if not pods and failed_create:
-        latest = max(
-            failed_create, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or ""
-        )
-        message = str(latest.get("message") or "")
-        reason = "QuotaExceeded" if "exceeded quota" in message else "FailedCreate"
-        return Observation(JobState.PENDING, reason, message)
+    # A pod the API server refused (a quota, Pod Security): the Job controller's
+    # FailedCreate, a training operator's FailedCreatePod. It explains the missing pods
+    # when none exists, or when it came after the newest one was made.
+    failed_create = [e for e in events if e.get("reason") in ("FailedCreate", "FailedCreatePod")]
+    if failed_create:
+        latest = max(failed_create, key=_event_time)
+        newest_pod = max((p["metadata"].get("creationTimestamp") or "" for p in pods), default="")
+        if not pods or (len(pods) < expected and _event_time(latest) > newest_pod):
+            message = str(latest.get("message") or "")
+            reason = "QuotaExceeded" if "exceeded quota" in message else "FailedCreate"
+            return Observation(JobState.PENDING, reason, message)
     for pod in pods:
         waiting = _waiting_reason(pod)
         if waiting and waiting != "ContainerCreating":

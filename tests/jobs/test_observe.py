@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.tracking.observe import observe_inference, observe_training
+from jobs.tracking.observe import observe_inference, observe_pytorchjob, observe_training
 
 
 def k8s_job(conditions: list[dict[str, Any]] = (), **status: Any) -> dict[str, Any]:  # type: ignore[assignment]
@@ -149,3 +149,30 @@ def test_replica_failure_condition_reports_quota() -> None:
     seen = observe_inference(deployment(0, conditions=[failure]), [], [])
 
     assert (seen.state, seen.reason) == ("pending", "QuotaExceeded")
+
+
+def test_a_refused_worker_pod_explains_a_pytorchjob_whose_master_runs() -> None:
+    # The training operator made the master; the API server refused the worker (its event)
+    message = (
+        'Error creating: pods "ddp-1-worker-0" is forbidden: violates PodSecurity '
+        '"restricted:latest": allowPrivilegeEscalation != false (container "init-pytorch" '
+        "must set securityContext.allowPrivilegeEscalation=false)"
+    )
+    event = {"reason": "FailedCreatePod", "type": "Warning", "message": message,
+             "lastTimestamp": "2026-01-01T10:00:05Z"}  # fmt: skip
+    master = pod("ddp-1-master-0", "Running")
+    master["metadata"]["creationTimestamp"] = "2026-01-01T10:00:01Z"
+    pytorchjob = {
+        "metadata": {"name": "ddp-1", "namespace": "team-vision"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 1}}},
+        "status": {"conditions": []},
+    }
+
+    seen = observe_pytorchjob(pytorchjob, [master], [event])
+
+    assert (seen.state, seen.reason) == ("pending", "FailedCreate")
+    assert "init-pytorch" in seen.message
+    # ...but not once a worker was made after it (the refusal is history)
+    worker = pod("ddp-1-worker-0", "Pending", node=None)
+    worker["metadata"]["creationTimestamp"] = "2026-01-01T10:00:09Z"
+    assert observe_pytorchjob(pytorchjob, [master, worker], [event]).reason != "FailedCreate"
