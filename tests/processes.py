@@ -45,9 +45,11 @@ def wait_ready(
     *,
     what: str,
     log_file: Path,
-    timeout: float = 30.0,
+    timeout: float = 60.0,
 ) -> None:
-    """Poll ``ready()`` until it is true; fail with the log when the process dies or stalls."""
+    """Poll ``ready()`` until it is true; fail with the log when the process dies or stalls
+    (a minute: a server of several workers takes half of it to boot on a machine as loaded
+    as the whole suite's six processes make it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -219,21 +219,23 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
         and now >= life["started"] + life["duration"]
     ):
         _exit_containers(tick, life)
-    elif life["state"] == "running" and not _is_ready(pod):
+    elif life["state"] == "running" and not _is_ready(pod) and node and _is_ready(node):
         _ready_again(tick)
 
 
-def _is_ready(pod: Obj) -> bool:
+def _is_ready(obj: Obj) -> bool:
+    """A pod's or a node's Ready condition is True."""
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
-        for c in pod["status"].get("conditions") or []
+        for c in (obj.get("status") or {}).get("conditions") or []
     )
 
 
 def _ready_again(tick: _Tick) -> None:
     """Running, yet not Ready in the API: the node-lifecycle controller marks the pods of a
-    node it lost so. The kubelet, back, reports them Ready again, as its status manager
-    corrects what the API server holds."""
+    node it lost so. Once the node reports Ready again, the kubelet reports them Ready
+    again, as its status manager corrects what the API server holds (not before: the
+    controller would mark them again, and the two would write in turn)."""
     tick.conditions(("Ready", True, None), ("ContainersReady", True, None))
     tick.cluster.store.put("pods", tick.pod)
 

@@ -82,7 +82,8 @@ def test_kueues_objects_are_created_read_listed_replaced_and_deleted(
         assert kube.ensure(cluster_queue("vision-adapter", 16), compare=same_spec) == "updated"
         assert kube.ensure(cluster_queue("vision-adapter", 16), compare=same_spec) == "unchanged"
         nominal = kube.get("ClusterQueue", "vision-adapter")["spec"]["resourceGroups"][0]
-        assert nominal["flavors"][0]["resources"][0]["nominalQuota"] == 16
+        # (a quantity: the API server may give it back as the string it canonicalised)
+        assert str(nominal["flavors"][0]["resources"][0]["nominalQuota"]) == "16"
         # And what Kueue's schema refuses is refused, naming the field
         bad = cluster_queue("bad-adapter", 8)
         bad["spec"]["queueingStrategy"] = "FIFO"

@@ -73,7 +73,9 @@ def test_a_pytorchjob_runs_with_the_operators_pods_and_succeeds(users: dict[str,
     )  # fmt: skip
     assert worker["automountServiceAccountToken"] is False
     assert worker["containers"][0]["securityContext"]["allowPrivilegeEscalation"] is False
-    assert "2 of 2 replicas running" in running.message
+    # (running once the operator says so; both replicas' pods run soon after)
+    assert running.message.endswith("replicas running (PyTorchJob).")
+    wait_for(lambda: "2 of 2 replicas running" in fresh(job).message, timeout=30)
     # ...its progress is read from the master's log
     wait_for(lambda: fresh(job).progress is not None, timeout=30)
     # Then it succeeds, the master's exit code 0

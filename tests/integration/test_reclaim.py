@@ -1,5 +1,6 @@
 """Borrowed GPUs are given back: a lender's job evicts borrowing jobs from a real sandbox
-cluster through a real Celery worker, runs, and the evicted jobs come back on their own.
+cluster through a real Celery worker, runs, and the evicted jobs come back on their own;
+a cancel wins over an eviction and a re-admission under way.
 
 The sandbox (profile ``small``: two 8-GPU A100 nodes) runs 30× faster than real time.
 """
@@ -7,6 +8,7 @@ The sandbox (profile ``small``: two 8-GPU A100 nodes) runs 30× faster than real
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any
 
 import pytest
@@ -21,9 +23,9 @@ from jobs.services.eviction import EvictOutcome, job_evict
 from jobs.services.submit import job_submit
 from teams.models import Team
 from teams.services import quota_set
-from tests.conftest import training_spec
+from tests.conftest import api_client_for, training_spec
 from tests.sandbox_process import SandboxProcess
-from tests.worker_process import WorkerProcess, wait_for
+from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -160,3 +162,38 @@ def test_teams_that_all_want_more_than_their_share_settle(cluster: SandboxProces
         "team robotics uses 8 of 8 nvidia.com/gpu (nominal) and may borrow 16 more; "
         "the cohort research has 0 unused: speech uses 8 of its 8, vision uses 8 of its 8"
     )
+
+
+@pytest.mark.parametrize("moment", ["while-evicting", "once-requeued"])
+def test_a_cancel_wins_over_the_eviction_and_readmission_of_the_job(
+    worker: WorkerProcess, cluster: SandboxProcess, moment: str
+) -> None:
+    # Given vision (4 GPUs) running three 2-GPU jobs in cohort research, borrowing 2 of
+    # idle robotics' 2
+    users = seed(vision=4, robotics=2)
+    alice, dave = users["alice"], users["dave"]
+    low = submit(alice, "vision", 2, "vo-low", env=LONG, priority="low")
+    normal = submit(alice, "vision", 2, "vo-normal", env=LONG)
+    high = submit(alice, "vision", 2, "vo-high", env=LONG, priority="high")
+    for job in (low, normal, high):
+        wait_job(job, JobState.RUNNING, timeout=60)
+    # When robotics reclaims its 2 GPUs, vo-low is evicted...
+    submit(dave, "robotics", 2, "reclaim", env=LONG)
+    if moment == "while-evicting":
+        wait_for(lambda: fresh(low).evicted_at is not None, timeout=30, interval=0.05)
+    else:
+        wait_for(lambda: (j := fresh(low)).evictions == 1 and j.evicted_at is None, timeout=60)
+    # ...and alice cancels all three through the API within a second, vo-low last (the
+    # others' cancels free the quota that admits it again meanwhile)
+    api = api_client_for(alice)
+    for job in (high, normal, low):
+        assert api.post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 200
+    # Then every one of them ends cancelled, and stays so with nothing left in the cluster
+    for job in (high, normal, low):
+        wait_job(job, JobState.CANCELLED, timeout=60)
+    vision_jobs = {low.pk, normal.pk, high.pk}
+    wait_for(lambda: not vision_jobs & set(objects_per_job()), timeout=60)
+    for _ in range(10):  # the worker's reconcile, admission and apply run every second
+        time.sleep(1)
+        assert {fresh(j).state for j in (low, normal, high)} == {JobState.CANCELLED}
+        assert not vision_jobs & set(objects_per_job())

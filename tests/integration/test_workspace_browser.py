@@ -127,7 +127,23 @@ def test_alice_opens_jupyterlab_through_the_portal_and_her_files_outlive_a_stop(
     shot(lab, "23-file-kept")
     lab.close()
 
-    # She deletes it with its home folder: the browser asks first, and her "no" keeps both
+    # She deletes it with its home folder, once she has said yes
+    delete_after_a_no_then_a_yes(page, base, job)
+    context.close()
+
+
+def home_exists(job: Job) -> bool:
+    try:
+        kube.get("PersistentVolumeClaim", home_claim_name(job.owner.username), job.namespace)
+    except kube.ObjectNotFound:
+        return False
+    return True
+
+
+def delete_after_a_no_then_a_yes(page: Page, base: str, job: Job) -> None:
+    """Delete the workspace with its home folder from the Workspaces page: the browser asks
+    first; a "no" keeps both, a "yes" deletes both."""
+    # The browser asks first, and her "no" keeps both
     page.goto(f"{base}/workspaces/")
     row = page.locator("[data-testid=workspace-lab]")
     row.locator("input[name=delete_home]").check()
@@ -152,12 +168,3 @@ def test_alice_opens_jupyterlab_through_the_portal_and_her_files_outlive_a_stop(
     wait_for(lambda: Job.objects.get(pk=job.pk).reason == "Deleted", timeout=30)
     wait_for(lambda: not home_exists(job), timeout=120, interval=1)
     assert len(questions) == 2
-    context.close()
-
-
-def home_exists(job: Job) -> bool:
-    try:
-        kube.get("PersistentVolumeClaim", home_claim_name(job.owner.username), job.namespace)
-    except kube.ObjectNotFound:
-        return False
-    return True
