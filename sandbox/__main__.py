@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--control-plane",
         choices=("real", "python"),
-        default=os.environ.get("SANDBOX_CONTROL_PLANE", "python"),
+        default=os.environ.get("SANDBOX_CONTROL_PLANE", "real"),
         help="real: kube-apiserver, etcd, the controllers, Kueue, JobSet, Trainer and the "
         "training operator built from their Go modules (localcluster/), with simulated GPU "
         "nodes; python: the old stand-in, being retired",

@@ -34,7 +34,10 @@ from sandbox.state import Options
 
 
 def state_folder(state: str) -> Path:
-    path = Path(state)
+    """The folder of the cluster's state (``--state``; the stand-in's file name without its
+    ``.sqlite3``), absolute: the components run in folders of their own, and a relative
+    path (``make run``'s ``var/sandbox``) would name files they cannot find."""
+    path = Path(state).expanduser().resolve()
     return path.with_suffix("") if path.suffix == ".sqlite3" else path
 
 

@@ -34,7 +34,7 @@ if [ -z "${KUBECONFIG:-}" ]; then
   # such a workspace's pod fails and says why, the rest of the demo runs).
   bash scripts/install_code_server.sh || echo "code-server not installed (see above)." >&2
   rm -f var/sandbox-ports.json
-  if [ "${SANDBOX_CONTROL_PLANE:-python}" = "real" ]; then
+  if [ "${SANDBOX_CONTROL_PLANE:-real}" = "real" ]; then
     # The real components, built from their Go modules once per machine (cached).
     $BIN/python scripts/install_kube_tools.py || true
     KUBECTL=$BIN/kubectl bash localcluster/build.sh >/dev/null
@@ -44,7 +44,7 @@ if [ -z "${KUBECONFIG:-}" ]; then
     --state var/sandbox.sqlite3 --kubeconfig var/sandbox-kubeconfig \
     --ports-file var/sandbox-ports.json >var/log/sandbox.log 2>&1 &
   pids+=($!)
-  # The stand-in answers in a second; the real control plane in 20-30 s.
+  # The real control plane answers in 20-30 s (the retiring stand-in, SANDBOX_CONTROL_PLANE=python, in a second).
   for _ in $(seq 1 1800); do
     [ -s var/sandbox-ports.json ] && break
     kill -0 "${pids[-1]}" 2>/dev/null || break  # it exited: its log says why
