@@ -57,7 +57,7 @@ class ProxyProcess:
             lambda: _listening(self.port),
             what="workspace proxy",
             log_file=self.log_file,
-            timeout=30,
+            timeout=60,
         )
         return self
 

@@ -219,15 +219,26 @@ def _tick_pod(cluster: Cluster, pod: Obj, now: float) -> None:
         and now >= life["started"] + life["duration"]
     ):
         _exit_containers(tick, life)
-    elif life["state"] == "running" and not _is_ready(pod) and node and _is_ready(node):
+    elif life["state"] == "running" and node is not None and _marked_while_node_lost(pod, node):
         _ready_again(tick)
 
 
-def _is_ready(obj: Obj) -> bool:
-    """A pod's or a node's Ready condition is True."""
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
+def _ready_condition(obj: Obj) -> Obj:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Ready"), {})
+
+
+def _marked_while_node_lost(pod: Obj, node: Obj) -> bool:
+    """The pod is not Ready since before its node last became Ready: the node-lifecycle
+    controller's mark of a node it had lost, which is back. (A pod marked while its node
+    is Ready was marked for a reason of its own: left alone, or the two would write in
+    turn.)"""
+    pod_ready, node_ready = _ready_condition(pod), _ready_condition(node)
+    return (
+        pod_ready.get("status") == "False"
+        and node_ready.get("status") == "True"
+        and str(pod_ready.get("lastTransitionTime") or "")
+        <= str(node_ready.get("lastTransitionTime") or "")
     )
 
 
@@ -501,6 +512,10 @@ def _next_due(pod: Obj, life: dict[str, Any] | None) -> float:
         return float(life["start_at"])
     if life["state"] == "running" and life.get("real"):
         return -math.inf  # a real process: looked at every pass (it may answer or exit)
+    if _ready_condition(pod).get("status") == "False":
+        # Marked not Ready by the node-lifecycle controller: looked at every pass until its
+        # node is Ready again (a change of the node's, not the pod's).
+        return -math.inf
     if life["state"] == "running" and (life["kind"] == "training" or life.get("xid") is not None):
         return float(life["started"]) + float(life["duration"])
     return math.inf

@@ -4,6 +4,7 @@ list, replace through ``ensure``, delete; a refusal of Kueue's schema is a refus
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -47,7 +48,15 @@ def cluster_queue(name: str, gpus: int) -> dict[str, Any]:
 
 
 def same_spec(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    return bool(existing["spec"]["resourceGroups"] == wanted["spec"]["resourceGroups"])
+    """The same quotas, whichever form a quantity takes (the API server may give back the
+    integer it was sent as the string it canonicalised)."""
+
+    def canonical(groups: Any) -> Any:
+        return json.loads(json.dumps(groups), parse_int=str)
+
+    return bool(
+        canonical(existing["spec"]["resourceGroups"]) == canonical(wanted["spec"]["resourceGroups"])
+    )
 
 
 def test_kueues_objects_are_created_read_listed_replaced_and_deleted(

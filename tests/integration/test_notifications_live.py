@@ -140,7 +140,7 @@ def test_a_notice_whose_worker_dies_mid_send_is_sent_again(
         assert (delivery.status, delivery.attempts) == ("sending", 1)
         worker = start_worker(worker_env, tmp_path, smtp.port)
         # And the sweep runs once its claim is older than NOTIFY_SENDING_TIMEOUT_SECONDS
-        assert deliveries_stuck_release(now=timezone.now()) == []  # too young to release
+        assert deliveries_stuck_release(now=delivery.claimed_at) == []  # too young to release
         later = timezone.now() + timedelta(minutes=10)
         assert deliveries_stuck_release(now=later) == [delivery.pk]
         assert deliveries_stuck_release(now=later) == []  # once per claim
