@@ -35,7 +35,7 @@ from sandbox.controllers import faultplan, gpu_operator, kubelet
 from sandbox.gpu_operator import CLUSTER_POLICY, CLUSTER_POLICY_KEY, operator_objects
 from sandbox.nodes import volumes
 from sandbox.nodes.kubelet_api import KubeletServer, serve
-from sandbox.nodes.store import BY_KEY, Api, NodeStore
+from sandbox.nodes.store import BY_KEY, Api, NodeStore, Resource
 from sandbox.profiles import build_nodes
 from sandbox.state import Cluster, Options
 from sandbox.store import Obj
@@ -112,23 +112,15 @@ def _now_micro() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-# The plural of each kind the GPU Operator's install creates (its REST collection).
-_PLURALS = {
-    "Namespace": "namespaces",
-    "ServiceAccount": "serviceaccounts",
-    "ConfigMap": "configmaps",
-    "DaemonSet": "daemonsets",
-    "ClusterPolicy": "clusterpolicies",
+# Where each kind the GPU Operator's install creates is posted (configmaps and the
+# ClusterPolicy are the watched ones).
+_INSTALLED = {
+    "Namespace": Resource("namespaces", "", "v1", "namespaces", False),
+    "ServiceAccount": Resource("serviceaccounts", "", "v1", "serviceaccounts", True),
+    "ConfigMap": BY_KEY["configmaps"],
+    "DaemonSet": Resource("daemonsets", "apps", "v1", "daemonsets", True),
+    "ClusterPolicy": BY_KEY[CLUSTER_POLICY_KEY],
 }
-
-
-def _collection_path(obj: Obj) -> str:
-    """``/api/v1/namespaces/gpu-operator/configmaps`` and the like."""
-    version, namespace = obj["apiVersion"], obj["metadata"].get("namespace")
-    path = f"/apis/{version}" if "/" in version else f"/api/{version}"
-    if namespace:
-        path += f"/namespaces/{namespace}"
-    return f"{path}/{_PLURALS[obj['kind']]}"
 
 
 def node_address(net: int, index: int) -> str:
@@ -236,7 +228,8 @@ class NodeAgent:
         if self.api.get(policy, "", CLUSTER_POLICY) is None:
             for obj in operator_objects(self.profile):
                 try:
-                    self.api.call("POST", _collection_path(obj), obj)
+                    namespace = obj["metadata"].get("namespace", "")
+                    self.api.call("POST", _INSTALLED[obj["kind"]].path(namespace), obj)
                 except ApiException as exc:
                     if exc.status != 409:  # there from an install a restart cut short
                         raise
