@@ -7,7 +7,8 @@
 #   GPU_PORTAL_CACHE=/path ...       cache root (default ~/.cache/gpu-portal)
 #
 # All binaries of the Kubernetes 1.35 line are built from this one module, one after the
-# other, so the packages they share (client-go, apimachinery, ...) compile once.
+# other, so the packages they share (client-go, apimachinery, ...) compile once; Trainer and
+# JobSet (Kubernetes 0.36) from trainer/, the training operator (0.31) from its own folder.
 set -euo pipefail
 # A KUBECTL given relative to the caller's folder still names the same file after the cd.
 [ -n "${KUBECTL:-}" ] && KUBECTL=$(realpath -m "$KUBECTL")
@@ -20,7 +21,7 @@ command -v go >/dev/null || {
     "(go not found on PATH or in /usr/local/go/bin)" >&2
   exit 1
 }
-key=$( (cat versions.env go.mod go.sum build.sh jobset/go.mod jobset/go.sum training-operator/go.mod training-operator/go.sum; go version) | sha256sum | cut -c1-16)
+key=$( (cat versions.env go.mod go.sum build.sh trainer/go.mod trainer/go.sum training-operator/go.mod training-operator/go.sum; go version) | sha256sum | cut -c1-16)
 out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/localcluster/$key"
 if [ -f "$out/complete" ]; then echo "$out"; exit 0; fi
 mkdir -p "$out/bin" "$out/crds" "$out/log"
@@ -47,8 +48,8 @@ components=(
   "kube-controller-manager|.|k8s.io/kubernetes/cmd/kube-controller-manager|"
   "kube-scheduler|.|k8s.io/kubernetes/cmd/kube-scheduler|"
   "kueue|.|sigs.k8s.io/kueue/cmd/kueue|-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE"
-  "jobset|jobset|sigs.k8s.io/jobset|-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET"
-  "trainer-controller-manager|.|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager|"
+  "jobset|trainer|sigs.k8s.io/jobset|-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET"
+  "trainer-controller-manager|trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager|"
   "training-operator|training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|"
 )
 total=${#components[@]}
@@ -88,8 +89,8 @@ done
 kubectl=${KUBECTL:-$(command -v ../.venv/bin/kubectl || command -v kubectl || true)}
 [ -n "$kubectl" ] || { echo "localcluster: kubectl is needed to render the manifests" >&2; exit 1; }
 moddir() { (cd "${2:-.}" && go list -m -f '{{.Dir}}' "$1"); }
-kueue=$(moddir sigs.k8s.io/kueue) jobset=$(moddir sigs.k8s.io/jobset jobset)
-trainer=$(moddir github.com/kubeflow/trainer/v2)
+kueue=$(moddir sigs.k8s.io/kueue) jobset=$(moddir sigs.k8s.io/jobset trainer)
+trainer=$(moddir github.com/kubeflow/trainer/v2 trainer)
 operator=$(moddir github.com/kubeflow/training-operator training-operator)
 # Downloaded outside any module, so no go.sum here changes.
 gpuop=$( (cd "$(mktemp -d)" && go mod download -json "github.com/NVIDIA/gpu-operator@$GPU_OPERATOR") \

@@ -214,7 +214,6 @@ require (
 )
 
 tool (
-	github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 	go.etcd.io/etcd/server/v3
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager

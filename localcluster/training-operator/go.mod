@@ -2,7 +2,7 @@
 // The training operator (PyTorchJob) is built on Kubernetes 0.31, an older line.
 module gpu-portal.dev/localcluster/training-operator
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -11,7 +11,8 @@ through the real API server only.
 3. The pods the real scheduler binds to these nodes are run by ``sandbox.controllers.kubelet``
    on the watch-fed cache (``NodeStore``): devices assigned, containers started, simulated
    work with its duration and exit code, restarts by restart policy, real JupyterLab and
-   code-server processes for workspace images, termination on deletion.
+   code-server processes for workspace images, termination on deletion. A TrainJob's rank
+   0 reports its progress as Trainer's status server would write it (``trainer_status``).
 5. Claims of the default StorageClass get volumes (``volumes``), as a provisioner's would.
 4. ``kubectl logs`` reaches each node's kubelet API (``kubelet_api``) through the API server.
 """
@@ -36,6 +37,7 @@ from sandbox.gpu_operator import CLUSTER_POLICY, CLUSTER_POLICY_KEY, operator_ob
 from sandbox.nodes import volumes
 from sandbox.nodes.kubelet_api import KubeletServer, serve
 from sandbox.nodes.store import BY_KEY, Api, NodeStore, Resource
+from sandbox.nodes.trainer_status import TrainerStatus
 from sandbox.profiles import build_nodes
 from sandbox.state import Cluster, Options
 from sandbox.store import Obj
@@ -151,6 +153,7 @@ class NodeAgent:
         self.kubelet_port = kubelet_port
         self.kubelet_tls = kubelet_tls
         self.kubelet_version = kubelet_version
+        self.trainer_status = TrainerStatus(self.api)
         self.node_names: list[str] = []
         self._renewed: dict[str, float] = {}
         self._servers: list[KubeletServer] = []
@@ -253,6 +256,7 @@ class NodeAgent:
             lambda: gpu_operator.reconcile(self.cluster),
             lambda: faultplan.reconcile(self.cluster),
             lambda: volumes.reconcile(self.store, self.api, self.root),
+            lambda: self.trainer_status.reconcile(self.cluster),
         ):
             with self.store.lock:
                 step()

@@ -1,12 +1,14 @@
-"""Kubeflow Trainer's TrainJob as a launcher, on a cluster that runs Trainer v2.3 and JobSet
-(the sandbox): queued, running on Trainer's pods with torchrun's env and the portal's
+"""Kubeflow Trainer's TrainJob as a launcher, on the local cluster's real Trainer v2.3 and
+JobSet 0.12: queued, running on Trainer's pods with torchrun's env and the portal's
 restricted pod settings, its progress and time to finish from what the training code reports
 through Trainer (``trainerStatus``), succeeded; a failing node fails it with the exit code;
 cancel removes the TrainJob, its JobSet and pods; the portal writes its runtime, and without
 it TrainJob is not offered. (A borrowing TrainJob reclaimed and run again, on both queueing
 engines: test_sharing_engines.py.)
 
-Real processes: PostgreSQL, Redis, a Celery worker with beat, the sandbox (30× real time).
+Real processes: PostgreSQL, Redis, a Celery worker with beat, the local cluster (its
+simulated nodes at 30× real time; rank 0 writes ``trainerStatus`` as Trainer's status server
+would, ``sandbox/nodes/trainer_status.py``).
 """
 
 from __future__ import annotations
@@ -26,9 +28,6 @@ from tests.integration.test_reclaim import fresh
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-# Still on the stand-in: ``trainerStatus`` (progress through Trainer's status server) is
-# Trainer v2.3's, and the local cluster builds v2.2 (localcluster/README.md, "Still to do").
-OWN_CLUSTER, CONTROL_PLANE = True, "python"
 
 
 def trainjob(user: User, name: str, **env: str) -> Job:
