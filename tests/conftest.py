@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from portal.services import api_token_create
 from teams.models import Team
 from tests.sandbox_process import SandboxProcess, start_sandbox
-from tests.worker_process import redis_reset, shared_workers_stop
+from tests.worker_process import SHARED, WorkerProcess, redis_reset, shared_workers_stop
 
 
 @pytest.fixture(autouse=True)
@@ -35,6 +35,18 @@ def _fresh_redis(request: pytest.FixtureRequest) -> None:
     # drop the broker's bindings too.)
     for url in {django_settings.REDIS_URL, django_settings.CACHES["default"]["LOCATION"]}:
         redis_reset(url)
+
+
+@pytest.fixture(scope="session")
+def worker_pool() -> Iterator[dict[tuple[tuple[str, str], ...], WorkerProcess]]:
+    """The test process's workers by their environment: a module whose worker would be the
+    same as an earlier module's (the same database, broker, cluster and settings) takes it
+    over rather than starting another (a start costs seconds of CPU in three processes)."""
+    workers: dict[tuple[tuple[str, str], ...], WorkerProcess] = {}
+    yield workers
+    for proc in workers.values():
+        SHARED.discard(proc)
+        proc.stop()
 
 
 @pytest.fixture(scope="session")

@@ -130,7 +130,7 @@ class SandboxProcess:
         if hard:
             self.kill()
         else:
-            self.stop()
+            self.stop(timeout=30 if self.control_plane == "real" else 10)
         return self.start(reset=False)
 
 

@@ -126,15 +126,22 @@ def module_worker(
     worker_overrides: dict[str, str],
     django_db_setup: Any,  # the test database's name is known
     tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+    worker_pool: dict[tuple[tuple[str, str], ...], WorkerProcess],
 ) -> Iterator[WorkerProcess]:
-    """One worker (with beat) for all of a module's tests: starting one costs seconds of CPU,
-    and most tests only need one to be there. ``worker`` hands it to each test."""
+    """One worker (with beat) for all of a module's tests, and for later modules that want
+    the same one: most tests only need one to be there. ``worker`` hands it to each test.
+    A module with a cluster of its own stops its worker with it."""
     env = {**worker_settings(sandbox), **worker_overrides}
-    proc = WorkerProcess(tmp_path_factory.mktemp("worker"), env)
+    key = tuple(sorted(env.items()))
+    proc = worker_pool.get(key) or WorkerProcess(tmp_path_factory.mktemp("worker"), env)
+    worker_pool[key] = proc
     SHARED.add(proc)
     yield proc
-    SHARED.discard(proc)
-    proc.stop()
+    if getattr(request.module, "OWN_CLUSTER", False):
+        del worker_pool[key]
+        SHARED.discard(proc)
+        proc.stop()
 
 
 @pytest.fixture

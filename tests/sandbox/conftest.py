@@ -29,7 +29,7 @@ T = TypeVar("T")
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
     proc = start_sandbox(
-        tmp_path_factory.mktemp("sandbox"), profile="small", speed=SPEED, control_plane="python"
+        tmp_path_factory.mktemp("sandbox"), profile="small", speed=SPEED, control_plane="real"
     )
     yield proc
     proc.stop()
@@ -68,6 +68,20 @@ def sched(api_client: client.ApiClient) -> client.SchedulingV1Api:
 def namespace(core: client.CoreV1Api) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
+    # Kueue's pod webhook looks namespaces up in its informer's cache, which sees a new one
+    # a moment later ("Namespace ... not found"): ready once a dry-run pod passes it.
+    probe = pod_manifest("probe", {}, tolerate=False)
+
+    def admitted() -> bool:
+        try:
+            core.create_namespaced_pod(name, probe, dry_run="All")
+            return True
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+            return False
+
+    wait_for(admitted, timeout=20)
     yield name
     core.delete_namespace(name)
 
@@ -143,6 +157,12 @@ def pod_manifest(
         "metadata": {"name": name, "annotations": annotations or {}},
         "spec": pod_spec,
     }
+
+
+def home_claim(core: client.CoreV1Api, ns: str, name: str) -> None:
+    """A 10Gi home claim of the default StorageClass, as the portal makes for a workspace."""
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}
+    core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": name}, "spec": spec})
 
 
 def events_for(core: client.CoreV1Api, ns: str, name: str, reason: str | None = None) -> list[Any]:

@@ -20,7 +20,7 @@ from argon2 import PasswordHasher
 from kubernetes import client
 
 from sandbox.servers import Servers
-from tests.sandbox.conftest import wait_for
+from tests.sandbox.conftest import home_claim, wait_for
 
 IMAGE = "docker.io/codercom/code-server:4.106.3"
 PASSWORD = "portal-secret-" + uuid.uuid4().hex[:8]
@@ -94,6 +94,7 @@ def server(core: client.CoreV1Api, namespace: str) -> str:
             "data": {"token": base64.b64encode(PASSWORD.encode()).decode()},
         },
     )
+    home_claim(core, namespace, f"home-{namespace}")
     core.create_namespaced_pod(namespace, code_server_pod("code", f"home-{namespace}"))
 
     def ready() -> Any:

@@ -1,5 +1,5 @@
-"""Pods of Jupyter images run a real JupyterLab in the sandbox (driven with the official
-client, as the portal will): on the pod's own loopback address and its container port,
+"""Pods of Jupyter images run a real JupyterLab on the simulated nodes (driven with the
+official client, as the portal will): on the pod's own loopback address and its container port,
 ready once it answers, refusing requests without the container's token (taken from a
 Secret), running a cell over its kernel WebSocket, its home folder a claim's that outlives
 the pod, its output the pod's log, and gone with the pod."""
@@ -7,6 +7,7 @@ the pod, its output the pod's log, and gone with the pod."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import urllib.error
@@ -19,7 +20,14 @@ import pytest
 from kubernetes import client
 
 from tests import jupyter_client
-from tests.sandbox.conftest import GPU_TOLERATION, SPEED, make_client, rows, wait_for
+from tests.sandbox.conftest import (
+    GPU_TOLERATION,
+    SPEED,
+    home_claim,
+    make_client,
+    rows,
+    wait_for,
+)
 from tests.sandbox_process import SandboxProcess, start_sandbox
 
 IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-24"
@@ -75,7 +83,10 @@ def get(url: str, token: str | None = None) -> tuple[int, Any]:
 def running_server(
     core: client.CoreV1Api, ns: str, name: str, claim: str, gpu: bool = False
 ) -> str:
-    """Create the pod and return its base URL once it is Ready."""
+    """Create the pod (and its home claim, as the portal does, when there is none yet) and
+    return its base URL once it is Ready."""
+    with contextlib.suppress(client.ApiException):  # (409: there already)
+        home_claim(core, ns, claim)
     core.create_namespaced_pod(ns, notebook_pod(name, claim, gpu))
 
     def ready() -> Any:
@@ -147,6 +158,10 @@ def test_the_home_folder_outlives_the_pod(core: client.CoreV1Api, secret: str) -
     assert status == 200 and body["content"] == "kept"
 
 
+def claims(core: client.CoreV1Api, ns: str) -> list[str]:
+    return [c.metadata.name for c in core.list_namespaced_persistent_volume_claim(ns).items]
+
+
 def _answers(base: str) -> bool:
     try:
         urllib.request.urlopen(f"{base}/api", timeout=1)
@@ -182,15 +197,12 @@ def test_a_claim_is_bound_at_once_and_its_files_go_with_it(
 ) -> None:
     ns = secret
     # Given a home claim a platform's default StorageClass provisions
-    core.create_namespaced_persistent_volume_claim(
-        ns,
-        {
-            "metadata": {"name": "home-alice"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "10Gi"}},
-            },
-        },
+    home_claim(core, ns, "home-alice")
+    wait_for(
+        lambda: (
+            core.read_namespaced_persistent_volume_claim("home-alice", ns).status.phase == "Bound"
+        ),
+        timeout=20,
     )
     table = rows(kubectl("get", "pvc", "-n", ns))
     assert table[0][:6] == ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS MODES", "STORAGECLASS"]
@@ -202,10 +214,8 @@ def test_a_claim_is_bound_at_once_and_its_files_go_with_it(
     wait_for(lambda: not _answers(base), timeout=30)
     # When the claim is deleted and made again, Then the new volume is empty
     core.delete_namespaced_persistent_volume_claim("home-alice", ns)
-    core.create_namespaced_persistent_volume_claim(
-        ns, {"metadata": {"name": "home-alice"}, "spec": {
-            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}},
-    )  # fmt: skip
+    wait_for(lambda: "home-alice" not in claims(core, ns), timeout=30)
+    home_claim(core, ns, "home-alice")
     again = running_server(core, ns, "nb2", "home-alice")
     assert get(f"{again}/api/contents/notes.txt", TOKEN)[0] == 404
 
@@ -214,7 +224,7 @@ def test_a_claim_is_bound_at_once_and_its_files_go_with_it(
 def test_a_restarted_sandbox_starts_the_server_again_with_its_files(
     tmp_path: Path, hard: bool
 ) -> None:
-    proc = start_sandbox(tmp_path, profile="small", speed=SPEED, control_plane="python")
+    proc = start_sandbox(tmp_path, profile="small", speed=SPEED, control_plane="real")
     try:
         core = client.CoreV1Api(make_client(proc))
         core.create_namespace({"metadata": {"name": "keep"}})
