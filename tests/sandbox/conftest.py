@@ -1,4 +1,4 @@
-"""Fixtures: one real sandbox subprocess per test session, official kubernetes clients."""
+"""Fixtures: the local cluster (real control plane, simulated GPU nodes), official clients."""
 
 from __future__ import annotations
 
@@ -19,20 +19,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # tests/ is not a package; make tests.sandbox_process importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.sandbox_process import SandboxProcess, start_sandbox  # noqa: E402
+from tests.sandbox_process import SandboxProcess  # noqa: E402
 
-# 60 simulated seconds per real second: a "30s" training job takes half a real second.
-SPEED = 60.0
+# The local cluster's speed (tests/conftest.py::local_cluster): a "30s" job takes a real second.
+SPEED = 30.0
 T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    proc = start_sandbox(
-        tmp_path_factory.mktemp("sandbox"), profile="small", speed=SPEED, control_plane="real"
-    )
-    yield proc
-    proc.stop()
+def sandbox(local_cluster: SandboxProcess) -> SandboxProcess:
+    """The test process's local cluster (``tests/conftest.py::local_cluster``), shared with
+    the portal's modules: each test works in a namespace of its own and repairs the faults it
+    injects."""
+    return local_cluster
 
 
 def make_client(proc: SandboxProcess) -> client.ApiClient:

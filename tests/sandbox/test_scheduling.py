@@ -1,4 +1,5 @@
-"""GPU scheduling through the real subprocess: fit, taints, MIG, time-slicing, preemption."""
+"""GPU scheduling on the simulated nodes by the real kube-scheduler: fit, taints, MIG,
+time-slicing, preemption, in its own words."""
 
 from __future__ import annotations
 
@@ -85,9 +86,10 @@ def test_nine_gpus_fail_scheduling_with_kube_scheduler_message(core, namespace):
         lambda: next(iter(events_for(core, namespace, "nine", "FailedScheduling")), None)
     )
     # small profile: 2 A100 (8 GPUs), 1 T4 shared node, 1 MIG node, 1 cpu node = 5 nodes
+    # (kube-scheduler 1.35: its DRA plugin's post-filter adds "no new claims to deallocate")
     assert re.fullmatch(
-        r"0/5 nodes are available: (\d+ [^,]+)(, \d+ [^,]+)*\. preemption: 0/5 nodes are "
-        r"available: .*\.",
+        r"0/5 nodes are available: (\d+ [^,]+)(, \d+ [^,]+)*\. no new claims to deallocate, "
+        r"preemption: 0/5 nodes are available: .*\.",
         event.message,
     ), event.message
     assert "5 Insufficient nvidia.com/gpu" in event.message
@@ -111,7 +113,7 @@ def test_gpu_pod_without_toleration_is_refused_by_taint(core, namespace):
     )
     assert event.message.startswith(
         "0/5 nodes are available: 1 Insufficient nvidia.com/gpu, "
-        "4 node(s) had untolerated taint {nvidia.com/gpu: present}. preemption: "
+        "4 node(s) had untolerated taint(s). no new claims to deallocate, preemption: "
     ), event.message
 
 
@@ -167,14 +169,16 @@ def test_mig_and_time_sliced_resources_are_advertised_and_fit(core, namespace):
     )
     # every node either lacks the resource or has it all taken (the pod tolerates the taint)
     assert event.message.startswith(
-        "0/5 nodes are available: 5 Insufficient nvidia.com/mig-2g.20gb. preemption: "
+        "0/5 nodes are available: 5 Insufficient nvidia.com/mig-2g.20gb. "
+        "no new claims to deallocate, preemption: "
     ), event.message
     core.create_namespaced_pod(namespace, pod_manifest("shared2", {"nvidia.com/gpu.shared": 1}))
     event = wait_for(
         lambda: next(iter(events_for(core, namespace, "shared2", "FailedScheduling")), None)
     )
     assert event.message.startswith(
-        "0/5 nodes are available: 5 Insufficient nvidia.com/gpu.shared. preemption: "
+        "0/5 nodes are available: 5 Insufficient nvidia.com/gpu.shared. "
+        "no new claims to deallocate, preemption: "
     ), event.message
 
 
@@ -184,18 +188,18 @@ def _priority_class(sched, name, value, policy="PreemptLowerPriority"):
             {"metadata": {"name": name}, "value": value, "preemptionPolicy": policy}
         )
     except client.ApiException as exc:
-        assert exc.status == 409
+        assert exc.status == 409  # (the test process's cluster has it: same name, same value)
 
 
 def test_high_priority_pod_preempts_low_priority_pod(core, sched, namespace):
     # given a low-priority pod holding all 8 GPUs of gpu-a100-1
-    _priority_class(sched, "gpu-low", 100)
-    _priority_class(sched, "gpu-high", 1000)
+    _priority_class(sched, "test-low", 100)
+    _priority_class(sched, "test-high", 1000)
     pin = {"kubernetes.io/hostname": "gpu-a100-1"}
     low = pod_manifest(
         "low",
         {"nvidia.com/gpu": 8},
-        priorityClassName="gpu-low",
+        priorityClassName="test-low",
         nodeSelector=pin,
         annotations={"sandbox.gpu-portal.dev/duration": "2h"},
     )
@@ -207,7 +211,9 @@ def test_high_priority_pod_preempts_low_priority_pod(core, sched, namespace):
     # when a high-priority pod needs that node
     core.create_namespaced_pod(
         namespace,
-        pod_manifest("high", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high", nodeSelector=pin),
+        pod_manifest(
+            "high", {"nvidia.com/gpu": 8}, priorityClassName="test-high", nodeSelector=pin
+        ),
     )
     # then the victim is marked, evented and deleted, and the preemptor runs there
     preempted = wait_for(lambda: next(iter(events_for(core, namespace, "low", "Preempted")), None))
@@ -229,15 +235,15 @@ def test_high_priority_pod_preempts_low_priority_pod(core, sched, namespace):
 
 def test_victim_gets_disruption_target_condition(core, sched, namespace):
     # given a running low-priority pod pinned to gpu-a100-0
-    _priority_class(sched, "gpu-low", 100)
-    _priority_class(sched, "gpu-high", 1000)
+    _priority_class(sched, "test-low", 100)
+    _priority_class(sched, "test-high", 1000)
     pin = {"kubernetes.io/hostname": "gpu-a100-0"}
     core.create_namespaced_pod(
         namespace,
         pod_manifest(
             "victim",
             {"nvidia.com/gpu": 8},
-            priorityClassName="gpu-low",
+            priorityClassName="test-low",
             nodeSelector=pin,
             terminationGracePeriodSeconds=600,
             # it checkpoints for 5 simulated minutes once told to stop: the test's window
@@ -252,7 +258,7 @@ def test_victim_gets_disruption_target_condition(core, sched, namespace):
     core.create_namespaced_pod(
         namespace,
         pod_manifest(
-            "preemptor", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high", nodeSelector=pin
+            "preemptor", {"nvidia.com/gpu": 8}, priorityClassName="test-high", nodeSelector=pin
         ),
     )
     # then while terminating it carries DisruptionTarget and the preemptor is nominated
@@ -276,15 +282,15 @@ def test_victim_gets_disruption_target_condition(core, sched, namespace):
 
 def test_preemption_policy_never_does_not_preempt(core, sched, namespace):
     # given a low-priority pod holding a node and a high class that never preempts
-    _priority_class(sched, "gpu-low", 100)
-    _priority_class(sched, "gpu-high-never", 2000, "Never")
+    _priority_class(sched, "test-low", 100)
+    _priority_class(sched, "test-high-never", 2000, "Never")
     pin = {"kubernetes.io/hostname": "gpu-a100-1"}
     core.create_namespaced_pod(
         namespace,
         pod_manifest(
             "holder",
             {"nvidia.com/gpu": 8},
-            priorityClassName="gpu-low",
+            priorityClassName="test-low",
             nodeSelector=pin,
             annotations={"sandbox.gpu-portal.dev/duration": "2h"},
         ),
@@ -294,7 +300,7 @@ def test_preemption_policy_never_does_not_preempt(core, sched, namespace):
     core.create_namespaced_pod(
         namespace,
         pod_manifest(
-            "polite", {"nvidia.com/gpu": 8}, priorityClassName="gpu-high-never", nodeSelector=pin
+            "polite", {"nvidia.com/gpu": 8}, priorityClassName="test-high-never", nodeSelector=pin
         ),
     )
     polite = wait_for(
