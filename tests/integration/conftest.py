@@ -151,6 +151,8 @@ def worker(
     """The module's worker, on an empty broker and database; what it does for this test
     ends with the test: the tables it works from are emptied before the cluster is cleaned
     up, so it recovers, re-applies and reclaims nothing in between."""
+    for other in SHARED - {module_worker}:  # one worker on the test database at a time
+        other.stop()
     if not module_worker.alive():
         module_worker.start()  # the module's first test, or one that stopped it
     module_worker.mark()
