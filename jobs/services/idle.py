@@ -88,7 +88,7 @@ def idle_exempt_check(*, user: User, job: Job) -> None:
 def job_idle_exempt(*, user: User, job_id: int, reason: str) -> Job:
     """A lead exempts a job from the idle-GPU policy (a reason is required) or, with an
     empty reason, ends the exemption. Audited; an exempted job's countdown stops."""
-    job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
+    job = Job.objects.select_for_update(of=("self",)).select_related("team").get(pk=job_id)
     idle_exempt_check(user=user, job=job)
     reason = reason.strip()[:200]
     if reason == job.idle_exempt_reason:

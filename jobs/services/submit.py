@@ -412,8 +412,10 @@ def job_can_cancel(*, user: User | AnonymousUser, job: Job) -> bool:
 
 @transaction.atomic
 def job_cancel(*, user: User, job_id: int) -> Job:
-    """Cancel a job that has not finished. A queued job never reaches the cluster."""
-    job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
+    """Cancel a job that has not finished. A queued job never reaches the cluster. Only the
+    job's row is locked (its team is read, not locked): admission locks the team, then its
+    jobs, and a cancel that locked both in one statement deadlocked with it."""
+    job = Job.objects.select_for_update(of=("self",)).select_related("team").get(pk=job_id)
     if not job_can_cancel(user=user, job=job):
         raise PermissionDenied(
             f"Only the job's owner or a lead of team {job.team.slug} can cancel it."

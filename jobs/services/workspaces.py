@@ -98,7 +98,7 @@ def workspace_idle_warn(*, job_id: int, now: datetime, due: datetime, message: s
 
 
 def _workspace_for(user: User, job_id: int) -> Job:
-    job = Job.objects.select_for_update().select_related("team").get(pk=job_id)
+    job = Job.objects.select_for_update(of=("self",)).select_related("team").get(pk=job_id)
     if job.kind != Job.Kind.WORKSPACE:
         raise Conflict(f"Job {job.pk} is a {job.kind} job, not a workspace.")
     if not workspace_can_manage(user=user, job=job):
