@@ -73,7 +73,7 @@ def test_after_sigkill_and_a_restart_jobs_workloads_and_pods_carry_on(
                 "jsonpath={.status.conditions[*].type}",
             )
         ),
-        timeout=90,
+        timeout=180,  # (the restarted cluster catches up on a loaded machine)
     )
     wait_for(
         "the Workload finished",

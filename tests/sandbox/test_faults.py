@@ -42,7 +42,7 @@ def fault(sandbox: Any, *args: str) -> subprocess.CompletedProcess[str]:
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=90,  # (the CLI is a Python start: slow on a loaded machine)
     )
 
 

@@ -237,7 +237,7 @@ def test_a_restarted_sandbox_starts_the_server_again_with_its_files(
         # Then the pod's server runs again, on the same address, with its files
         _, body = wait_for(
             lambda: (r := get(f"{base}/api/contents/notes.txt?content=1", TOKEN))[0] == 200 and r,
-            timeout=60,
+            timeout=180,  # (a restart of the whole local cluster, on a loaded machine)
         )
         assert body["content"] == "kept"
     finally:
