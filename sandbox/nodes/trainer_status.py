@@ -49,7 +49,12 @@ class TrainerStatus:
         self._trainer_job: dict[str, str | None] = {}  # "<ns>/<JobSet>" -> trainer's job
 
     def reconcile(self, cluster: Cluster) -> None:
-        for pod in list(cluster.store.iter("pods")):
+        pods = list(cluster.store.iter("pods"))
+        # Forget what was reported for pods that are gone (a long run sees many)
+        live = {p["metadata"]["uid"] for p in pods}
+        for uid in [u for u in self._reported if u not in live]:
+            del self._reported[uid]
+        for pod in pods:
             labels = pod["metadata"].get("labels") or {}
             if labels.get(COMPLETION_INDEX) != "0" or labels.get(JOB_INDEX) != "0":
                 continue
