@@ -38,6 +38,7 @@ if [ -z "${KUBECONFIG:-}" ]; then
     # The real components, built from their Go modules once per machine (cached).
     $BIN/python scripts/install_kube_tools.py || true
     KUBECTL=$BIN/kubectl bash localcluster/build.sh >/dev/null
+    bash scripts/ensure_inotify.sh
   fi
   $BIN/python -m sandbox --profile "${SANDBOX_PROFILE:-default}" --port "${SANDBOX_PORT:-6443}" \
     --metrics-port "${SANDBOX_METRICS_PORT:-9400}" --speed "${SANDBOX_SPEED:-10}" \

@@ -12,6 +12,8 @@ export PORTAL_ENV=development DEBUG=false
 
 # PostgreSQL and Redis: installed from Debian's packages when missing, and started.
 bash scripts/ensure_services.sh
+# inotify instances for the local clusters the suite runs at once (the script says why).
+bash scripts/ensure_inotify.sh
 $BIN/python scripts/preflight.py --db --redis
 
 # The monitoring tests run a real Prometheus and a headless Chromium: install them when

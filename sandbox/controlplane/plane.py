@@ -282,8 +282,9 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.popen.poll() is not None:
+                tail = _tail(process.log)
                 raise ControlPlaneError(
-                    f"{process.name} exited ({process.popen.returncode}):\n{_tail(process.log)}"
+                    f"{process.name} exited ({process.popen.returncode}):{_hint(tail)}\n{tail}"
                 )
             try:
                 if ready():
@@ -830,6 +831,26 @@ def _http_ok(
             return bool(response.status == 200)
     except OSError:
         return False
+
+
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def _hint(log: str) -> str:
+    """What a component's dying words mean when they are not plain: "too many open files"
+    from a Go component here is nearly always inotify instances used up (its certificate and
+    config watchers), not file descriptors."""
+    if "too many open files" not in log:
+        return ""
+    try:
+        limit = INOTIFY_LIMIT.read_text().strip()
+    except OSError:
+        limit = "unknown"
+    return (
+        f" the machine's inotify instances are used up (fs.inotify.max_user_instances = "
+        f"{limit}; a local cluster takes about 14). Raise it: "
+        "sudo sysctl -w fs.inotify.max_user_instances=1024"
+    )
 
 
 def _tail(path: Path, size: int = 3000) -> str:
