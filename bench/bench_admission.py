@@ -193,15 +193,15 @@ def main() -> None:
 
 
 def kueue_mode(sizes: list[int], workloads: int) -> None:
-    """The portal on the sandbox's Kueue, then the sandbox's Kueue alone
-    (``bench_admission_kueue``); written to bench/results/admission-kueue.json."""
+    """The portal on real Kueue, then real Kueue alone (``bench_admission_kueue``);
+    written to bench/results/admission-kueue.json."""
     import tempfile
 
-    from bench.bench_admission_kueue import portal_on_kueue, sandbox_kueue_alone
+    from bench.bench_admission_kueue import kueue_alone, portal_on_kueue
 
     report = start(
         "admission-kueue",
-        "Admission on Kueue: what the portal adds, and the sandbox's Kueue alone",
+        "Admission on Kueue: what the portal adds, and real Kueue alone",
         sizes=sizes,
         teams=TEAMS,
         nominal_per_team=NOMINAL,
@@ -209,8 +209,8 @@ def kueue_mode(sizes: list[int], workloads: int) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="bench-kueue-") as tmp:
         portal = portal_on_kueue(report, sizes, Path(tmp))
-        # (--kueue-workloads 0: the portal's figures only; the sandbox's run takes ~16 min)
-        alone = sandbox_kueue_alone(report, workloads, Path(tmp)) if workloads else None
+        # (--kueue-workloads 0: the portal's figures only)
+        alone = kueue_alone(report, workloads, Path(tmp)) if workloads else None
     small, large = portal[sizes[0]], portal[sizes[-1]]
     report.goal(
         f"the portal adds < 1 s to the median submit-to-admitted at {sizes[-1]:,} queued",
@@ -225,7 +225,7 @@ def kueue_mode(sizes: list[int], workloads: int) -> None:
     )
     if alone is not None:
         report.note(
-            f"sandbox Kueue: {alone['admissions_per_s']} admissions/s wall over "
+            f"real Kueue alone: {alone['admissions_per_s']} admissions/s wall over "
             f"{alone['workloads']:,} workloads (Kueue's scheduler test: 15,000 in ~351 s, "
             "≈ 43/s, mostly waiting for quota)"
         )

@@ -3,7 +3,7 @@
 Run: .venv/bin/python bench/bench_real_scheduler.py [--pods 2000] [--profile large]
      (or make bench NAME=real_scheduler)
 
-The cluster is ``python -m sandbox --control-plane real`` (the real API server, etcd,
+The cluster is ``python -m sandbox`` (the real API server, etcd,
 kube-scheduler and controllers, built by localcluster/) with the profile's nodes simulated
 (``sandbox/nodes``: 500 GPU nodes of 8 GPUs and 40 CPU nodes for ``large``).
 
@@ -105,7 +105,7 @@ def main() -> int:
         profile=args.profile,
     )
     with tempfile.TemporaryDirectory() as tmp:
-        proc = start_sandbox(Path(tmp), profile=args.profile, speed=1, control_plane="real")
+        proc = start_sandbox(Path(tmp), profile=args.profile, speed=1)
         try:
             api = config.new_client_from_config(str(proc.kubeconfig))
             api.configuration.connection_pool_maxsize = THREADS * 2

@@ -2,24 +2,26 @@
 
     .venv/bin/python bench/bench_reconcile.py [--sizes 1000 10000] [--changed 0.01]
 
-The cluster is the sandbox with its ``large`` profile (500 GPU nodes × 8 GPUs and 40 CPU
-nodes) as a real subprocess, reached only through the official client. For each size:
+The cluster is the local cluster — the real kube-apiserver, etcd, controllers and scheduler —
+with the ``large`` profile's simulated nodes (500 GPU nodes × 8 GPUs and 40 CPU nodes),
+reached only through the official client. For each size:
 
 1. the teams' namespaces, quotas and PriorityClasses are bootstrapped through the portal;
 2. N jobs (1-GPU training, time-sliced and MIG inference, CPU-only training) get portal rows
-   and their real manifests, created in the sandbox's store in-process (HTTP creates would
-   take minutes) and run by the sandbox's own controllers until every pod runs;
+   and their real manifests, created through the API server (``bench/cluster_seed.py``, 16
+   requests at once) and run by the real controllers, scheduler and simulated kubelets
+   until every pod runs;
 3. pass 1 catches the rows up (everything changed), pass 2 finds nothing changed;
-4. the sandbox is stopped, its clock moved on so 1 % of the jobs finish (its controllers
-   write the Job conditions and events), and restarted and warmed up (``warm_up``: a
-   restart is this benchmark's artefact, a real API server's caches are warm);
+4. the cluster is stopped, its nodes' simulated clock moved 7 hours on so the 1 % of jobs
+   that run 6 hours finish (the real Job controller writes their conditions), restarted
+   and warmed up (``warm_up``: one list of each kind, as a long-running API server's
+   watch cache would already hold);
 5. pass 3 — the figure that matters — sees 1 % changed.
 
 Per pass: wall time, split into time waiting on the API server (requests, including the
 client's JSON decoding) and the portal's own time; SQL statements; Kubernetes API calls (HTTP
 requests, pages included); rows written (INSERT/UPDATE row counts). Baseline: the same pass
-at the smaller size. The sandbox is a Python stand-in: a real API server answers a list page
-from its watch cache faster, so the API share is an upper bound.
+at the smaller size.
 """
 
 from __future__ import annotations
@@ -94,7 +96,6 @@ SHAPES: list[tuple[str, float, dict[str, Any]]] = [
 ]
 LONG = "90d"  # jobs that outlive the benchmark
 SHORT = "6h"  # the 1 % that finish between pass 2 and pass 3
-SEED_SPEED = 20.0  # simulated seconds per real second while seeding in-process
 EVENT_TTL = str(30 * 86400)  # keep every event: the clock jumps hours in step 4
 WARM_UP_REST_SECONDS = 3.0
 
@@ -203,13 +204,12 @@ def one_pass(profile: Path | None = None) -> PassFigures:
 
 
 def warm_up() -> None:
-    """After a sandbox restart: one untimed LIST of each kind, then a few seconds' rest.
+    """After seeding or a restart: one untimed LIST of each kind, then a few seconds' rest.
 
-    The restart is this benchmark's artefact (the clock can only be moved while the
-    sandbox is stopped); a real API server has been up all along, its watch cache warm and
-    its controllers settled. Listing fills the sandbox's per-object JSON cache and the rest
-    lets its controllers' first full pass after loading finish. The portal's rows are not
-    touched: the timed pass still finds every change since the previous one.
+    The restart is this benchmark's artefact (the nodes' clock can only be moved while the
+    cluster is stopped); a real API server has been up all along, its watch cache warm and
+    its controllers settled. The portal's rows are not touched: the timed pass still finds
+    every change since the previous one.
     """
     from cluster import kube
     from cluster.labels import MANAGED_BY_SELECTOR
@@ -300,50 +300,36 @@ def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
     return finishing, sum(job.gpu_count for job in created)
 
 
-def seed_cluster(state: Path, *, clock_jump: float = 0.0, create: bool = True) -> dict[str, int]:
-    """Create the jobs' objects in the stopped sandbox's state (in-process) and run its
-    controllers until every pod has settled. ``clock_jump`` moves simulated time on first."""
+def seed_cluster(proc: Any) -> dict[str, int]:
+    """Create the jobs' objects through the running local cluster's API server and wait until
+    the real controllers, scheduler and simulated kubelets have every pod running."""
+    from bench.cluster_seed import create_all, wait_pods_settled
+    from cluster.labels import MANAGED_BY_SELECTOR
     from jobs.models import Job
-    from sandbox.api import objects
-    from sandbox.api.resources import BY_KEY
-    from sandbox.controllers.manager import ControllerManager
-    from sandbox.state import Cluster, Options
-    from sandbox.store import Store
 
-    store = Store(state)
-    if clock_jump:
-        store.meta_set("clock", float(store.meta_get("clock")) + clock_jump)
-    cluster = Cluster(store, Options(speed=SEED_SPEED, event_ttl=float(EVENT_TTL)))
-    if create:
-        kinds = {"Job": "jobs.batch", "Deployment": "deployments.apps", "Service": "services"}
-        for manifests, namespace in Job.objects.values_list("manifests", "namespace").iterator():
-            for manifest in manifests:
-                objects.create(cluster, BY_KEY[kinds[manifest["kind"]]], namespace, manifest)
-    manager = ControllerManager(cluster)
-    for _ in range(400):
-        manager.run_once()
-        pods = store.list("pods")
-        if pods and all(
-            p["status"].get("phase") in ("Running", "Succeeded", "Failed")
-            and all(
-                cs.get("ready") or cs.get("state", {}).get("terminated")
-                for cs in p["status"].get("containerStatuses") or [{}]
-            )
-            for p in pods
-        ):
-            break
-    # Finished jobs need one more pass for their conditions and events.
-    for _ in range(5):
-        manager.run_once()
-    store.meta_set("clock", cluster.now())
-    figures = {
-        "pods": store.count("pods"),
-        "running": sum(p["status"].get("phase") == "Running" for p in store.list("pods")),
-        "succeeded": sum(p["status"].get("phase") == "Succeeded" for p in store.list("pods")),
-        "events": store.count("events"),
-    }
-    store.close()
-    return figures
+    rows = list(Job.objects.values_list("manifests", "namespace"))
+    made = create_all(
+        proc.kubeconfig, ((ns, manifest) for manifests, ns in rows for manifest in manifests)
+    )
+    pods = sum(
+        int(m["spec"].get("replicas", 1)) if m["kind"] == "Deployment" else 1
+        for manifests, _ in rows
+        for m in manifests
+        if m["kind"] in ("Job", "Deployment")
+    )
+    return {"objects": made, **wait_pods_settled(proc.kubeconfig, MANAGED_BY_SELECTOR, pods)}
+
+
+def finish_some(proc: Any, hours: float = 7) -> dict[str, int]:
+    """Stop the cluster, move the simulated nodes' clock ``hours`` on so the short jobs' work
+    ends, start it again and wait until their pods have finished and the rest run."""
+    from bench.cluster_seed import jump_node_clock, wait_pods_settled
+    from cluster.labels import MANAGED_BY_SELECTOR
+
+    proc.stop()
+    jump_node_clock(proc.state, hours * 3600)
+    proc.start(reset=False)
+    return wait_pods_settled(proc.kubeconfig, MANAGED_BY_SELECTOR, 0)
 
 
 def run_size(
@@ -368,29 +354,22 @@ def run_size(
     try:
         for team_id in Team.objects.values_list("pk", flat=True):
             team_cluster_sync(team_id=team_id)
-        proc.stop()
-        cluster = seed_cluster(proc.state)
+        cluster = seed_cluster(proc)
         print(
-            f"     sandbox: {cluster['pods']:,} pods ({cluster['running']:,} running), "
-            f"{cluster['events']:,} events, {gpus:,} GPUs in use; "
-            f"seeded in {time.perf_counter() - seed_started:.0f} s",
+            f"     cluster: {cluster['pods']:,} pods ({cluster['running']:,} running), "
+            f"{gpus:,} GPUs in use; seeded in {time.perf_counter() - seed_started:.0f} s",
             flush=True,
         )
-        proc.start(reset=False)
-        kube.reset_client()
         warm_up()
         passes = {"catch-up": one_pass(), "nothing changed": one_pass()}
-        proc.stop()
-        after = seed_cluster(proc.state, clock_jump=7 * 3600, create=False)
+        after = finish_some(proc)
         print(f"     moved the clock: {after['succeeded']:,} pods succeeded", flush=True)
-        proc.start(reset=False)
         kube.reset_client()
         warm_up()
         passes[f"{changed:.0%} changed"] = one_pass(
             workdir.parent / f"reconcile-{size}.prof" if profile else None
         )
         report.params[f"finishing_jobs_{size}"] = len(finishing)
-        report.params[f"sandbox_events_{size}"] = after["events"]
         return passes
     finally:
         proc.stop()

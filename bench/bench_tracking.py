@@ -3,9 +3,9 @@ cluster cost the API server: the watch tracker against the list-every-10-s recon
 
     .venv/bin/python bench/bench_tracking.py [--sizes 1000 10000] [--changed 0.01]
 
-The cluster is the sandbox with its ``large`` profile as a real subprocess (speed 1, wall
-time), seeded as ``bench_reconcile`` seeds it: N running jobs, portal rows and objects. For
-each size and each path:
+The cluster is the local cluster (the real control plane) with the ``large`` profile's
+simulated nodes (speed 1, wall time), seeded as ``bench_reconcile`` seeds it: N running
+jobs, portal rows and objects. For each size and each path:
 
 1. the path catches up with the seeded cluster (the tracker: its lists and the
    observation of every job; the reconcile: one pass);
@@ -203,11 +203,8 @@ def run_size(report: Report, size: int, share: float, workdir: Path) -> dict[str
         try:
             for team_id in Team.objects.values_list("pk", flat=True):
                 team_cluster_sync(team_id=team_id)
-            proc.stop()
             Job.objects.update(state="pending", reason="Applied", message="", finished_at=None)
-            seed_cluster(proc.state)
-            proc.start(reset=False)
-            kube.reset_client()
+            seed_cluster(proc)
             warm_up()
             ids = list(Job.objects.order_by("pk").values_list("pk", flat=True))
             changed = ids[:: max(1, round(1 / share))][: max(1, round(size * share))]

@@ -1,6 +1,6 @@
-"""A local stand-in for a Kubernetes cluster with NVIDIA GPU nodes, served over HTTPS (plain
-HTTP with ``--insecure-http``).
+"""The local cluster: the real Kubernetes control plane (built from the components' Go
+modules by ``localcluster/``) with simulated NVIDIA GPU nodes.
 
 Run it with ``python -m sandbox --profile default``. The portal reaches it only through
-the official ``kubernetes`` client, exactly as it would reach a real API server.
+the official ``kubernetes`` client, exactly as it reaches a production cluster.
 """

@@ -1,4 +1,4 @@
-"""A dcgm-exporter stand-in: ``/metrics`` in Prometheus text format.
+"""The simulated nodes' dcgm-exporter: ``/metrics`` in Prometheus text format.
 
 Values are pure functions of (seed, device, simulated time, what runs on the device), so
 two scrapes at the same simulated time agree and a given ``--seed`` replays the same

@@ -1,6 +1,7 @@
 """GPUs that fail like real hardware (fault injection, outside the Kubernetes API).
 
-``POST /sandbox/faults`` (the API server's bearer token) or ``python -m sandbox fault``:
+``POST /sandbox/faults`` on the nodes' metrics port (the cluster's bearer token; the
+kubeconfig names it) or ``python -m sandbox fault``:
 
 - ``{"node": N, "gpu": 5, "xid": 79}``: GPU 5 of node N reports the XID error. dcgm-exporter
   then shows the code in ``DCGM_FI_DEV_XID_ERRORS`` for every device of that GPU (an ECC
@@ -9,9 +10,9 @@
   its capacity stays; and every container using it exits with a failure whose log ends the
   way a CUDA program's does. Nothing is assigned the GPU until it is repaired.
 - ``{"node": N, "down": true}``: the node's kubelet stops (no Lease renewals, its pods
-  frozen, its exporter unreachable): the node lifecycle controller marks it ``Unknown``,
-  taints it unreachable and evicts its pods after their toleration
-  (``sandbox.controllers.nodelifecycle``); ``"down": false`` brings it back.
+  frozen, its exporter unreachable): the real node-lifecycle controller marks it
+  ``Unknown``, taints it unreachable and evicts its pods after their toleration;
+  ``"down": false`` brings it back.
 - ``{"node": N, "gpu": 5, "repair": true}``: healthy again (allocatable restored; the last
   XID stays in the exporter, as it does until the driver is reloaded, and the ECC count).
 - ``{"node": N, "gpu": 5, "host_client": "Xorg"}``: a process outside Kubernetes holds the
@@ -22,7 +23,7 @@
 XID or ``down``, and the pods it struck), for soak runs to measure recovery from.
 
 Deterministic: a fault happens when it is asked for, nothing is random (a profile's
-``faults`` section asks at a seeded rate: ``sandbox.controllers.faultplan``).
+``faults`` section asks at a seeded rate: ``sandbox.nodes.faultplan``).
 """
 
 from __future__ import annotations
@@ -260,9 +261,7 @@ def main(argv: list[str]) -> int:
     """``python -m sandbox fault``: inject or repair a GPU fault in a running sandbox, found
     through a kubeconfig the sandbox wrote (its server, CA and token)."""
     import argparse
-    import base64
     import json
-    import ssl
     import urllib.error
     import urllib.request
 
@@ -288,21 +287,24 @@ def main(argv: list[str]) -> int:
         config = yaml.safe_load(fh)
     cluster = config["clusters"][0]["cluster"]
     token = config["users"][0]["user"]["token"]
-    context = None
-    if cluster.get("certificate-authority-data"):
-        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        context = ssl.create_default_context(cadata=ca)
     body: dict[str, Any] = {"node": args.node}
     if args.down or args.up:
         body["down"] = bool(args.down)
     else:
         body |= {"gpu": args.gpu} | ({"repair": True} if args.repair else {"xid": args.xid})
-    server = str(cluster["server"]).rstrip("/") + "/sandbox/faults"
-    for extension in cluster.get("extensions") or []:
-        if extension.get("name") == FAULTS_EXTENSION:  # the real control plane's nodes
-            server, context = str(extension["extension"]["faults"]), None
+    # The nodes' fault endpoint, which the local cluster's kubeconfig names in an extension.
+    server = next(
+        (
+            str(extension["extension"]["faults"])
+            for extension in cluster.get("extensions") or []
+            if extension.get("name") == FAULTS_EXTENSION
+        ),
+        "",
+    )
+    if not server:
+        p.error(f"{args.kubeconfig} is not a local cluster's kubeconfig (no {FAULTS_EXTENSION})")
     if not server.startswith(("https://", "http://")):
-        p.error(f"the kubeconfig's server {server!r} is not an http(s) URL")
+        p.error(f"the kubeconfig's fault endpoint {server!r} is not an http(s) URL")
     request = urllib.request.Request(  # noqa: S310 - an http(s) URL, checked above
         server,
         data=json.dumps(body).encode(),
@@ -310,7 +312,7 @@ def main(argv: list[str]) -> int:
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
             print(response.read().decode())
     except urllib.error.HTTPError as exc:
         print(exc.read().decode(), file=sys.stderr)

@@ -1,9 +1,10 @@
 """NVIDIA's GPU Operator as a cluster that runs it shows it: its namespace, the
 ``cluster-policy`` ClusterPolicy, the MIG manager's mig-parted config and the device plugin's
-named configs (ConfigMaps the operator reads), installed once on a fresh cluster.
+named configs (ConfigMaps the operator reads), which the node agent installs through the
+API once on a fresh cluster (``sandbox.nodes.agent``).
 
 The operator's controllers (status, MIG manager, device plugin reload) are in
-``sandbox.controllers.gpu_operator``; the node labels it and GFD write come with the nodes
+``sandbox.nodes.gpu_operator``; the node labels it and GFD write come with the nodes
 (``sandbox.profiles``).
 """
 
@@ -13,10 +14,7 @@ from typing import Any
 
 import yaml
 
-from sandbox.api import objects
-from sandbox.api.resources import BY_KEY
 from sandbox.profiles import pool_mig_config, pool_plugin_config
-from sandbox.state import Cluster
 from scheduling.gpu_operator import (
     DEPLOY_LABEL_PREFIX,
     GPU_MODELS,
@@ -239,31 +237,3 @@ def operator_objects(profile: dict[str, Any]) -> list[dict[str, Any]]:
         *(operand_daemonset(operand) for operand in OPERANDS),
         cluster_policy(),
     ]
-
-
-_STORE_KEYS = {
-    "Namespace": "namespaces",
-    "ServiceAccount": "serviceaccounts",
-    "ConfigMap": "configmaps",
-    "DaemonSet": "daemonsets.apps",
-    "ClusterPolicy": CLUSTER_POLICY_KEY,
-}
-
-
-def install_gpu_operator(cluster: Cluster, profile: dict[str, Any]) -> bool:
-    """The stand-in's install of ``operator_objects``, once; an admin's later changes
-    survive restarts. True when made."""
-    with cluster.store.lock:
-        if CLUSTER_POLICY_KEY not in BY_KEY or cluster.store.meta_get("gpu_operator_installed"):
-            return False
-        for obj in operator_objects(profile):
-            meta = obj["metadata"]
-            key = _STORE_KEYS[obj["kind"]]
-            if cluster.store.get(key, meta.get("namespace", ""), meta["name"]) is not None:
-                continue
-            body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-            objects.create(
-                cluster, BY_KEY[key], meta.get("namespace", ""), body, check_schema=False
-            )
-        cluster.store.meta_set("gpu_operator_installed", True)
-        return True

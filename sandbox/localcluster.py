@@ -1,5 +1,5 @@
-"""``python -m sandbox --control-plane real``: the real control plane and the simulated GPU
-nodes, with the same command line, ready line, ports file and signals as before.
+"""``python -m sandbox``: the real control plane and the simulated GPU nodes, with the same
+command line, ready line, ports file and signals as the project's first local cluster.
 
 1. The control plane starts (``sandbox.controlplane``); ``--state`` names its folder (a
    ``.sqlite3`` suffix is dropped, so the old paths still work) and ``--reset`` empties it.
@@ -24,17 +24,17 @@ from pathlib import Path
 import yaml
 from kubernetes import config as k8s_config
 
-from sandbox.controllers import faultplan
 from sandbox.controlplane.plane import ControlPlane, ControlPlaneError, free_port
 from sandbox.faults import FAULTS_EXTENSION
+from sandbox.nodes import faultplan
 from sandbox.nodes.agent import NodeAgent
+from sandbox.nodes.metrics_server import MetricsServer
 from sandbox.profiles import load_profile
-from sandbox.server import MetricsServer
 from sandbox.state import Options
 
 
 def state_folder(state: str) -> Path:
-    """The folder of the cluster's state (``--state``; the stand-in's file name without its
+    """The folder of the cluster's state (``--state``; an old state file's name without its
     ``.sqlite3``), absolute: the components run in folders of their own, and a relative
     path (``make run``'s ``var/sandbox``) would name files they cannot find."""
     path = Path(state).expanduser().resolve()
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         agent.start()
         # Below the ephemeral range, as the control plane's: a restart asks for it again.
         metrics_port = args.metrics_port or free_port(args.host)
-        metrics = MetricsServer((args.host, metrics_port), agent.cluster, with_faults=True)
+        metrics = MetricsServer((args.host, metrics_port), agent.cluster)
         threading.Thread(
             target=metrics.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
         ).start()

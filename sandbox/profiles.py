@@ -108,7 +108,7 @@ MIG_PROFILES: dict[str, dict[str, Any]] = {
 PCI_BUS_IDS = ["07", "0F", "47", "4E", "87", "90", "B7", "BD"]
 DRIVER_VERSION = "550.54.15"
 CUDA_VERSION = (12, 4)
-KUBELET_VERSION = "v1.33.1"  # the old stand-in's; with the real control plane, its own
+KUBELET_VERSION = "v1.33.1"  # the node agent registers nodes with the control plane's own
 
 
 @dataclass

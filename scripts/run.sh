@@ -34,18 +34,16 @@ if [ -z "${KUBECONFIG:-}" ]; then
   # such a workspace's pod fails and says why, the rest of the demo runs).
   bash scripts/install_code_server.sh || echo "code-server not installed (see above)." >&2
   rm -f var/sandbox-ports.json
-  if [ "${SANDBOX_CONTROL_PLANE:-real}" = "real" ]; then
-    # The real components, built from their Go modules once per machine (cached).
-    $BIN/python scripts/install_kube_tools.py || true
-    KUBECTL=$BIN/kubectl bash localcluster/build.sh >/dev/null
-    bash scripts/ensure_inotify.sh
-  fi
+  # The real components, built from their Go modules once per machine (cached).
+  $BIN/python scripts/install_kube_tools.py || true
+  KUBECTL=$BIN/kubectl bash localcluster/build.sh >/dev/null
+  bash scripts/ensure_inotify.sh
   $BIN/python -m sandbox --profile "${SANDBOX_PROFILE:-default}" --port "${SANDBOX_PORT:-6443}" \
     --metrics-port "${SANDBOX_METRICS_PORT:-9400}" --speed "${SANDBOX_SPEED:-10}" \
-    --state var/sandbox.sqlite3 --kubeconfig var/sandbox-kubeconfig \
+    --state var/sandbox --kubeconfig var/sandbox-kubeconfig \
     --ports-file var/sandbox-ports.json >var/log/sandbox.log 2>&1 &
   pids+=($!)
-  # The real control plane answers in 20-30 s (the retiring stand-in, SANDBOX_CONTROL_PLANE=python, in a second).
+  # The local cluster answers in 20-30 s.
   for _ in $(seq 1 1800); do
     [ -s var/sandbox-ports.json ] && break
     kill -0 "${pids[-1]}" 2>/dev/null || break  # it exited: its log says why

@@ -36,18 +36,23 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+import redis
 from django.conf import settings
 
 from cluster import kube
 from cluster.compare import contains
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
 from cluster.selectors import Catalog, catalog_get
+from core.redis_client import redis_client
 from scheduling.quantity import parse_quantity
 from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.models import Cohort, GpuQuota, Team
 from teams.services import cohort_save, quota_delete, quota_set, team_save
 
 logger = logging.getLogger(__name__)
+SYNC_LOCK = "gpu-portal:kueue-sync"
+SYNC_LOCK_SECONDS = 120  # past the sync task's hard time limit (90 s)
+SYNC_LOCK_WAIT_SECONDS = 60
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 DEFAULT_FLAVOR = "gpu-portal-default"
@@ -239,8 +244,26 @@ def kueue_managed_sync() -> dict[str, str]:
     and ``KUEUE_MANAGED``); nothing otherwise (docs/queueing.md)."""
     if settings.QUEUEING != "kueue" or not settings.KUEUE_MANAGED:
         return {}
-    teams = Team.objects.prefetch_related("quotas").order_by("slug")
-    outcome = kueue_config_sync(teams=teams, catalog=catalog_get())
+    # One writer at a time, reading the teams once it holds the lock. Two syncs that both
+    # read before either wrote (an admin's change and beat's pass, in two workers) left
+    # Kueue with the older read until the next pass: a team taken out of its cohort still
+    # borrowed from it.
+    lock = redis_client().lock(
+        SYNC_LOCK, timeout=SYNC_LOCK_SECONDS, blocking_timeout=SYNC_LOCK_WAIT_SECONDS
+    )
+    if not lock.acquire():
+        raise kube.TemporaryClusterError(
+            f"another Kueue configuration sync has held its lock for over "
+            f"{SYNC_LOCK_WAIT_SECONDS} s; this one is retried"
+        )
+    try:
+        teams = Team.objects.prefetch_related("quotas").order_by("slug")
+        outcome = kueue_config_sync(teams=teams, catalog=catalog_get())
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            logger.warning("Kueue sync lock expired before release (the sync took too long)")
     changed = {k: v for k, v in outcome.items() if v != "unchanged"}
     if changed:
         # Logged as the team mirror's changes are: what the portal did to Kueue's objects.

@@ -56,9 +56,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxP
     it and leave it as they found it: the portal's objects are deleted after each test
     (``tests/integration/conftest.py::cluster``); a module that stops, restarts or breaks
     the cluster says ``OWN_CLUSTER = True`` and gets its own."""
-    proc = start_sandbox(
-        tmp_path_factory.mktemp("local-cluster"), profile="small", speed=30.0, control_plane="real"
-    )
+    proc = start_sandbox(tmp_path_factory.mktemp("local-cluster"), profile="small", speed=30.0)
     yield proc
     proc.stop(timeout=30)
 

@@ -1,11 +1,12 @@
-"""Start the sandbox as a real subprocess for tests (the portal's tests use it too).
+"""Start the local cluster (``python -m sandbox``: the real control plane, simulated GPU
+nodes) as a real subprocess for tests and benchmarks.
 
     proc = start_sandbox(tmp_path, profile="small", speed=30)
     kubernetes.config.load_kube_config(config_file=str(proc.kubeconfig))
     ...
     proc.stop()
 
-Each process gets free ports, its own SQLite state file and kubeconfig under ``tmp_path``.
+Each process gets free ports, its own state folder and kubeconfig under ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from tests.processes import http_ok, spawn, terminate, wait_ready
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 180.0
 
 
 @dataclass
@@ -34,10 +35,9 @@ class SandboxProcess:
     speed: float
     extra_args: tuple[str, ...] = ()
     token: str = "test-token"
-    control_plane: str = "python"  # "real": the control plane built from its Go modules
     api_port: int = 0
     metrics_port: int = 0
-    api_url: str = ""  # https://127.0.0.1:<port> (http:// with --insecure-http)
+    api_url: str = ""  # https://127.0.0.1:<port>
     ca_file: Path | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -47,7 +47,7 @@ class SandboxProcess:
 
     @property
     def state(self) -> Path:
-        return self.workdir / "state.sqlite3"
+        return self.workdir / "state"
 
     @property
     def ports_file(self) -> Path:
@@ -90,8 +90,6 @@ class SandboxProcess:
             str(self.speed),
             "--token",
             self.token,
-            "--control-plane",
-            self.control_plane,
             *self.extra_args,
         ]
         if reset:
@@ -100,9 +98,8 @@ class SandboxProcess:
         self.process = spawn(cmd, self.log_file, env={"PYTHONPATH": pythonpath}, cwd=REPO_ROOT)
         # The real control plane starts in ~20 s on an idle machine (its binaries are built
         # before the suite runs: scripts/test.sh); a loaded one needs more.
-        timeout = READY_TIMEOUT if self.control_plane == "python" else 180.0
         wait_ready(
-            self.process, self._ready, what="sandbox", log_file=self.log_file, timeout=timeout
+            self.process, self._ready, what="sandbox", log_file=self.log_file, timeout=READY_TIMEOUT
         )
         return self
 
@@ -115,7 +112,7 @@ class SandboxProcess:
         self.ca_file = Path(info["ca_file"]) if info.get("ca_file") else None
         return http_ok(f"{self.api_url}/readyz", context=self.ssl_context())
 
-    def stop(self, timeout: float = 10.0) -> int | None:
+    def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM and wait: the clean shutdown path."""
         return terminate(self.process, timeout)
 
@@ -130,23 +127,20 @@ class SandboxProcess:
         if hard:
             self.kill()
         else:
-            self.stop(timeout=30 if self.control_plane == "real" else 10)
+            self.stop(timeout=30)
         return self.start(reset=False)
 
 
 def inject(sandbox: SandboxProcess, **body: Any) -> dict[str, Any]:
-    """``POST /sandbox/faults``: make a GPU or node fail (``sandbox/faults.py``)."""
-    # With the real control plane the simulated nodes take faults, beside their metrics.
-    real = sandbox.control_plane == "real"
-    base = f"http://127.0.0.1:{sandbox.metrics_port}" if real else sandbox.api_url
+    """``POST /sandbox/faults`` on the simulated nodes' metrics port: make a GPU or node fail
+    (``sandbox/faults.py``)."""
     request = urllib.request.Request(
-        f"{base}/sandbox/faults",
+        f"http://127.0.0.1:{sandbox.metrics_port}/sandbox/faults",
         data=json.dumps(body).encode(),
         headers={"Authorization": f"Bearer {sandbox.token}"},
         method="POST",
     )
-    context = None if real else sandbox.ssl_context()
-    with urllib.request.urlopen(request, timeout=10, context=context) as resp:
+    with urllib.request.urlopen(request, timeout=10) as resp:
         return dict(json.load(resp))
 
 
@@ -156,11 +150,7 @@ def start_sandbox(
     speed: float = 30.0,
     extra_args: Sequence[str] = (),
     token: str = "test-token",
-    control_plane: str | None = None,
 ) -> SandboxProcess:
-    """A sandbox on ``control_plane`` (default: ``TEST_CONTROL_PLANE``, else the stand-in;
-    ``TEST_CONTROL_PLANE=real`` runs a module's tests against the real control plane)."""
-    control_plane = control_plane or os.environ.get("TEST_CONTROL_PLANE", "python")
     return SandboxProcess(
-        Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args), token, control_plane
+        Path(tmp_path) / "sandbox", profile, speed, tuple(extra_args), token
     ).start()

@@ -8,7 +8,7 @@ through the real API server only.
    node that goes down (``sandbox.faults``) stops renewing, and the real node-lifecycle
    controller marks it NotReady, taints it and evicts its pods. A node that comes back
    reports Ready again, as a kubelet's status sync does.
-3. The pods the real scheduler binds to these nodes are run by ``sandbox.controllers.kubelet``
+3. The pods the real scheduler binds to these nodes are run by ``sandbox.nodes.kubelet``
    on the watch-fed cache (``NodeStore``): devices assigned, containers started, simulated
    work with its duration and exit code, restarts by restart policy, real JupyterLab and
    code-server processes for workspace images, termination on deletion. A TrainJob's rank
@@ -31,10 +31,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from sandbox import faults
-from sandbox.bootstrap import node_conditions
-from sandbox.controllers import faultplan, gpu_operator, kubelet
 from sandbox.gpu_operator import CLUSTER_POLICY, CLUSTER_POLICY_KEY, operator_objects
-from sandbox.nodes import volumes
+from sandbox.nodes import faultplan, gpu_operator, kubelet, volumes
 from sandbox.nodes.kubelet_api import KubeletServer, serve
 from sandbox.nodes.store import BY_KEY, Api, NodeStore, Resource
 from sandbox.nodes.trainer_status import TrainerStatus
@@ -104,6 +102,37 @@ class NodeCluster(Cluster):
         except ApiException as exc:  # a namespace being deleted: its events go with it
             log.debug("event %s on %s/%s not recorded: %s", reason, ns, meta["name"], exc.reason)
             return event
+
+
+def node_conditions(ts: str) -> list[dict[str, Any]]:
+    """A healthy kubelet's node conditions (also what a node coming back reports)."""
+
+    def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        return {
+            "type": ctype,
+            "status": status,
+            "lastHeartbeatTime": ts,
+            "lastTransitionTime": ts,
+            "reason": reason,
+            "message": message,
+        }
+
+    return [
+        cond(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+        ),
+        cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        cond(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+        ),
+        cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+    ]
 
 
 def _now_rfc3339() -> str:

@@ -22,8 +22,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from sandbox import logs
-from sandbox.api.handlers import pod_log
 from sandbox.errors import ApiError
+from sandbox.nodes.container_logs import pod_log
 from sandbox.state import Cluster
 
 log = logging.getLogger("sandbox.nodes")

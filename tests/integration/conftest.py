@@ -30,19 +30,12 @@ SANDBOX_SPEED = 30.0
 def sandbox(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[SandboxProcess]:
-    """The module's cluster: the real local cluster, the test process's shared one, or its
-    own if the module says ``OWN_CLUSTER = True`` (it stops, restarts or breaks it). A
-    module that says ``CONTROL_PLANE = "python"``, still moving over, gets a stand-in."""
-    real = getattr(request.module, "CONTROL_PLANE", "real") == "real"
-    if real and not getattr(request.module, "OWN_CLUSTER", False):
+    """The module's local cluster: the test process's shared one, or its own if the module
+    says ``OWN_CLUSTER = True`` (it stops, restarts or breaks it)."""
+    if not getattr(request.module, "OWN_CLUSTER", False):
         yield request.getfixturevalue("local_cluster")
         return
-    proc = start_sandbox(
-        tmp_path_factory.mktemp("cluster"),
-        profile="small",
-        speed=SANDBOX_SPEED,
-        control_plane=getattr(request.module, "CONTROL_PLANE", "real"),
-    )
+    proc = start_sandbox(tmp_path_factory.mktemp("cluster"), profile="small", speed=SANDBOX_SPEED)
     yield proc
     proc.stop(timeout=30)
 

@@ -19,7 +19,6 @@ from tests.conftest import training_spec
 from tests.sandbox_process import SandboxProcess
 
 pytestmark = pytest.mark.django_db
-CONTROL_PLANE = "real"
 
 
 def admitted_job(demo: dict[str, Any], name: str) -> Job:

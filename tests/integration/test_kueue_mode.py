@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import re
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,16 +21,19 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
+from core.redis_client import redis_client
 from jobs.models import Job, JobState
 from jobs.selectors.queue_position import job_queue_position
 from jobs.services.apply import ApplyOutcome, job_apply
 from jobs.services.submit import job_cancel, job_submit
 from jobs.services.workspaces import workspace_start, workspace_stop
 from jobs.tracking.reconcile import cluster_reconcile
+from teams.kueue_config import SYNC_LOCK, kueue_managed_sync
 from teams.models import Team
 from tests.conftest import api_client_for, workspace_spec
 from tests.integration.conftest import empty_tables
@@ -39,7 +43,7 @@ from tests.worker_process import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.
-OWN_CLUSTER, CONTROL_PLANE = True, "real"
+OWN_CLUSTER = True
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -97,6 +101,39 @@ def test_cluster_sync_writes_kueue_configuration_from_the_teams(
     assert gpu and gpu[0]["nominalQuota"] in (6, "6")
     local = kube.get("LocalQueue", "gpu-portal", "team-vision")
     assert local["spec"]["clusterQueue"] == "vision"
+
+
+def test_a_sync_waits_for_the_one_writing_then_writes_the_teams_as_they_are_now(
+    kueue_worker: WorkerProcess, cluster: SandboxProcess
+) -> None:
+    # Given another Kueue sync holding the sync's lock, and vision joining cohort research
+    # with 6 GPUs (the worker's syncs of that change wait for the lock too)
+    held = redis_client().lock(SYNC_LOCK, timeout=30)
+    assert held.acquire(blocking=False)
+    outcome: list[dict[str, str]] = []
+
+    def sync() -> None:
+        try:
+            outcome.append(kueue_managed_sync())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=sync)
+    try:
+        seed(vision=6, robotics=4)
+        # When a sync starts, and vision leaves the cohort while it waits
+        thread.start()
+        time.sleep(1.0)
+        assert thread.is_alive(), "the sync did not wait for the one holding the lock"
+        Team.objects.filter(slug="vision").update(cohort=None)
+    finally:
+        held.release()
+    thread.join(timeout=30)
+    # Then what it wrote is vision as it is once the lock was free: out of the cohort, so
+    # borrowing nothing (a sync that had read before waiting put it back in the cohort)
+    assert outcome and outcome[0]
+    vision = wait_for(lambda: kube.get("ClusterQueue", "vision"), timeout=10)
+    assert "cohortName" not in vision["spec"], vision["spec"]
 
 
 def assert_page_names_its_kueue_objects(user: Any, job: Job, kueue: dict[str, str]) -> None:

@@ -23,7 +23,7 @@ from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
-OWN_CLUSTER, CONTROL_PLANE = True, "real"  # it breaks, stops or restarts it
+OWN_CLUSTER = True  # it breaks, stops or restarts it
 
 
 @pytest.fixture

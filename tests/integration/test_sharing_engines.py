@@ -37,7 +37,7 @@ from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.
-OWN_CLUSTER, CONTROL_PLANE = True, "real"
+OWN_CLUSTER = True
 
 _KUEUE_SAYS = re.compile(r" \(Kueue: (?P<kueue>.*)\)$")
 
@@ -81,7 +81,7 @@ def engine(
     yield Engine(settings.QUEUEING)
     report = getattr(request.node, "rep_call", None)
     if settings.QUEUEING == "kueue" and report is not None and report.failed:
-        print(f"--- Kueue's Workloads ---\n{_workloads_said()}")
+        print(f"--- Kueue's Workloads and ClusterQueues ---\n{_workloads_said()}")
     empty_tables()
     for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
@@ -105,6 +105,18 @@ def _workloads_said() -> str:
                 f"  {cond['type']}={cond['status']} {cond.get('reason', '')} "
                 f"{cond.get('lastTransitionTime', '')}: {cond.get('message', '')}"
             )
+    for queue in kube.list_all("ClusterQueue"):
+        meta, spec = queue["metadata"], queue.get("spec") or {}
+        quotas = [
+            f"{f['name']}:{r['name']}={r.get('nominalQuota')}"
+            for group in spec.get("resourceGroups") or []
+            for f in group.get("flavors") or []
+            for r in f.get("resources") or []
+        ]
+        lines.append(
+            f"ClusterQueue {meta['name']} cohort={spec.get('cohortName', '-')} "
+            f"deleting={meta.get('deletionTimestamp', '-')} quotas={' '.join(quotas)}"
+        )
     return "\n".join(lines) or "(none)"
 
 

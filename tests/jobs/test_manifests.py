@@ -49,6 +49,7 @@ from jobs.manifests import (
 )
 from jobs.manifests.context import WorkspaceContext
 from jobs.spec import GpuRequest, JobSpec, VolumeMount
+from sandbox.controlplane.plane import build_components
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 K8S_VERSION = "1.33"
@@ -1069,12 +1070,16 @@ def test_parse_quantity_refuses_garbage() -> None:
 
 # --- PyTorchJob (launcher pytorchjob) ------------------------------------------------------
 
-PYTORCHJOB_CRD = Path(__file__).parents[2] / "sandbox" / "crds" / "pytorchjob.yaml"
+
+@pytest.fixture(scope="module")
+def upstream_crds() -> Path:
+    """The operators' own CRDs, from their Go modules (``localcluster/build.sh``: cached)."""
+    return build_components() / "crds"
 
 
-def test_the_pytorchjob_is_valid_against_the_operators_crd_schema() -> None:
-    # Given the CRD a cluster with the training operator serves (the sandbox's copy of it)
-    crd = yaml.safe_load(PYTORCHJOB_CRD.read_text())
+def test_the_pytorchjob_is_valid_against_the_operators_crd_schema(upstream_crds: Path) -> None:
+    # Given the CRD the training operator installs
+    crd = yaml.safe_load((upstream_crds / "kubeflow.org_pytorchjobs.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     # Then the portal's PyTorchJob satisfies it, and its replicas' pod templates
     # Kubernetes' own PodTemplate schema (validate_manifests)
@@ -1103,13 +1108,10 @@ def test_a_broken_pytorchjob_is_reported_field_by_field() -> None:
 
 # --- TrainJob (launcher trainjob) -----------------------------------------------------------
 
-TRAINER_CRD = Path(__file__).parents[2] / "sandbox" / "crds" / "trainer.yaml"
 
-
-def test_the_trainjob_is_valid_against_trainers_crd_schema_and_types() -> None:
-    # Given the TrainJob CRD a cluster with Kubeflow Trainer serves (the sandbox's copy)
-    crd = next(d for d in yaml.safe_load_all(TRAINER_CRD.read_text()) if d["spec"]["names"][
-        "kind"] == "TrainJob")  # fmt: skip
+def test_the_trainjob_is_valid_against_trainers_crd_schema_and_types(upstream_crds: Path) -> None:
+    # Given the TrainJob CRD Kubeflow Trainer installs
+    crd = yaml.safe_load((upstream_crds / "trainer.kubeflow.org_trainjobs.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     # Then the portal's TrainJob satisfies it and Trainer's published types, and the
     # trainer's pods Kubernetes' own PodTemplate schema

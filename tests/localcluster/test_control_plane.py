@@ -1,5 +1,5 @@
 """The local cluster's own smoke test: the real components, built from their Go modules, with
-simulated GPU nodes (``python -m sandbox --control-plane real``), driven as a platform
+simulated GPU nodes (``python -m sandbox``), driven as a platform
 engineer would drive it, with the real kubectl."""
 
 from __future__ import annotations

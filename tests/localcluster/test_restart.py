@@ -23,9 +23,7 @@ from tests.sandbox_process import SandboxProcess, start_sandbox
 
 @pytest.fixture
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
-    proc = start_sandbox(
-        tmp_path_factory.mktemp("restart"), profile="small", speed=10, control_plane="real"
-    )
+    proc = start_sandbox(tmp_path_factory.mktemp("restart"), profile="small", speed=10)
     yield proc
     proc.stop(timeout=30)
 

@@ -32,7 +32,7 @@ from tests.sandbox_process import SandboxProcess, inject
 from tests.worker_process import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-OWN_CLUSTER, CONTROL_PLANE = True, "real"  # it breaks, stops or restarts it
+OWN_CLUSTER = True  # it breaks, stops or restarts it
 
 
 def running(job_id: int, timeout: float = 40) -> Job:

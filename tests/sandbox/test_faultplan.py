@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from sandbox import faults
-from sandbox.bootstrap import bootstrap
-from sandbox.controllers import faultplan
+from sandbox.nodes import faultplan
 from sandbox.profiles import load_profile
 from sandbox.state import Cluster, Options
-from sandbox.store import Store
+from tests.sandbox.offline import offline_cluster
 
 RATES = {"gpuFailuresPerGpuHour": 0.5, "busyOnly": False, "repairAfter": "6h", "xids": [79, 48]}
 
@@ -23,11 +22,11 @@ def soak(tmp_path: Path, name: str, seed: int, hours: float, **rates: Any) -> Cl
     # Simulated time all but stands still between the soak's own steps (speed 0.001): the
     # seconds a loaded machine takes between passes would otherwise shift every fault's
     # moment, and with it which faults a seed gives.
-    cluster = Cluster(
-        Store(tmp_path / f"{name}.sqlite3"),
+    cluster = offline_cluster(
+        tmp_path / f"{name}.sqlite3",
+        load_profile("small"),
         Options(seed=seed, speed=0.001, faults={**RATES, **rates}),
     )
-    bootstrap(cluster, load_profile("small"))
     for _ in range(int(hours * 60)):
         cluster.clock.advance(60)
         faultplan.reconcile(cluster)

@@ -8,11 +8,10 @@ import subprocess
 from pathlib import Path
 
 from sandbox import dcgm
-from sandbox.bootstrap import bootstrap
 from sandbox.history import PORTAL_FAMILIES, SimJob, history_write, simulate_workload
 from sandbox.profiles import load_profile
-from sandbox.state import Cluster, Options
-from sandbox.store import Store
+from sandbox.state import Options
+from tests.sandbox.offline import offline_cluster
 
 END = 1_750_000_020.0  # a whole minute
 LINE = re.compile(r"^(\w+)\{(.*)\} (\S+) (\d+)$")
@@ -48,10 +47,10 @@ def _parse(path: Path) -> dict[tuple[str, str, int], str]:
 
 def _live_exporter(tmp_path: Path, jobs: list[SimJob], t: float) -> dict[tuple[str, str], str]:
     """render() of an in-process sandbox whose pods are ``jobs``, its clock stopped at ``t``."""
-    store = Store(tmp_path / "state.sqlite3")
-    cluster = Cluster(store, Options(seed=0))
-    cluster.clock = FixedClock(t)  # type: ignore[assignment]
-    bootstrap(cluster, load_profile("small"))
+    cluster = offline_cluster(
+        tmp_path / "state.sqlite3", load_profile("small"), Options(seed=0), clock=FixedClock(t)
+    )
+    store = cluster.store
     for i, job in enumerate(jobs):
         holder = job.holder()
         uid = f"uid-{i}"

@@ -224,7 +224,7 @@ def test_a_claim_is_bound_at_once_and_its_files_go_with_it(
 def test_a_restarted_sandbox_starts_the_server_again_with_its_files(
     tmp_path: Path, hard: bool
 ) -> None:
-    proc = start_sandbox(tmp_path, profile="small", speed=SPEED, control_plane="real")
+    proc = start_sandbox(tmp_path, profile="small", speed=SPEED)
     try:
         core = client.CoreV1Api(make_client(proc))
         core.create_namespace({"metadata": {"name": "keep"}})

@@ -86,8 +86,7 @@ RESTARTING = (
 
 
 def reconcile(cluster: Cluster) -> None:
-    # Installed: by the stand-in where it serves the ClusterPolicy CRD, or by the simulated
-    # nodes through the real API server (``sandbox.nodes.agent``).
+    # Installed by the node agent through the API server once (``sandbox.nodes.agent``).
     if not cluster.store.meta_get("gpu_operator_installed"):
         return
     policy = cluster.store.get(CLUSTER_POLICY_KEY, "", CLUSTER_POLICY)

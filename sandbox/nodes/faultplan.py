@@ -47,7 +47,7 @@ def check_config(config: Any) -> dict[str, Any]:
     if config is None:
         return {}
     if not isinstance(config, dict):
-        raise ValueError("faults: a mapping (see sandbox/controllers/faultplan.py)")
+        raise ValueError("faults: a mapping (see sandbox/nodes/faultplan.py)")
     for key in config:
         if key not in KEYS:
             raise ValueError(f"faults.{key}: unknown; the keys are {', '.join(KEYS)}")

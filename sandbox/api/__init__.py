@@ -1,1 +1,0 @@
-"""The Kubernetes REST API surface: discovery, generic CRUD and per-kind behaviour."""

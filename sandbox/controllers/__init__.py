@@ -1,1 +1,0 @@
-"""Background controllers: Job, Deployment/ReplicaSet, scheduler, kubelet, GC, quota."""
