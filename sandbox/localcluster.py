@@ -20,6 +20,7 @@ import ssl
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes import config as k8s_config
@@ -52,35 +53,28 @@ def run(args: argparse.Namespace) -> int:
     if args.reset and folder.exists():
         shutil.rmtree(folder)
     plane = ControlPlane(state=folder, token=args.token, apiserver_port=args.port)
+    agents: list[NodeAgent] = []
+
+    def nodes_keep_their_leases() -> None:
+        # As soon as the API server answers, before the node-lifecycle controller starts: the
+        # nodes of a restarted cluster renew their Leases from then on, as kubelets that
+        # never stopped would. Started only after every operator was up, they came 15 s
+        # after the controller on an idle machine and over a minute on a loaded one, past
+        # its 8 s grace: it tainted them unreachable and evicted their pods.
+        agents.append(_agent(args, plane, folder, profile, fault_rates))
+        agents[0].keep_leases()
+
     try:
-        plane.start(on_step=lambda step: print(f"starting {step}...", file=sys.stderr, flush=True))
+        plane.start(
+            on_step=lambda step: print(f"starting {step}...", file=sys.stderr, flush=True),
+            on_apiserver=nodes_keep_their_leases,
+        )
     except ControlPlaneError as exc:
+        if agents:
+            agents[0].stop()
         print(f"the local cluster did not start: {exc}", file=sys.stderr)
         return 1
-    assert plane.pki is not None and plane.ports is not None
-    api_client = k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(plane.pki.path("kubelet.crt"), plane.pki.path("kubelet.key"))
-    options = Options(
-        token=args.token,
-        seed=args.seed,
-        speed=args.speed,
-        event_ttl=args.event_ttl,
-        default_training_seconds=args.default_duration,
-        faults=fault_rates,
-        workdir=str(folder / "nodes"),
-    )
-    kubelet_port = _kept_port(folder / "kubelet-port", args.host)
-    agent = NodeAgent(
-        api_client=api_client,
-        state=folder,
-        profile=profile,
-        options=options,
-        net=plane.ports.service_net,
-        kubelet_port=kubelet_port,
-        kubelet_tls=tls,
-        kubelet_version=plane.versions["KUBERNETES"],
-    )
+    (agent,) = agents
     metrics: MetricsServer | None = None
     try:
         agent.start()
@@ -103,6 +97,40 @@ def run(args: argparse.Namespace) -> int:
         plane.stop()
     print("SANDBOX STOPPED", flush=True)
     return 0
+
+
+def _agent(
+    args: argparse.Namespace,
+    plane: ControlPlane,
+    folder: Path,
+    profile: dict[str, Any],
+    fault_rates: dict[str, Any] | None,
+) -> NodeAgent:
+    """The simulated nodes, reaching the API server with the admin kubeconfig, their kubelet
+    API served with the control plane's kubelet certificate."""
+    assert plane.pki is not None and plane.ports is not None
+    api_client = k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(plane.pki.path("kubelet.crt"), plane.pki.path("kubelet.key"))
+    options = Options(
+        token=args.token,
+        seed=args.seed,
+        speed=args.speed,
+        event_ttl=args.event_ttl,
+        default_training_seconds=args.default_duration,
+        faults=fault_rates,
+        workdir=str(folder / "nodes"),
+    )
+    return NodeAgent(
+        api_client=api_client,
+        state=folder,
+        profile=profile,
+        options=options,
+        net=plane.ports.service_net,
+        kubelet_port=_kept_port(folder / "kubelet-port", args.host),
+        kubelet_tls=tls,
+        kubelet_version=plane.versions["KUBERNETES"],
+    )
 
 
 def _kept_port(path: Path, host: str) -> int:

@@ -227,7 +227,14 @@ class ControlPlane:
 
     # -- start ---------------------------------------------------------------------------
 
-    def start(self, *, on_step: Callable[[str], None] = lambda _: None) -> None:
+    def start(
+        self,
+        *,
+        on_step: Callable[[str], None] = lambda _: None,
+        on_apiserver: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Start every component in order; ``on_apiserver`` runs once the API server answers,
+        before the controllers (the nodes' heartbeats start there)."""
         self.state.mkdir(parents=True, exist_ok=True)
         (self.state / "log").mkdir(exist_ok=True)
         self.components = self.components or build_components()
@@ -245,6 +252,7 @@ class ControlPlane:
             self._start_etcd()
             on_step("kube-apiserver")
             self._start_apiserver()
+            on_apiserver()
             on_step("kube-controller-manager, kube-scheduler")
             self._start_controllers()
             on_step("CRDs")

@@ -4,7 +4,8 @@ through the real API server only.
 1. Each node of the profile is registered (``POST /api/v1/nodes``) with its GPU capacity,
    NFD/GFD labels and taints, a loopback InternalIP of its own and the kubelet port; its
    status says Ready. A restart keeps the nodes there (and their devices, in the state).
-2. Each node's Lease in ``kube-node-lease`` is renewed every 10 s while the node is up; a
+2. Each node's Lease in ``kube-node-lease`` is renewed every 2 s while the node is up, from
+   the moment the API server answers (before the controllers start, on a restart); a
    node that goes down (``sandbox.faults``) stops renewing, and the real node-lifecycle
    controller marks it NotReady, taints it and evicts its pods. A node that comes back
    reports Ready again, as a kubelet's status sync does.
@@ -184,13 +185,26 @@ class NodeAgent:
         self.kubelet_version = kubelet_version
         self.trainer_status = TrainerStatus(self.api)
         self.node_names: list[str] = []
+        # Every node of the profile, registered yet or not: whose Leases to renew.
+        self._profile_nodes = [
+            spec.node["metadata"]["name"] for spec in build_nodes(profile, options.seed, "")
+        ]
         self._renewed: dict[str, float] = {}
         self._servers: list[KubeletServer] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kubelets", daemon=True)
+        self._leases = threading.Thread(target=self._keep_leases, name="leases", daemon=True)
 
     # -- start / stop ---------------------------------------------------------------------
+    def keep_leases(self) -> None:
+        """Renew the nodes' Leases from now on, in a thread of their own (``start`` starts
+        it too): a restarted cluster's nodes heartbeat before its node-lifecycle controller
+        starts watching them, as kubelets that never stopped would."""
+        if not self._leases.is_alive():
+            self._leases.start()
+
     def start(self) -> None:
+        self.keep_leases()
         self.store.start()
         self._install_gpu_operator()
         self._register_nodes()
@@ -199,7 +213,9 @@ class NodeAgent:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        for thread in (self._thread, self._leases):
+            if thread.is_alive():
+                thread.join(timeout=5)
         for server in self._servers:
             server.shutdown()
             server.server_close()
@@ -289,18 +305,28 @@ class NodeAgent:
         ):
             with self.store.lock:
                 step()
-        self._heartbeats()
+
+    def _keep_leases(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            try:
+                self._heartbeats()
+            except Exception:  # the API server restarting: the next tick tries again
+                log.exception("node heartbeats failed")
 
     def _heartbeats(self) -> None:
-        """Renew each live node's Lease; a node back from being down reports Ready."""
+        """Renew each live node's Lease; a node back from being down reports Ready. Before
+        the nodes are in the cache (a restart), the Leases there are renewed alone."""
         now = time.monotonic()
-        for name in self.node_names:
+        for name in self._profile_nodes:
             with self.store.lock:
                 down = faults.node_down(self.cluster, name)
                 node = self.store.get("nodes", "", name)
-            if down or node is None or now - self._renewed.get(name, 0.0) < RENEW_SECONDS:
+            if down or now - self._renewed.get(name, 0.0) < RENEW_SECONDS:
                 continue
+            self._renewed[name] = now
             self._renew_lease(name, node)
+            if node is None:
+                continue
             ready: dict[str, Any] = next(
                 (c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"), {}
             )
@@ -309,9 +335,10 @@ class NodeAgent:
                 back["status"] = {**node["status"], "conditions": node_conditions(_now_rfc3339())}
                 with self.store.lock:
                     self.store.put("nodes", back)
-            self._renewed[name] = now
 
-    def _renew_lease(self, name: str, node: Obj) -> None:
+    def _renew_lease(self, name: str, node: Obj | None) -> None:
+        """Renew ``name``'s Lease; create it (owned by the node) when it is missing and the
+        node is known."""
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
         lease: Obj = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -324,7 +351,7 @@ class NodeAgent:
                         "apiVersion": "v1",
                         "kind": "Node",
                         "name": name,
-                        "uid": node["metadata"]["uid"],
+                        "uid": (node or {}).get("metadata", {}).get("uid", ""),
                     }
                 ],
             },
@@ -339,7 +366,7 @@ class NodeAgent:
             held["spec"] = {**held.get("spec", {}), **lease["spec"]}
             self.api.call("PUT", f"{path}/{name}", held)
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status == 404 and node is not None:
                 self.api.call("POST", path, lease)
             elif exc.status != 409:
                 log.warning("lease of %s not renewed: %s", name, exc.reason)

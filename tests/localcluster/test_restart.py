@@ -3,6 +3,7 @@ again on the same ``--state``, and the cluster carries on where it was."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 
@@ -46,6 +47,7 @@ def test_after_sigkill_and_a_restart_jobs_workloads_and_pods_carry_on(
     )
 
     # When the process that started the cluster is killed outright, and started again
+    killed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
     cluster.kill()
     cluster.start(reset=False)
 
@@ -85,3 +87,17 @@ def test_after_sigkill_and_a_restart_jobs_workloads_and_pods_carry_on(
             == "True"
         ),
     )
+    # and no node was taken for dead while the cluster came back: the nodes renewed their
+    # Leases before the node-lifecycle controller started watching them, so it neither
+    # marked them NotReady nor evicted the pod
+    events = json.loads(
+        kubectl(cluster, "get", "events", "-A", "--field-selector", "involvedObject.kind=Node",
+                "-o", "json")
+    )["items"]  # fmt: skip
+    not_ready = [
+        f"{e['involvedObject']['name']} {e['reason']} {e.get('lastTimestamp') or e['eventTime']}"
+        for e in events
+        if e["reason"] == "NodeNotReady"
+        and dt.datetime.fromisoformat(e.get("lastTimestamp") or e["eventTime"]) >= killed_at
+    ]
+    assert not not_ready, not_ready
