@@ -309,9 +309,19 @@ def test_recording_rules_keep_the_team_and_cluster_lines_as_the_raw_queries_draw
     for at, value in samples:
         (raw,) = query(queries.team_busy_gpus(job.namespace), at=_at(at))
         assert float(value) == pytest.approx(raw.value, rel=0.05, abs=0.02)
+    # The cluster line moves with every pod of the shared cluster: at an instant a scrape
+    # changed it, that scrape may have been stored after the rule ran (under load a scrape
+    # takes over a second), so only instants whose raw value the second before was the same
+    # are compared; most are.
+    compared = 0
     for at, value in cluster["values"]:
         (raw,) = query(queries.cluster_utilisation(), at=_at(at))
+        (before,) = query(queries.cluster_utilisation(), at=_at(at - 1.0))
+        if abs(raw.value - before.value) > 0.5:
+            continue
         assert float(value) == pytest.approx(raw.value, rel=0.05, abs=0.5)
+        compared += 1
+    assert compared, cluster["values"]
     # And the portal's form of the recorded line reads the same values
     (line,) = query(queries.team_busy_gpus(job.namespace, recorded=True), at=_at(samples[-1][0]))
     assert line.value == pytest.approx(float(samples[-1][1]))
