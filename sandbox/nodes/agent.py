@@ -32,8 +32,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from sandbox import faults
-from sandbox.gpu_operator import CLUSTER_POLICY, CLUSTER_POLICY_KEY, operator_objects
-from sandbox.nodes import faultplan, gpu_operator, kubelet, volumes
+from sandbox.gpu_operator_install import CLUSTER_POLICY, CLUSTER_POLICY_KEY, operator_objects
+from sandbox.nodes import faultplan, gpu_operands, kubelet, volumes
 from sandbox.nodes.kubelet_api import KubeletServer, serve
 from sandbox.nodes.store import BY_KEY, Api, NodeStore, Resource
 from sandbox.nodes.trainer_status import TrainerStatus
@@ -298,7 +298,7 @@ class NodeAgent:
     def run_once(self) -> None:
         for step in (
             lambda: kubelet.reconcile(self.cluster),
-            lambda: gpu_operator.reconcile(self.cluster),
+            lambda: gpu_operands.reconcile(self.cluster),
             lambda: faultplan.reconcile(self.cluster),
             lambda: volumes.reconcile(self.store, self.api, self.root),
             lambda: self.trainer_status.reconcile(self.cluster),

@@ -1,9 +1,8 @@
-"""NVIDIA's GPU Operator at work: its operands' pods, the ClusterPolicy's status, the MIG
-manager and the device plugin's config manager.
+"""NVIDIA's GPU Operator on the simulated nodes: the ClusterPolicy's status, the MIG
+manager and the device plugin's config manager. (The operands' pods are the real DaemonSet
+controller's: one per node labelled ``nvidia.com/gpu.deploy.<operand>=true``, gone when the
+MIG manager sets it to ``paused-for-mig-change``.)
 
-- **Operands.** On each GPU node, one pod per ``nvidia.com/gpu.deploy.<operand>=true``
-  label, as the operator's DaemonSets select them (``gpu-operator`` namespace); a label set to
-  anything else (the MIG manager's ``paused-for-mig-change``) removes the pod.
 - **ClusterPolicy.** ``status.state`` is ``ready`` while every operand pod is Ready, else
   ``notReady`` with the operator's ``Ready``/``Error`` conditions naming the states not ready.
 - **MIG manager** (``NVIDIA/mig-parted``'s k8s-mig-manager). When a node's
@@ -24,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox import faults
-from sandbox.gpu_operator import (
+from sandbox.gpu_operator_install import (
     CLUSTER_POLICY,
     CLUSTER_POLICY_KEY,
     DEFAULT_PLUGIN_CONFIG,

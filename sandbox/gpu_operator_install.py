@@ -4,7 +4,7 @@ named configs (ConfigMaps the operator reads), which the node agent installs thr
 API once on a fresh cluster (``sandbox.nodes.agent``).
 
 The operator's controllers (status, MIG manager, device plugin reload) are in
-``sandbox.nodes.gpu_operator``; the node labels it and GFD write come with the nodes
+``sandbox.nodes.gpu_operands``; the node labels it and GFD write come with the nodes
 (``sandbox.profiles``).
 """
 
