@@ -320,16 +320,19 @@ def seed_cluster(proc: Any) -> dict[str, int]:
     return {"objects": made, **wait_pods_settled(proc.kubeconfig, MANAGED_BY_SELECTOR, pods)}
 
 
-def finish_some(proc: Any, hours: float = 7) -> dict[str, int]:
-    """Stop the cluster, move the simulated nodes' clock ``hours`` on so the short jobs' work
-    ends, start it again and wait until their pods have finished and the rest run."""
+def finish_some(proc: Any, finishing: list[int], hours: float = 7) -> dict[str, int]:
+    """Stop the cluster, move the simulated nodes' clock ``hours`` on so the short training
+    jobs among ``finishing`` end, start it again and wait until their pods have succeeded
+    and the rest run."""
     from bench.cluster_seed import jump_node_clock, wait_pods_settled
     from cluster.labels import MANAGED_BY_SELECTOR
+    from jobs.models import Job
 
+    short = Job.objects.filter(pk__in=finishing, kind="training").count()
     proc.stop()
     jump_node_clock(proc.state, hours * 3600)
     proc.start(reset=False)
-    return wait_pods_settled(proc.kubeconfig, MANAGED_BY_SELECTOR, 0)
+    return wait_pods_settled(proc.kubeconfig, MANAGED_BY_SELECTOR, 0, succeeded=short)
 
 
 def run_size(
@@ -362,7 +365,7 @@ def run_size(
         )
         warm_up()
         passes = {"catch-up": one_pass(), "nothing changed": one_pass()}
-        after = finish_some(proc)
+        after = finish_some(proc, finishing)
         print(f"     moved the clock: {after['succeeded']:,} pods succeeded", flush=True)
         kube.reset_client()
         warm_up()

@@ -124,14 +124,21 @@ def pod_phases(kubeconfig: Path, label_selector: str) -> dict[str, int]:
 
 
 def wait_pods_settled(
-    kubeconfig: Path, label_selector: str, expected: int, *, timeout: float = 3600
+    kubeconfig: Path,
+    label_selector: str,
+    expected: int,
+    *,
+    succeeded: int = 0,
+    timeout: float = 3600,
 ) -> dict[str, int]:
-    """Until ``expected`` pods of the selector exist and none is still starting."""
+    """Until ``expected`` pods of the selector exist, ``succeeded`` of them have, and none
+    is still starting."""
     deadline = time.monotonic() + timeout
     counts: dict[str, int] = {}
     while time.monotonic() < deadline:
         counts = pod_phases(kubeconfig, label_selector)
-        if counts["pods"] >= expected and not counts["waiting"]:
+        done = counts["pods"] >= expected and counts["succeeded"] >= succeeded
+        if done and not counts["waiting"]:
             return counts
         print(
             f"     pods: {counts['pods']:,}/{expected:,}, {counts['running']:,} running, "

@@ -15,10 +15,6 @@ exports=$($BIN/python scripts/preflight.py --db --redis --sqlite-fallback var/de
 eval "$exports"
 export DEBUG="${DEBUG:-true}"
 
-$BIN/python scripts/ensure_db.py
-$BIN/python manage.py migrate --noinput
-$BIN/python manage.py seed_demo
-
 pids=()
 cleanup() {
   trap - EXIT INT TERM
@@ -28,7 +24,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# The cluster: yours when KUBECONFIG is set, otherwise the sandbox (state kept in var/).
+# The cluster: yours when KUBECONFIG is set, otherwise the local cluster (state kept in
+# var/), started first: it boots (20-30 s) while the database is migrated and seeded.
 if [ -z "${KUBECONFIG:-}" ]; then
   # code-server for the sandbox's code-server workspaces (needs Node.js 20; without it,
   # such a workspace's pod fails and says why, the rest of the demo runs).
@@ -43,10 +40,17 @@ if [ -z "${KUBECONFIG:-}" ]; then
     --state var/sandbox --kubeconfig var/sandbox-kubeconfig \
     --ports-file var/sandbox-ports.json >var/log/sandbox.log 2>&1 &
   pids+=($!)
-  # The local cluster answers in 20-30 s.
+  SANDBOX_PID=$!
+fi
+
+$BIN/python scripts/ensure_db.py
+$BIN/python manage.py migrate --noinput
+$BIN/python manage.py seed_demo
+
+if [ -n "${SANDBOX_PID:-}" ]; then
   for _ in $(seq 1 1800); do
     [ -s var/sandbox-ports.json ] && break
-    kill -0 "${pids[-1]}" 2>/dev/null || break  # it exited: its log says why
+    kill -0 "$SANDBOX_PID" 2>/dev/null || break  # it exited: its log says why
     sleep 0.1
   done
   if [ ! -s var/sandbox-ports.json ]; then
@@ -56,7 +60,6 @@ if [ -z "${KUBECONFIG:-}" ]; then
   fi
   export KUBECONFIG="$PWD/var/sandbox-kubeconfig"
   CLUSTER="sandbox cluster (profile ${SANDBOX_PROFILE:-default}, logs var/log/sandbox.log; try KUBECONFIG=var/sandbox-kubeconfig .venv/bin/kubectl get nodes)"
-  $BIN/python scripts/install_kube_tools.py || echo "kubectl/helm not installed (see above)." >&2
 else
   CLUSTER="cluster of KUBECONFIG=$KUBECONFIG"
 fi
@@ -112,9 +115,13 @@ pids+=($!)
 # Job rows follow the cluster's watch streams; beat's reconcile is the slow safety net.
 $BIN/python manage.py track_cluster >var/log/tracker.log 2>&1 &
 pids+=($!)
-# The GPU catalog from the nodes and every team's namespace, quota, limits and isolation.
-$BIN/python manage.py cluster_sync || echo "Teams not mirrored into the cluster (see above)." >&2
-$BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
+# The GPU catalog from the nodes and every team's namespace, quota, limits and isolation,
+# then the demo's jobs: beside the web servers' start, not before it.
+(
+  $BIN/python manage.py cluster_sync || echo "Teams not mirrored into the cluster (see above)." >&2
+  $BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
+) &
+pids+=($!)
 
 # The workspace proxy in front (an ASGI process: workspaces' HTTP and WebSockets at
 # /workspaces/<id>/), the portal's gunicorn behind it, as an ingress would route them.

@@ -203,10 +203,41 @@ def local_queue(team: Team) -> Obj:
 _QUANTITIES = frozenset({"nominalQuota", "borrowingLimit", "lendingLimit"})
 
 
+# Fields the portal writes only sometimes: a queue in no cohort has neither cohort nor fair
+# share, a quota row without limits no limits.
+_OPTIONAL_SPEC = ("cohortName", "fairSharing")
+_OPTIONAL_RESOURCE = ("borrowingLimit", "lendingLimit")
+
+
 def _same_spec(existing: Obj, wanted: Obj) -> bool:
-    return contains(existing.get("spec") or {}, wanted.get("spec") or {}, _QUANTITIES) and contains(
-        existing["metadata"].get("labels") or {}, wanted["metadata"]["labels"]
+    """Whether ``existing`` already says what ``wanted`` does. Fields the API server or Kueue
+    added (their defaults) do not count; the optional fields the portal writes do, present or
+    absent: ``contains`` alone took a ClusterQueue still naming the cohort its team had left
+    for the same, and Kueue went on lending that team the cohort's quota."""
+    have, want = existing.get("spec") or {}, wanted.get("spec") or {}
+    return (
+        contains(have, want, _QUANTITIES)
+        and contains(existing["metadata"].get("labels") or {}, wanted["metadata"]["labels"])
+        and (wanted["kind"] != "ClusterQueue" or _same_optional_fields(have, want))
     )
+
+
+def _same_optional_fields(have: Obj, want: Obj) -> bool:
+    if any((key in have) != (key in want) for key in _OPTIONAL_SPEC):
+        return False
+    resources = zip(_queue_resources(have), _queue_resources(want), strict=False)
+    return all(
+        (key in had) == (key in wanted) for had, wanted in resources for key in _OPTIONAL_RESOURCE
+    )
+
+
+def _queue_resources(spec: Obj) -> list[Obj]:
+    return [
+        resource
+        for group in spec.get("resourceGroups") or []
+        for flavor in group.get("flavors") or []
+        for resource in flavor.get("resources") or []
+    ]
 
 
 def kueue_config_sync(*, teams: Iterable[Team], catalog: Catalog) -> dict[str, str]:

@@ -111,6 +111,31 @@ def test_the_sync_writes_follows_and_cleans_up_kueues_objects(
         assert changed["ClusterQueue/vision"] == "updated"
         flavors = kube.get("ClusterQueue", "vision")["spec"]["resourceGroups"][1]["flavors"]
         assert {f["resources"][0]["nominalQuota"] for f in flavors} == {"24"}
+        # When a borrowing limit is set, then removed, Then the ClusterQueue loses it again
+        GpuQuota.objects.filter(team__slug="vision", resource="nvidia.com/gpu").update(
+            borrowing_limit=4
+        )
+        assert kueue_config_sync(teams=Team.objects.all(), catalog=catalog)[
+            "ClusterQueue/vision"] == "updated"  # fmt: skip
+        GpuQuota.objects.filter(team__slug="vision", resource="nvidia.com/gpu").update(
+            borrowing_limit=None
+        )
+        assert kueue_config_sync(teams=Team.objects.all(), catalog=catalog)[
+            "ClusterQueue/vision"] == "updated"  # fmt: skip
+        spec = kube.get("ClusterQueue", "vision")["spec"]
+        assert all(
+            "borrowingLimit" not in r
+            for g in spec["resourceGroups"]
+            for f in g["flavors"]
+            for r in f["resources"]
+        ), spec["resourceGroups"]
+        # When vision leaves its cohort, Then its ClusterQueue leaves Kueue's cohort too (a
+        # queue left in it would go on borrowing from the others)
+        Team.objects.filter(slug="vision").update(cohort=None)
+        assert kueue_config_sync(teams=Team.objects.all(), catalog=catalog)[
+            "ClusterQueue/vision"] == "updated"  # fmt: skip
+        spec = kube.get("ClusterQueue", "vision")["spec"]
+        assert "cohortName" not in spec and "fairSharing" not in spec, spec
         # When a team is gone, Then its queues go, and nothing that is not the portal's
         gone = kueue_config_sync(teams=Team.objects.exclude(slug="speech"), catalog=catalog)
         assert gone["ClusterQueue/speech"] == "deleted"
