@@ -49,11 +49,11 @@ def cluster(sandbox: SandboxProcess, settings: Any) -> Iterator[SandboxProcess]:
     settings.FIT_SNAPSHOT_TTL_SECONDS = 0  # each test's preview sees the cluster as it is
     kube.reset_client()
     yield sandbox
-    _delete_portal_objects()
+    delete_portal_objects()
     kube.reset_client()
 
 
-def _delete_portal_objects() -> None:
+def delete_portal_objects() -> None:
     """Tests share one sandbox per module: free its GPUs for the next test."""
     for kind in ("Job", "Deployment", "PyTorchJob", "TrainJob"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):

@@ -30,7 +30,7 @@ from jobs.models import Job, JobState
 from jobs.services.submit import job_cancel
 from teams.models import Cohort, GpuQuota, Membership, Team
 from teams.services import quota_set
-from tests.integration.conftest import empty_tables
+from tests.integration.conftest import delete_portal_objects, empty_tables
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for, wait_job
@@ -83,6 +83,10 @@ def engine(
     if settings.QUEUEING == "kueue" and report is not None and report.failed:
         print(f"--- Kueue's Workloads and ClusterQueues ---\n{_workloads_said()}")
     empty_tables()
+    # Again, now that no row is left to apply: the worker may have applied a job again after
+    # the cluster fixture's clean-up (a re-admission under way), and its pods would hold the
+    # GPUs the next scenario starts from.
+    delete_portal_objects()
     for kind in ("LocalQueue", "ClusterQueue", "ResourceFlavor"):
         for obj in kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR):
             meta = obj["metadata"]

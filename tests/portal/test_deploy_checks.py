@@ -35,7 +35,9 @@ def check_deploy(**env: str) -> subprocess.CompletedProcess[str]:
         env={**clean, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        # 7 s on an idle machine; over 60 s once, when the suite's six processes and their
+        # clusters loaded both cores (a wait for the process, not a bound on the check)
+        timeout=240,
         check=False,
     )
 
