@@ -64,6 +64,15 @@ else
   CLUSTER="cluster of KUBECONFIG=$KUBECONFIG"
 fi
 
+# The GPU catalog from the nodes and every team's namespace, quota, limits and isolation,
+# then the demo's jobs (admitted once the worker is up): as soon as the cluster answers,
+# beside the other processes' start rather than after it.
+(
+  $BIN/python manage.py cluster_sync || echo "Teams not mirrored into the cluster (see above)." >&2
+  $BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
+) &
+pids+=($!)
+
 # Prometheus for the GPU dashboards: ours unless PROMETHEUS_URL points at one already.
 # It scrapes the cluster's DCGM exporter (the sandbox's, or DCGM_TARGET) and the portal.
 if [ -z "${PROMETHEUS_URL:-}" ]; then
@@ -115,13 +124,6 @@ pids+=($!)
 # Job rows follow the cluster's watch streams; beat's reconcile is the slow safety net.
 $BIN/python manage.py track_cluster >var/log/tracker.log 2>&1 &
 pids+=($!)
-# The GPU catalog from the nodes and every team's namespace, quota, limits and isolation,
-# then the demo's jobs: beside the web servers' start, not before it.
-(
-  $BIN/python manage.py cluster_sync || echo "Teams not mirrored into the cluster (see above)." >&2
-  $BIN/python manage.py demo_jobs || echo "Demo jobs not submitted (see above)." >&2
-) &
-pids+=($!)
 
 # The workspace proxy in front (an ASGI process: workspaces' HTTP and WebSockets at
 # /workspaces/<id>/), the portal's gunicorn behind it, as an ingress would route them.
@@ -142,4 +144,8 @@ cat <<MSG
   Logs: var/log/worker.log, var/log/beat.log, var/log/tracker.log, var/log/access.log. Stop with Ctrl-C.
 
 MSG
-ACCESS_LOG=var/log/access.log bash scripts/serve.sh "$WEB_ADDR"
+# In the background, waited for: bash runs a trap only once the foreground command is done,
+# so a SIGTERM (a process manager, `kill`) stopped nothing while gunicorn ran in front.
+ACCESS_LOG=var/log/access.log bash scripts/serve.sh "$WEB_ADDR" &
+pids+=($!)
+wait "$!"

@@ -368,5 +368,7 @@ class NodeAgent:
         except ApiException as exc:
             if exc.status == 404 and node is not None:
                 self.api.call("POST", path, lease)
+            elif exc.status == 404:
+                return  # a node not registered yet: its registration makes the Lease
             elif exc.status != 409:
                 log.warning("lease of %s not renewed: %s", name, exc.reason)
