@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 
 from scheduling.matching import (
     FILTER_EFFECTS,
+    REASON_UNTOLERATED_TAINT,
     UNSCHEDULABLE_TAINT,
     affinity_term_matches,
     first_untolerated_taint,
     node_matches_selector_and_affinity,
     node_selector_term_matches,
-    taint_reason,
     tolerates,
 )
 from scheduling.types import Node, Pod, PodAffinityTerm, Strategy
@@ -50,6 +50,9 @@ REASON_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affin
 PREEMPTION_NOT_HELPFUL = "Preemption is not helpful for scheduling"
 PREEMPTION_NO_VICTIMS = "No preemption victims found for incoming pod"
 PREEMPTION_NEVER = "not eligible due to preemptionPolicy=Never."
+# The DynamicResources plugin's PostFilter, before preemption's (1.35: DRA on by default), for
+# a pod without resource claims.
+NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
 NO_NODES_AVAILABLE = "no nodes available to schedule pods"
 
 DEFAULT_SCORED_RESOURCES: Mapping[str, int] = {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}
@@ -523,7 +526,7 @@ class _Cycle:
         if node.taints:
             taint = first_untolerated_taint(node.taints, self.tolerations, FILTER_EFFECTS)
             if taint is not None:
-                return taint_reason(taint)
+                return REASON_UNTOLERATED_TAINT
         if not node_matches_selector_and_affinity(self.pod, node):
             return REASON_NODE_AFFINITY
         return None
@@ -839,11 +842,13 @@ def schedule(
             node=None,
             reasons=dict(reasons),
             node_reasons=node_reasons,
-            message=f"{message} preemption: {PREEMPTION_NEVER}",
+            message=f"{message} {NO_CLAIMS_TO_DEALLOCATE}, preemption: {PREEMPTION_NEVER}",
         )
     candidate, preemption_reasons = cycle.preempt(resolvable, len(all_nodes) - len(resolvable))
     if candidate is None:
-        message += " preemption: " + fit_error_message(len(all_nodes), preemption_reasons)
+        message += f" {NO_CLAIMS_TO_DEALLOCATE}, preemption: " + fit_error_message(
+            len(all_nodes), preemption_reasons
+        )
         return ScheduleResult(
             node=None,
             reasons=dict(reasons),

@@ -100,8 +100,9 @@ def first_untolerated_taint(
     return None
 
 
-def taint_reason(taint: Taint) -> str:
-    return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+# kube-scheduler's TaintToleration filter (1.35) no longer names the taint; the portal's
+# advice does (``scheduling.advice``: ``first_untolerated_taint``).
+REASON_UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
 
 
 def label_selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:

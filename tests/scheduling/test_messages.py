@@ -25,14 +25,14 @@ def test_example_from_k8s_notes() -> None:
     result = schedule(p, nodes, bound)
     assert result.message == (
         "0/6 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
-        "1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "
-        "4 Insufficient nvidia.com/gpu. preemption: 0/6 nodes are available: "
+        "1 node(s) had untolerated taint(s), 4 Insufficient nvidia.com/gpu. "
+        "no new claims to deallocate, preemption: 0/6 nodes are available: "
         "2 Preemption is not helpful for scheduling, "
         "4 No preemption victims found for incoming pod."
     )
     assert result.reasons == {
         "node(s) didn't match Pod's node affinity/selector": 1,
-        "node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }": 1,
+        "node(s) had untolerated taint(s)": 1,
         "Insufficient nvidia.com/gpu": 4,
     }
     assert result.node_reasons["control-plane"].startswith("node(s) had untolerated taint")

@@ -46,7 +46,8 @@ def test_equal_priority_is_not_a_victim() -> None:
     assert result.nominated_node is None
     assert result.victims == ()
     assert result.message.endswith(
-        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        " no new claims to deallocate, preemption: 0/1 nodes are available: 1 No preemption "
+        "victims found for incoming pod."
     )
 
 
@@ -60,7 +61,7 @@ def test_never_policy_does_not_preempt() -> None:
     # kube-scheduler's PostFilter message for preemptionPolicy: Never.
     assert result.message == (
         "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
-        "preemption: not eligible due to preemptionPolicy=Never."
+        "no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never."
     )
 
 
@@ -80,7 +81,8 @@ def test_node_still_too_small_after_removing_all_victims_reports_the_filter_reas
     assert result.nominated_node is None
     assert result.message == (
         "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. "
-        "preemption: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        "no new claims to deallocate, preemption: 0/1 nodes are available: 1 Insufficient "
+        "nvidia.com/gpu."
     )
 
 

@@ -82,8 +82,8 @@ def test_a_pod_that_fits_nowhere_reports_every_node() -> None:
     result = schedule(pod("big", gpus=8), snapshot)
     # Then the message counts all 300 and the preemption dry run saw every node
     assert result.message == (
-        "0/300 nodes are available: 100 node(s) had untolerated taint "
-        "{nvidia.com/gpu: present}, 200 Insufficient nvidia.com/gpu. preemption: 0/300 "
+        "0/300 nodes are available: 100 node(s) had untolerated taint(s), "
+        "200 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/300 "
         "nodes are available: 100 Preemption is not helpful for scheduling, "
         "200 No preemption victims found for incoming pod."
     )
