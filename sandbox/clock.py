@@ -39,6 +39,13 @@ class SimClock:
         """The simulated time at wall-clock ``wall_time``."""
         return self._sim_base + (wall_time - self._wall_base) * self.speed
 
+    def resume_from(self, sim_time: float) -> None:
+        """Go on from ``sim_time`` as of now: simulated time stood still meanwhile."""
+        with self._lock:
+            self._sim_base = sim_time
+            self._real_base = time.monotonic()
+            self._wall_base = time.time()
+
     def advance(self, sim_seconds: float) -> None:
         """Jump the simulation forward (a test's way to let simulated hours pass)."""
         with self._lock:

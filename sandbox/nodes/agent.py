@@ -178,6 +178,10 @@ class NodeAgent:
         self.root = Path(options.workdir)
         self.store = NodeStore(state / "nodes.sqlite3", self.api, reset=reset)
         self.cluster = NodeCluster(self.store, options)
+        # Where simulated time resumes once the kubelets run (``start``): the agent is made
+        # when the API server answers, and the pods' work must not age while the rest of
+        # the control plane starts (a restart's run would end during it).
+        self._resume_at = self.cluster.clock.now()
         self.profile = profile
         self.net = net
         self.kubelet_port = kubelet_port
@@ -205,6 +209,7 @@ class NodeAgent:
 
     def start(self) -> None:
         self.keep_leases()
+        self.cluster.clock.resume_from(self._resume_at)
         self.store.start()
         self._install_gpu_operator()
         self._register_nodes()
