@@ -53,6 +53,7 @@ PREEMPTION_NEVER = "not eligible due to preemptionPolicy=Never."
 # The DynamicResources plugin's PostFilter, before preemption's (1.35: DRA on by default), for
 # a pod without resource claims.
 NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
+POST_FILTER = f" {NO_CLAIMS_TO_DEALLOCATE}, preemption: "
 NO_NODES_AVAILABLE = "no nodes available to schedule pods"
 
 DEFAULT_SCORED_RESOURCES: Mapping[str, int] = {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}
@@ -842,13 +843,11 @@ def schedule(
             node=None,
             reasons=dict(reasons),
             node_reasons=node_reasons,
-            message=f"{message} {NO_CLAIMS_TO_DEALLOCATE}, preemption: {PREEMPTION_NEVER}",
+            message=f"{message}{POST_FILTER}{PREEMPTION_NEVER}",
         )
     candidate, preemption_reasons = cycle.preempt(resolvable, len(all_nodes) - len(resolvable))
     if candidate is None:
-        message += f" {NO_CLAIMS_TO_DEALLOCATE}, preemption: " + fit_error_message(
-            len(all_nodes), preemption_reasons
-        )
+        message += POST_FILTER + fit_error_message(len(all_nodes), preemption_reasons)
         return ScheduleResult(
             node=None,
             reasons=dict(reasons),
