@@ -435,15 +435,14 @@ class ControlPlane:
                 "-", stdin=yaml.dump_all(docs, Dumper=yaml.CSafeDumper, sort_keys=False)
             )
 
-    def _server_side_apply(self, source: str, stdin: str | None = None) -> None:
-        """``kubectl apply --server-side`` of a file, a folder, or ``-`` (``stdin``)."""
+    def _server_side_apply(self, *sources: str, stdin: str | None = None) -> None:
+        """``kubectl apply --server-side`` of files, folders, or ``-`` (``stdin``)."""
         self.kubectl(
             "apply",
             "--server-side",
             "--force-conflicts",
             "--field-manager=gpu-portal-localcluster",
-            "-f",
-            source,
+            *(arg for source in sources for arg in ("-f", source)),
             stdin=stdin,
         )
 
@@ -459,13 +458,7 @@ class ControlPlane:
             for path in (self.components / "crds").glob("*.yaml")
             if not path.name.startswith("kubeflow.org_") or path.name in SERVED_KUBEFLOW_CRDS
         )
-        self.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=gpu-portal-localcluster",
-            *(arg for path in files for arg in ("-f", str(path))),
-        )
+        self._server_side_apply(*(str(path) for path in files))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
     def _manifests(self, name: str) -> list[dict[str, Any]]:
