@@ -108,8 +108,9 @@ def test_a_sync_waits_for_the_one_writing_then_writes_the_teams_as_they_are_now(
 ) -> None:
     # Given another Kueue sync holding the sync's lock, and vision joining cohort research
     # with 6 GPUs (the worker's syncs of that change wait for the lock too)
+    # (taken once the worker's own sync, if one is running, has let it go)
     held = redis_client().lock(SYNC_LOCK, timeout=30)
-    assert held.acquire(blocking=False)
+    assert held.acquire(blocking=True, blocking_timeout=30)
     outcome: list[dict[str, str]] = []
 
     def sync() -> None:
