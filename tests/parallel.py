@@ -35,7 +35,6 @@ LONGEST_FIRST = (
     "tests/web/test_accessibility.py",
     "tests/monitoring/test_idle_policy.py",
     "tests/sandbox/test_faults.py",
-    "tests/sandbox/test_jupyter.py",
 )
 
 

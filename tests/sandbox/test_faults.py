@@ -273,8 +273,16 @@ def test_a_node_that_stops_is_marked_unknown_tainted_and_its_pods_evicted(
     # When it comes back: Ready, untainted, and the evicted pod finishes terminating
     assert fault(sandbox, "--node", node, "--up").returncode == 0
     wait_for(lambda: ready(node).status == "True", timeout=20)
-    assert not any(
-        t.key == "node.kubernetes.io/unreachable" for t in core.read_node(node).spec.taints or []
+    # (the node-lifecycle controller lifts the taints at its next pass over the nodes, up to
+    # its node-monitor period after the node says Ready)
+    wait_for(
+        lambda: (
+            not any(
+                t.key == "node.kubernetes.io/unreachable"
+                for t in core.read_node(node).spec.taints or []
+            )
+        ),
+        timeout=10,
     )
     wait_for(
         lambda: (

@@ -13,7 +13,6 @@ import threading
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +21,11 @@ from kubernetes import client
 from tests import jupyter_client
 from tests.sandbox.conftest import (
     GPU_TOLERATION,
-    SPEED,
     home_claim,
-    make_client,
     rows,
     wait_for,
 )
-from tests.sandbox_process import SandboxProcess, start_sandbox
+from tests.sandbox_process import SandboxProcess
 
 IMAGE = "quay.io/jupyter/pytorch-notebook:cuda12-2026-11-24"
 TOKEN = "portal-secret-" + uuid.uuid4().hex[:8]
@@ -218,27 +215,3 @@ def test_a_claim_is_bound_at_once_and_its_files_go_with_it(
     home_claim(core, ns, "home-alice")
     again = running_server(core, ns, "nb2", "home-alice")
     assert get(f"{again}/api/contents/notes.txt", TOKEN)[0] == 404
-
-
-@pytest.mark.parametrize("hard", [False, True], ids=["sigterm", "sigkill"])
-def test_a_restarted_sandbox_starts_the_server_again_with_its_files(
-    tmp_path: Path, hard: bool
-) -> None:
-    proc = start_sandbox(tmp_path, profile="small", speed=SPEED)
-    try:
-        core = client.CoreV1Api(make_client(proc))
-        core.create_namespace({"metadata": {"name": "keep"}})
-        core.create_namespaced_secret("keep", {"metadata": {"name": "ws-7"}, "data": {
-            "token": base64.b64encode(TOKEN.encode()).decode()}})  # fmt: skip
-        base = running_server(core, "keep", "nb", "home-keep")
-        write_note(base)
-        # When the sandbox restarts on its state (its servers die with it)
-        proc.restart(hard=hard)
-        # Then the pod's server runs again, on the same address, with its files
-        _, body = wait_for(
-            lambda: (r := get(f"{base}/api/contents/notes.txt?content=1", TOKEN))[0] == 200 and r,
-            timeout=180,  # (a restart of the whole local cluster, on a loaded machine)
-        )
-        assert body["content"] == "kept"
-    finally:
-        proc.stop()
