@@ -24,8 +24,6 @@ from tests.integration.test_reclaim import LONG, seed, submit
 from tests.worker_process import WorkerProcess, wait_for, wait_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
-# Its borrowing test reclaims quota across the cluster: a cluster of its own.
-OWN_CLUSTER = True
 
 
 def fresh(job: Job) -> Job:
