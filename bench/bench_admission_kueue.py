@@ -32,6 +32,7 @@ import random
 import statistics
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,8 @@ def _seed_portal(size: int) -> None:
 
     from jobs.manifests import build_manifests, object_name
     from jobs.models import Job, JobState
-    from jobs.services.submit import _context, job_spec_check
+    from jobs.services.submit import job_spec_check, manifest_context
+    from teams.kueue_config import team_local_queue
     from teams.models import Cohort, GpuQuota, Membership, Team
 
     Job.objects.all().delete()
@@ -107,10 +109,10 @@ def _seed_portal(size: int) -> None:
         checks.append(checked)
     created = Job.objects.bulk_create(rows, batch_size=1000)
     for job, checked in zip(created, checks, strict=True):
-        ctx = _context(
-            spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job.pk,
-            queueing=Job.Queueing.KUEUE,
-        )  # fmt: skip
+        on_kueue = replace(
+            checked, queueing=Job.Queueing.KUEUE, kueue_queue=team_local_queue(checked.team)
+        )
+        ctx = manifest_context(on_kueue, job_id=job.pk)
         job.manifests = build_manifests(checked.spec, ctx)
         job.object_name = object_name(checked.spec, ctx)
     Job.objects.bulk_update(created, ["manifests", "object_name"], batch_size=500)

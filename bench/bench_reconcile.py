@@ -232,7 +232,7 @@ def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
 
     from jobs.manifests import build_manifests, object_name
     from jobs.models import Job, JobEvent, JobState
-    from jobs.services.submit import _context, job_spec_check
+    from jobs.services.submit import job_spec_check, manifest_context
     from teams.models import Team
     from teams.services import quota_set
 
@@ -287,7 +287,7 @@ def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
     created = Job.objects.bulk_create(rows, batch_size=1000)
     finishing: list[int] = []
     for job, (checked, finishes) in zip(created, plans, strict=True):
-        ctx = _context(spec=checked.spec, team=checked.team, catalog=checked.catalog, job_id=job.pk)
+        ctx = manifest_context(checked, job_id=job.pk)
         job.manifests = build_manifests(checked.spec, ctx)
         job.object_name = object_name(checked.spec, ctx)
         if finishes:

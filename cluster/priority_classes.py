@@ -39,6 +39,22 @@ def preemption_policy(priority: Priority) -> str:
     return "Never" if priority == "low" else "PreemptLowerPriority"
 
 
+def priority_class_name_of_value(value: int) -> str:
+    """The PriorityClass a job of priority ``value`` runs under (``gpu-high``); the number
+    itself for a value no class of the portal has."""
+    return next(
+        (priority_class_name(p) for p, v in PRIORITY_CLASS_VALUES.items() if v == value),
+        str(value),
+    )
+
+
+def may_preempt_own_team(value: int) -> bool:
+    """Whether a job of priority ``value`` evicts its own team's lower-priority jobs: only
+    above every PriorityClass whose preemptionPolicy is Never (``gpu-low`` waits)."""
+    never = [v for p, v in PRIORITY_CLASS_VALUES.items() if preemption_policy(p) == "Never"]
+    return all(value > v for v in never)
+
+
 # PriorityClass name → (value, preemptionPolicy), as the scheduling core takes them.
 PRIORITY_CLASSES: dict[str, tuple[int, str]] = {
     priority_class_name(p): (PRIORITY_CLASS_VALUES[p], preemption_policy(p)) for p in PRIORITIES

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from django.conf import settings
 from django.db import models
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
@@ -25,6 +30,54 @@ class JobState(models.TextChoices):
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.PENDING, JobState.RUNNING})
+# Not final: queued, pending, running, or a stopped workspace that may start again.
+LIVE_STATES = frozenset(JobState) - FINAL_STATES
+
+# The queue order, the one place it is spelled: higher priority first, then first come (the
+# submission time, then the id for jobs submitted in the same instant). Admission walks it,
+# a job's place is counted in it, and Kueue's decisions are explained in it.
+QUEUE_ORDER = ("-priority_value", "created_at", "pk")
+QUEUE_ORDER_SQL = "priority_value DESC, created_at, id"  # the same, for raw SQL windows
+
+
+def queue_key(priority: int, created_at: datetime, pk: int) -> tuple[int, datetime, int]:
+    """A queued job's place in the queue order, for sorting in Python: lower goes first."""
+    return (-priority, created_at, pk)
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def waiting_for_admission(self, queueing: str | None = None) -> JobQuerySet:
+        """Queued and not admitted (by one engine when ``queueing`` says which), in queue
+        order."""
+        found = self.filter(state=JobState.QUEUED, admitted_at__isnull=True)
+        if queueing is not None:
+            found = found.filter(queueing=queueing)
+        return found.order_by(*QUEUE_ORDER)
+
+    def ahead_of(self, priority: int, created_at: datetime, pk: int) -> JobQuerySet:
+        """The jobs before (``priority``, ``created_at``, ``pk``) in the queue order."""
+        same = Q(priority_value=priority)
+        return self.filter(
+            Q(priority_value__gt=priority)
+            | (same & Q(created_at__lt=created_at))
+            | (same & Q(created_at=created_at, pk__lt=pk))
+        )
+
+    def behind(self, priority: int, created_at: datetime, pk: int) -> JobQuerySet:
+        """The jobs after (``priority``, ``created_at``, ``pk``) in the queue order."""
+        same = Q(priority_value=priority)
+        return self.filter(
+            Q(priority_value__lt=priority)
+            | (same & Q(created_at__gt=created_at))
+            | (same & Q(created_at=created_at, pk__gt=pk))
+        )
+
+    def first_of_each_team(self, count: int) -> JobQuerySet:
+        """The first ``count`` jobs of each team's queue (one statement: a window over the
+        queue order)."""
+        order: list[Any] = [F(f[1:]).desc() if f[0] == "-" else F(f) for f in QUEUE_ORDER]
+        place = Window(RowNumber(), partition_by=[F("team_id")], order_by=order)
+        return self.annotate(place=place).filter(place__lte=count)
 
 
 class Job(models.Model):
@@ -106,6 +159,8 @@ class Job(models.Model):
     applied_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from jobs.spec import JobSpec
+from scheduling.quantity import quota_base, quota_words
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
-
-GIB = 1024**3
 
 
 class BorrowSettings(Protocol):
@@ -53,24 +52,6 @@ def job_demand(spec: JobSpec, *, cpu_millis: int, memory_bytes: int) -> dict[str
     demand[CPU] = cpu_millis * pods
     demand[MEMORY] = memory_bytes * pods
     return demand
-
-
-def quota_capacity(resource: str, limit: int) -> int:
-    """A quota limit (cores, GiB or devices) in the base units of a demand."""
-    if resource == CPU:
-        return limit * 1000
-    if resource == MEMORY:
-        return limit * GIB
-    return limit
-
-
-def format_amount(resource: str, amount: int) -> str:
-    if resource == CPU:
-        cores = amount / 1000
-        return f"{cores:g} cores"
-    if resource == MEMORY:
-        return f"{amount / GIB:g} GiB"
-    return str(amount)
 
 
 @dataclass(frozen=True)
@@ -115,29 +96,29 @@ def quota_never_fits(
     for resource, amount in demand.items():
         if resource not in limits:
             continue
-        capacity = quota_capacity(resource, ceilings.get(resource, limits[resource]))
+        capacity = quota_base(resource, ceilings.get(resource, limits[resource]))
         if amount > capacity:
             per_pod = amount // max(spec.pod_count, 1)
             pods = (
-                f" ({format_amount(resource, per_pod)} × {spec.pod_count} pods)"
+                f" ({quota_words(resource, per_pod)} × {spec.pod_count} pods)"
                 if spec.pod_count > 1
                 else ""
             )
-            extra = capacity - quota_capacity(resource, limits[resource])
+            extra = capacity - quota_base(resource, limits[resource])
             if extra > 0 and cohort:
-                nominal = format_amount(resource, quota_capacity(resource, limits[resource]))
+                nominal = quota_words(resource, quota_base(resource, limits[resource]))
                 return QuotaProblem(
                     resource,
-                    f"Team {team} can hold at most {format_amount(resource, capacity)} of "
-                    f"{resource} ({nominal} nominal and {format_amount(resource, extra)} it may "
+                    f"Team {team} can hold at most {quota_words(resource, capacity)} of "
+                    f"{resource} ({nominal} nominal and {quota_words(resource, extra)} it may "
                     f"borrow in cohort {cohort}); this job asks for "
-                    f"{format_amount(resource, amount)}{pods}, so it could never be admitted. "
+                    f"{quota_words(resource, amount)}{pods}, so it could never be admitted. "
                     "Ask for less, or ask a platform admin for more quota.",
                 )
             return QuotaProblem(
                 resource,
-                f"Team {team}'s quota allows at most {format_amount(resource, capacity)} of "
-                f"{resource}; this job asks for {format_amount(resource, amount)}{pods}, so it "
+                f"Team {team}'s quota allows at most {quota_words(resource, capacity)} of "
+                f"{resource}; this job asks for {quota_words(resource, amount)}{pods}, so it "
                 "could never be admitted. Ask for less, or ask a platform admin for more quota.",
             )
     return None

@@ -19,7 +19,7 @@ from core.apis import ApiView, QueryText
 from core.errors import ApplicationError
 from jobs.apis import TEMPLATE_PARAMETER, JobOutput, spec_from_request
 from jobs.manifests.naming import home_claim_name
-from jobs.models import Job, WorkspaceImage
+from jobs.models import LIVE_STATES, Job, WorkspaceImage
 from jobs.selectors.jobs import job_get_for_user, jobs_for_user
 from jobs.selectors.workspaces import WorkspaceRights, workspace_rights
 from jobs.services.submit import job_submit
@@ -116,7 +116,7 @@ class WorkspaceListCreateApi(ApiView):
                 kind=Job.Kind.WORKSPACE,
                 owner=self.query.get("owner") or None,
             )
-            .exclude(state__in=("cancelled", "succeeded", "failed"))
+            .filter(state__in=LIVE_STATES)
             .defer("manifests", "demand")[:500]
         )
         rights = workspace_rights(user=request.user, jobs=found)

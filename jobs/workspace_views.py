@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from cluster.selectors import catalog_get
 from core.errors import ApplicationError
 from jobs.forms import WorkspaceForm
-from jobs.models import FINAL_STATES, Job, WorkspaceImage
+from jobs.models import LIVE_STATES, Job, WorkspaceImage
 from jobs.selectors.jobs import jobs_for_user
 from jobs.selectors.workspaces import workspace_rights
 from jobs.services.submit import job_submit
@@ -53,7 +53,7 @@ def workspace_list(request: HttpRequest) -> HttpResponse:
                 return redirect("workspaces")
     found = (
         jobs_for_user(user=request.user, kind=Job.Kind.WORKSPACE)
-        .exclude(state__in=FINAL_STATES)
+        .filter(state__in=LIVE_STATES)
         .defer("manifests", "demand")
     )
     rights = workspace_rights(user=request.user, jobs=found)

@@ -32,7 +32,6 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from jobs.models import Job, JobEvent
 from monitoring import prometheus, queries
@@ -42,6 +41,7 @@ from monitoring.prometheus import MetricsUnavailable
 from monitoring.selectors.common import PodKey, pods_to_jobs
 from monitoring.selectors.reports import ReportRow, TeamSummary, team_summary_get
 from notifications.services import Notice, notice_publish
+from scheduling.k8s_time import parse_time
 from teams.models import Membership, Team
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def held_periods(job: Job, *, now: datetime, scaled_down: Iterable[Period] = ())
     periods it spent scaled to zero."""
     periods: list[Period] = []
     for begin, end in job.earlier_runs or []:
-        a, b = parse_datetime(begin), parse_datetime(end)
+        a, b = parse_time(begin), parse_time(end)
         if a is not None and b is not None:
             periods.append((a, b))
     if job.started_at is not None:

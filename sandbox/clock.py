@@ -18,6 +18,8 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from scheduling.k8s_time import parse_time
+
 
 class SimClock:
     def __init__(self, start: float, speed: float = 1.0) -> None:
@@ -73,7 +75,10 @@ def rfc3339_micro(ts: float) -> str:
 
 
 def parse_rfc3339(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    moment = parse_time(text)
+    if moment is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    return moment.timestamp()
 
 
 def parse_duration(text: str) -> float:

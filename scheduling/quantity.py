@@ -193,3 +193,40 @@ def human_quantity(value: int | Decimal, resource: str, *, down: bool = False) -
     if is_byte_resource(resource):
         return f"{number} GiB {resource}"
     return f"{number} {resource}"
+
+
+# -- Quota units -------------------------------------------------------------------------
+# A team's quota counts cpu in cores, memory in GiB, and every other resource (GPUs, MIG
+# slices, shared GPUs) in devices; a job's demand counts the same in base units (millicores,
+# bytes, devices); the cluster's ResourceQuota and ClusterQueue take Kubernetes quantities.
+# These four are the only conversions between them.
+GIB = 2**30
+
+
+def quota_base(resource: str, amount: int) -> int:
+    """A quota amount (cores, GiB or devices) in a demand's base units."""
+    if resource == "cpu":
+        return amount * 1000
+    if resource == "memory":
+        return amount * GIB
+    return amount
+
+
+def quota_quantity(resource: str, amount: int) -> str:
+    """A quota amount as the quantity a ResourceQuota or a ClusterQueue takes (``16Gi``)."""
+    return f"{amount}Gi" if resource == "memory" else str(amount)
+
+
+def quota_from_quantity(resource: str, quantity: str | int) -> int:
+    """A ResourceQuota's or ClusterQueue's quantity in quota units, rounded down."""
+    value = parse_quantity(str(quantity))
+    return int(value / GIB) if resource == "memory" else int(value)
+
+
+def quota_words(resource: str, base: int) -> str:
+    """An amount in base units as a quota reads: ``8 cores``, ``64 GiB``, ``4``."""
+    if resource == "cpu":
+        return f"{base / 1000:g} cores"
+    if resource == "memory":
+        return f"{base / GIB:g} GiB"
+    return str(base)

@@ -23,6 +23,7 @@ from cluster.priority_classes import priority_classes
 from cluster.selectors import Catalog, catalog_get
 from cluster.training_runtime import training_runtime_sync
 from scheduling import parse_quantity
+from scheduling.quantity import quota_quantity
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.audit import audit_record
 from teams.models import GpuQuota, Team
@@ -82,12 +83,10 @@ def quota_hard(limits: dict[str, int], catalog: Catalog) -> dict[str, str]:
         resource = f"{MIG_PREFIX}{profile}"
         hard[f"requests.{resource}"] = limits.get(resource, 0)
     values = {key: str(value) for key, value in hard.items()}
-    if CPU in limits:
-        values["requests.cpu"] = str(limits[CPU])
-        values["limits.cpu"] = str(limits[CPU])
-    if MEMORY in limits:
-        values["requests.memory"] = f"{limits[MEMORY]}Gi"
-        values["limits.memory"] = f"{limits[MEMORY]}Gi"
+    for resource in (CPU, MEMORY):
+        if resource in limits:
+            values[f"requests.{resource}"] = quota_quantity(resource, limits[resource])
+            values[f"limits.{resource}"] = quota_quantity(resource, limits[resource])
     return dict(sorted(values.items()))
 
 

@@ -44,7 +44,7 @@ from cluster.compare import contains
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
 from cluster.selectors import Catalog, catalog_get
 from core.redis_client import redis_client
-from scheduling.quantity import parse_quantity
+from scheduling.quantity import quota_from_quantity, quota_quantity
 from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.models import Cohort, GpuQuota, Team
 from teams.services import cohort_save, quota_delete, quota_set, team_save
@@ -112,20 +112,16 @@ def resource_flavors(catalog: Catalog) -> list[Obj]:
     return flavors
 
 
-def _quantity(resource: str, amount: int) -> str:
-    return f"{amount}Gi" if resource == MEMORY else str(amount)
-
-
 def _resource(resource: str, row: GpuQuota | None, default: int, cohort: bool) -> Obj:
     entry: Obj = {
         "name": resource,
-        "nominalQuota": _quantity(resource, row.limit if row else default),
+        "nominalQuota": quota_quantity(resource, row.limit if row else default),
     }
     if row is not None and cohort:
         if row.borrowing_limit is not None:
-            entry["borrowingLimit"] = _quantity(resource, row.borrowing_limit)
+            entry["borrowingLimit"] = quota_quantity(resource, row.borrowing_limit)
         if row.lending_limit is not None:
-            entry["lendingLimit"] = _quantity(resource, row.lending_limit)
+            entry["lendingLimit"] = quota_quantity(resource, row.lending_limit)
     return entry
 
 
@@ -305,12 +301,6 @@ def kueue_managed_sync() -> dict[str, str]:
 # --- Kueue run by the platform team (KUEUE_MANAGED=false) ------------------------------------
 
 
-def _amount(resource: str, quantity: Any) -> int:
-    """A ClusterQueue quantity in the portal's quota units (cores, GiB, GPUs, slices)."""
-    value = parse_quantity(str(quantity))
-    return int(value / (1024**3)) if resource == MEMORY else int(value)
-
-
 def quotas_from_cluster_queue(queue: Obj, flavors: dict[str, Obj]) -> dict[str, GpuQuota]:
     """The portal's quota rows a ClusterQueue amounts to (unsaved; limits summed over its
     flavors): ``nvidia.com/gpu`` in a flavor whose node labels name a GPU product is that
@@ -332,7 +322,7 @@ def quotas_from_cluster_queue(queue: Obj, flavors: dict[str, Obj]) -> dict[str, 
                     ("lending", "lendingLimit"),
                 ):
                     given = res.get(field_name)
-                    entry[key].append(None if given is None else _amount(name, given))
+                    entry[key].append(None if given is None else quota_from_quantity(name, given))
     rows = {}
     for resource, entry in totals.items():
         nominal = sum(v or 0 for v in entry["nominal"])

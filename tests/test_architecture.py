@@ -24,6 +24,7 @@ calls inside its body; no other function imports the project's code.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -398,3 +399,77 @@ def test_no_function_runs_over_80_lines() -> None:
                 if lines > 80:
                     long.append(f"{relative}:{node.lineno} {node.name} ({lines} lines)")
     assert long == []
+
+
+def test_no_selector_imports_a_service() -> None:
+    # Reads never depend on writes: a selector that needs what admission decides reads it
+    # from jobs.admission, not from the service that takes the locks and writes.
+    found = {
+        f"{path} imports {name}"
+        for app in APPS
+        for path, names in imports_of(app).items()
+        if "/selectors" in f"/{path}"
+        for name in names
+        if ".services" in f".{name}" and name.split(".")[0] in APPS
+    }
+    assert found == set()
+
+
+# Facts spelled once: each pattern may appear (as source text, comments and docstrings
+# included) only in the modules that own the fact; a second copy is how two places drift.
+# Each comes with a copy the check must see.
+OWNED_ONCE = {
+    "queue order": (
+        r"priority_value DESC|\"-priority_value\"|priority_value__[gl]t\b",
+        {"jobs/models.py"},
+        'jobs.filter(Q(priority_value__lt=p)).order_by("-priority_value")',
+    ),
+    "Kubernetes timestamps": (
+        r"\bparse_datetime\b|datetime\.fromisoformat\(",
+        {"scheduling/k8s_time.py"},
+        "at = parse_datetime(found['at'])",
+    ),
+    "PriorityClass names": (r"f\"gpu-\{", {"cluster/priority_classes.py"}, 'f"gpu-{priority}"'),
+    # Quota units (cores, GiB, devices) ↔ base units ↔ Kubernetes quantities: the quota
+    # functions of scheduling.quantity (the manifests' own is a pod's default memory).
+    "quota units": (
+        r"1024 ?\*\* ?3|\{[^}]*\}Gi\"",
+        {"scheduling/quantity.py", "jobs/manifests/resources.py"},
+        'values["requests.memory"] = f"{limits[MEMORY]}Gi"',
+    ),
+    # The live states are what is not final (LIVE_STATES).
+    "final states": (
+        r"JobState\.(SUCCEEDED|FAILED|CANCELLED), JobState\.(SUCCEEDED|FAILED|CANCELLED)|"
+        r"\"(cancelled|succeeded|failed)\", \"(cancelled|succeeded|failed)\"",
+        {"jobs/models.py"},
+        'exclude(state__in=("cancelled", "succeeded", "failed"))',
+    ),
+    # Back to the queue after an eviction: job_requeue (and Kueue's, beside it).
+    "requeue": (
+        r"\"evictions\": job\.evictions \+|evictions=F\(|"
+        r"\"evicted_at\": (?!None)|\"earlier_runs\":",
+        {"jobs/services/eviction.py"},
+        '"evicted_at": timezone.now(), "evictions": job.evictions + 1,',
+    ),
+}
+
+
+def owners_of(pattern: str) -> set[str]:
+    found = set()
+    for package in (*LAYERS, "sandbox"):
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" not in path.parts and re.search(pattern, path.read_text()):
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+@pytest.mark.parametrize("fact", list(OWNED_ONCE))
+def test_a_fact_is_spelled_in_the_module_that_owns_it(fact: str) -> None:
+    pattern, owners, _ = OWNED_ONCE[fact]
+    assert owners_of(pattern) == owners
+
+
+@pytest.mark.parametrize("fact", list(OWNED_ONCE))
+def test_the_owned_once_check_sees_a_second_copy(fact: str) -> None:
+    pattern, _, copy = OWNED_ONCE[fact]
+    assert re.search(pattern, copy)

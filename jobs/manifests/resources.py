@@ -104,6 +104,12 @@ def resource_defaults(spec: JobSpec) -> Resources:
     return {"requests": dict(values), "limits": dict(values)}
 
 
+def cpu_and_memory(spec: JobSpec) -> dict[str, str]:
+    """The main container's cpu and memory: as asked, or sized from its GPUs."""
+    defaults = resource_defaults(spec)["limits"]
+    return {"cpu": spec.cpu or defaults["cpu"], "memory": spec.memory or defaults["memory"]}
+
+
 def container_resources(spec: JobSpec, ctx: ManifestContext) -> Resources:
     """The ``resources`` block of the main container.
 
@@ -112,11 +118,7 @@ def container_resources(spec: JobSpec, ctx: ManifestContext) -> Resources:
     static CPU manager can pin whole cores next to the GPUs. Extended resources
     such as ``nvidia.com/gpu`` must have requests equal to limits anyway.
     """
-    defaults = resource_defaults(spec)["limits"]
-    values = {
-        "cpu": spec.cpu or defaults["cpu"],
-        "memory": spec.memory or defaults["memory"],
-    }
+    values = cpu_and_memory(spec)
     gpu_name = gpu_resource_name(spec, ctx)
     if gpu_name is not None:
         values[gpu_name] = str(spec.gpu.count)

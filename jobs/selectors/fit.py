@@ -19,9 +19,9 @@ from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from cluster.nodes import cluster_snapshot
 from cluster.priority_classes import PRIORITY_CLASSES
+from jobs.admission.decisions import admission_preview
 from jobs.manifests.trainer import trainer_pods
 from jobs.models import Job
-from jobs.services.admission import admission_preview
 from scheduling import (
     ClusterSnapshot,
     Pod,

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 
 from core.errors import NotFound
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
-from jobs.quota import format_amount, quota_capacity
+from scheduling.quantity import quota_base, quota_words
 from scheduling.sharing import Cohort, ResourceQuota, TeamShare
 from teams.models import GpuQuota, Team
 from teams.selectors import teams_for_user
@@ -138,7 +138,7 @@ class QuotaUse:
 
 
 def _units(resource: str, base: int) -> int:
-    unit = quota_capacity(resource, 1)
+    unit = quota_base(resource, 1)
     return -(-base // unit)  # round up: 500m of cpu is "1 core in use"
 
 
@@ -171,10 +171,10 @@ def quota_usage_for_teams(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]
                 t.slug: TeamShare(
                     {
                         q.resource: ResourceQuota(
-                            nominal=quota_capacity(q.resource, q.limit),
+                            nominal=quota_base(q.resource, q.limit),
                             lending_limit=None
                             if q.lending_limit is None
-                            else quota_capacity(q.resource, q.lending_limit),
+                            else quota_base(q.resource, q.lending_limit),
                         )
                         for q in quotas[t.pk]
                     },
@@ -191,14 +191,14 @@ def quota_usage_for_teams(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]
         rows = []
         for quota in quotas[team.pk]:
             used_base = usage[team.pk].get(quota.resource, 0)
-            nominal_base = quota_capacity(quota.resource, quota.limit)
+            nominal_base = quota_base(quota.resource, quota.limit)
             rows.append(
                 QuotaUse(
                     resource=quota.resource,
                     limit=quota.limit,
                     used=_units(quota.resource, used_base),
-                    used_display=format_amount(quota.resource, used_base),
-                    limit_display=format_amount(quota.resource, nominal_base),
+                    used_display=quota_words(quota.resource, used_base),
+                    limit_display=quota_words(quota.resource, nominal_base),
                     borrowed=_units(quota.resource, max(0, used_base - nominal_base)),
                     lent=_units(quota.resource, lent[team.pk].get(quota.resource, 0)),
                     borrowing_limit=quota.borrowing_limit if team.cohort_id else None,

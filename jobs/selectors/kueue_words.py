@@ -4,7 +4,7 @@
 Kueue's messages name flavors and Workload UIDs; a user should read what the portal's
 engine would have told them ("team vision uses 16 of 16 nvidia.com/gpu (nominal) …",
 "evicted at 14:02: team robotics reclaimed 8 nvidia.com/gpu it had lent to vision …").
-The sentences are made by the admission service's own functions from the quota rows
+The sentences are made by admission's own functions (``jobs.admission.words``) from the quota rows
 Kueue's ClusterQueues are written from and the jobs Kueue admitted, so the two engines
 cannot drift apart; Kueue's own message follows in brackets, so nothing it said is lost.
 With Kueue run by the platform team the quotas are not the portal's: the tracker then
@@ -17,25 +17,16 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from jobs.models import Job, JobState
-from jobs.services.admission import (
-    AdmissionPass,
-    QueuedJob,
-    admission_read,
-    eviction_words,
-    wait_words,
-)
+from jobs.admission.decisions import AdmissionPass, QueuedJob, admission_read
+from jobs.admission.words import evicting_words, eviction_words
+from jobs.models import Job, queue_key
 from jobs.tracking.kueue import KueueIndex
-from jobs.tracking.observe import parse_time
+from scheduling.k8s_time import parse_time
 
 # Kueue's reasons for a preemption across teams of a cohort (Preempted condition).
 _RECLAIM = ("InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing")
-_KEY = ("pk", "priority_value", "created_at")  # the queue order, as admission walks it
+_PLACE = ("priority_value", "created_at", "pk")
 _ROW = ("pk", "team_id", "kind", "priority_value", "created_at", "demand")
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 class KueueWords:
@@ -75,20 +66,15 @@ class KueueWords:
         engine's order: priority, then submission); its ``preemptor`` among them, as when
         Kueue evicted it, whether or not Kueue has admitted it since."""
         if job.team_id not in self._queues:
-            self._queues[job.team_id] = [
-                (-priority, created, pk)
-                for pk, priority, created in Job.objects.filter(
-                    team_id=job.team_id,
-                    state=JobState.QUEUED,
-                    admitted_at__isnull=True,
-                    queueing=Job.Queueing.KUEUE,
-                ).values_list(*_KEY)
-            ]
+            waiting = Job.objects.filter(team_id=job.team_id).waiting_for_admission(
+                Job.Queueing.KUEUE
+            )
+            self._queues[job.team_id] = [queue_key(*row) for row in waiting.values_list(*_PLACE)]
         queue = self._queues[job.team_id]
         if preemptor is not None and all(other[2] != preemptor for other in queue):
             row = Job.objects.filter(pk=preemptor, team_id=job.team_id)
-            queue = queue + [(-p, c, pk) for pk, p, c in row.values_list(*_KEY)]
-        key = (-job.priority_value, job.created_at, job.pk)
+            queue = queue + [queue_key(*place) for place in row.values_list(*_PLACE)]
+        key = queue_key(job.priority_value, job.created_at, job.pk)
         return sum(1 for other in queue if other < key and other[2] != job.pk)
 
     def waiting(self, job: Job, workload: Any, kueue_message: str) -> str | None:
@@ -97,11 +83,7 @@ class KueueWords:
         uid = str(workload["metadata"].get("uid"))
         victims = sorted(self.index.victims_of.get(uid, []))
         if victims:
-            words = (
-                f"Evicting {_plural(len(victims), 'job')} "
-                f"({', '.join(f'#{v}' for v in victims)}) to run it; it is admitted as soon "
-                "as their GPUs are free."
-            )
+            words = evicting_words(victims)
         else:
             state = self._pass(job.team_id)
             queue = state.queues[job.team_id] if state is not None else []
@@ -109,7 +91,7 @@ class KueueWords:
             head = next((q for q in queue if q.job_id not in self.index.holding), None)
             if state is None or head is None:
                 return None
-            words = wait_words(state, state.teams[job.team_id], head)
+            words = state.wait_words(job.team_id, head)
             ahead = self._ahead(job)
             words += f"; {ahead} job{' ahead' if ahead == 1 else 's ahead'}"
         return f"{words} (Kueue: {kueue_message})" if kueue_message else words
@@ -139,9 +121,9 @@ class KueueWords:
                 for resource, amount in row["demand"].items():
                     taken[resource] += int(amount)
         words = eviction_words(
-            state,
+            state.cohort,
             victim_team=state.teams[job.team_id].slug,
-            preemptor=QueuedJob(*(preemptor[name] for name in _ROW)),
+            preemptor=state.as_head(QueuedJob(*(preemptor[name] for name in _ROW))),
             taken=taken,
             at=parse_time(condition.get("lastTransitionTime")) or job.updated_at,
             position=self._ahead(job, preemptor=preemptor["pk"]) + 1,

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from cluster import kube
 from jobs.models import ACTIVE_STATES, Job, JobState
-from jobs.quota import quota_capacity
+from scheduling.quantity import quota_base
 from teams.models import GpuQuota
 
 
@@ -38,20 +37,6 @@ class QueuePosition:
 NO_DEADLINE = "unknown: running jobs have no deadline"
 
 logger = logging.getLogger(__name__)
-
-
-def _queued_not_admitted() -> QuerySet[Job]:
-    return Job.objects.filter(state=JobState.QUEUED, admitted_at__isnull=True)
-
-
-def _ahead_of(job: Job) -> Q:
-    """Jobs admission takes before ``job``: ordered by -priority_value, created_at, id."""
-    same_priority = Q(priority_value=job.priority_value)
-    return (
-        Q(priority_value__gt=job.priority_value)
-        | (same_priority & Q(created_at__lt=job.created_at))
-        | (same_priority & Q(created_at=job.created_at, pk__lt=job.pk))
-    )
 
 
 def _sum_demands(demands: Iterable[dict[str, Any]]) -> dict[str, int]:
@@ -83,7 +68,7 @@ def _start_estimate(job: Job, ahead: list[Job]) -> tuple[str | None, datetime | 
        a "no later than, if the deadlines hold" guess, not a promise.
     """
     limits = {
-        q.resource: quota_capacity(q.resource, q.limit)
+        q.resource: quota_base(q.resource, q.limit)
         for q in GpuQuota.objects.filter(team_id=job.team_id)
     }
     holders = list(
@@ -165,14 +150,15 @@ def job_queue_position(*, job: Job) -> QueuePosition | None:
     rest is the portal's estimate on its own rows."""
     if job.state != JobState.QUEUED or job.admitted_at is not None:
         return None
-    queued = _queued_not_admitted()
+    queued = Job.objects.waiting_for_admission()
     in_team = queued.filter(team_id=job.team_id).only("pk", "demand")
+    place = (job.priority_value, job.created_at, job.pk)
     kueue = _kueue_queue(job) if job.queueing == Job.Queueing.KUEUE else None
     if kueue is None:
-        ahead_in_team = list(in_team.filter(_ahead_of(job)))
+        ahead_in_team = list(in_team.ahead_of(*place))
     else:
         ahead_in_team = list(in_team.filter(placement__kueue__workload__in=kueue.ahead))
-    cluster = queued.filter(_ahead_of(job)).count() + 1
+    cluster = queued.ahead_of(*place).count() + 1
     blocking, estimated_start, estimate = _start_estimate(job, ahead_in_team)
     return QueuePosition(
         team=kueue.place if kueue else len(ahead_in_team) + 1,

@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 import httpx
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils.crypto import salted_hmac
-from django.utils.dateparse import parse_datetime
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from jobs.manifests.workspace import CODE_SERVER, flavor_of
 from jobs.models import Job, JobState
+from scheduling.k8s_time import parse_time
 from teams.models import Membership
 
 WORKSPACE_PATH = "/workspaces/{id}/"
@@ -124,7 +124,7 @@ def workspace_endpoint(*, job: Job) -> Endpoint | None:
                 pod["metadata"]["name"],
                 ip,
                 int(ports[0]["containerPort"]),
-                parse_datetime(running.get("startedAt") or ""),
+                parse_time(running.get("startedAt") or ""),
             )
     return None
 
@@ -176,11 +176,11 @@ def _jupyter_activity(job: Job, endpoint: Endpoint) -> Activity:
     status.raise_for_status()
     kernels.raise_for_status()
     body, listed = status.json(), kernels.json()
-    newest = parse_datetime(body["last_activity"])
+    newest = parse_time(body["last_activity"])
     if newest is None:
         raise ValueError(f"last_activity {body['last_activity']!r}")
     for kernel in listed:
-        seen = parse_datetime(kernel.get("last_activity") or "")
+        seen = parse_time(kernel.get("last_activity") or "")
         if seen is not None and seen > newest:
             newest = seen
     return Activity(

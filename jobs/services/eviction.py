@@ -22,8 +22,9 @@ from django.utils import timezone
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
-from jobs.models import Job, JobState
+from jobs.models import ACTIVE_STATES, Job, JobState
 from jobs.services.transitions import job_transition
+from jobs.tasks import evict_enqueue
 
 
 class EvictOutcome(StrEnum):
@@ -89,6 +90,65 @@ def runs_ended(job: Job, ended: datetime) -> list[list[str]]:
     if job.started_at is not None:
         runs.append([job.started_at.isoformat(), ended.isoformat()])
     return runs
+
+
+def job_requeue(
+    *,
+    job: Job,
+    reason: str,
+    message: str,
+    event_message: str | None = None,
+    event_reason: str | None = None,
+    event_type: str = "Warning",
+    where: dict[str, Any] | None = None,
+    counted: bool = True,
+    run_ended_at: datetime | None = None,
+    also: dict[str, Any] | None = None,
+    enqueue: bool = True,
+) -> bool:
+    """Send a job back to the queue through the eviction path, the one place that does:
+    ``queued`` with ``evicted_at`` set, so ``job_evict`` deletes its objects and releases
+    it (its quota stays counted until they are gone); an eviction ``counted`` in
+    ``evictions``; with ``run_ended_at``, the run that ended then kept in ``earlier_runs``
+    for the GPU-hour accounting. ``where`` guards the move (by default: active and not being
+    evicted already); ``also`` are the caller's own fields (a workspace's stop, a hardware
+    retry's new manifests). The deletion is queued on commit unless ``enqueue`` is False
+    (admission's task queues its victims'). True if the job moved."""
+    changes: dict[str, Any] = {
+        "state": JobState.QUEUED,
+        "reason": reason,
+        "message": message,
+        "evicted_at": timezone.now(),
+    }
+    if counted:
+        changes["evictions"] = job.evictions + 1
+    if run_ended_at is not None:
+        changes["earlier_runs"] = runs_ended(job, run_ended_at)
+        changes["started_at"] = None
+    moved = job_transition(
+        job=job,
+        where=where or {"state__in": ACTIVE_STATES, "evicted_at__isnull": True},
+        changes={**changes, **(also or {})},
+        event_reason=event_reason or reason,
+        event_message=event_message or message,
+        event_type=event_type,
+    )
+    if moved and enqueue:
+        evict_enqueue(job_id=job.pk)
+    return moved
+
+
+def kueue_requeue_changes(job: Job, now: datetime) -> dict[str, Any]:
+    """A job Kueue evicted (its Job suspended again; nothing is deleted, so no
+    ``evicted_at``): no longer admitted, the eviction counted, its run kept for the
+    accounting, as ``job_requeue`` does for the portal's engine."""
+    return {
+        "admitted_at": None,
+        "started_at": None,
+        "borrowing": False,
+        "evictions": job.evictions + 1,
+        "earlier_runs": runs_ended(job, now),
+    }
 
 
 # What a released job no longer holds.

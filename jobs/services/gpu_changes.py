@@ -31,7 +31,7 @@ from cluster.models import GpuChange
 from cluster.nodes import cluster_error_text
 from cluster.tasks import catalog_refresh_task
 from core.errors import ApplicationError, ClusterUnavailable, Conflict
-from jobs.models import ACTIVE_STATES, Job, JobState
+from jobs.models import Job
 from jobs.selectors.gpu_changes import (
     MigPreview,
     SharingPreview,
@@ -40,8 +40,8 @@ from jobs.selectors.gpu_changes import (
     node_get,
     sharing_preview,
 )
-from jobs.services.transitions import job_transition
-from jobs.tasks import evict_enqueue, gpu_change_enqueue
+from jobs.services.eviction import job_requeue
+from jobs.tasks import gpu_change_enqueue
 from scheduling.gpu_operator import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_PRESENT_LABEL,
@@ -173,23 +173,7 @@ def _move(job_id: int, change: GpuChange) -> bool:
         f"Moved off node {change.node}: {who} is re-partitioning its GPUs as "
         f"{change.new_value}. Back in the queue at its place; it runs again elsewhere."
     )
-    moved = job_transition(
-        job=job,
-        where={"state__in": ACTIVE_STATES, "evicted_at__isnull": True},
-        changes={
-            "state": JobState.QUEUED,
-            "reason": RESHAPE_REASON,
-            "message": message,
-            "evicted_at": timezone.now(),
-            "evictions": job.evictions + 1,
-        },
-        event_reason=RESHAPE_REASON,
-        event_message=message,
-        event_type="Warning",
-    )
-    if moved:
-        evict_enqueue(job_id=job.pk)
-    return moved
+    return job_requeue(job=job, reason=RESHAPE_REASON, message=message)
 
 
 def _follow(change: GpuChange) -> bool:

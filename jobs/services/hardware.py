@@ -30,15 +30,14 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from cluster import kube
 from core.errors import ApplicationError
 from jobs.models import Job, JobState
-from jobs.services.eviction import runs_ended
+from jobs.services.eviction import job_requeue
 from jobs.services.submit import job_manifests_rebuild
 from jobs.services.timeline import timeline_add
-from jobs.services.transitions import job_transition
+from scheduling.k8s_time import parse_time
 
 GPU_FAILURE = "GPUFailure"
 NODE_FAILURE = "NodeFailure"
@@ -72,7 +71,7 @@ def _last_checkpoint(job: Job, pods: list[str]) -> tuple[tuple[int, datetime] | 
             continue
         for line in text.splitlines():
             match = CHECKPOINT_LINE.match(line)
-            at = parse_datetime(match["at"]) if match else None
+            at = parse_time(match["at"]) if match else None
             if match and at is not None and (found is None or at > found[1]):
                 found = (int(match["step"]), at)
     return found, unread
@@ -135,19 +134,7 @@ def job_hardware_failure_record(
             except ApplicationError as exc:  # the security check changed since it was submitted
                 again = False
                 message += f" It cannot run again as it is: {exc.message}"
-        if lost.step is not None and lost.checkpoint_at is not None:
-            message += (
-                f" About {lost.gpu_hours:.2f} GPU-hours were lost since its last checkpoint "
-                f"(step {lost.step:,} at {timezone.localtime(lost.checkpoint_at):%H:%M})."
-            )
-        elif job.kind == Job.Kind.TRAINING and lost.unread:
-            message += (
-                f" At most {lost.gpu_hours:.2f} GPU-hours were lost (the whole run: its log, "
-                f"where its checkpoints are reported, could not be read: {lost.unread})."
-            )
-        elif job.kind == Job.Kind.TRAINING:
-            none = "no checkpoint saved yet" if checkpoint else "no checkpoint"
-            message += f" About {lost.gpu_hours:.2f} GPU-hours were lost ({none})."
+        message += _lost_words(job, lost)
         if again:
             away = f"node{'s' if len(nodes or []) > 1 else ''} {', '.join(nodes or ['?'])}"
             if checkpoint and lost.step is not None:
@@ -173,41 +160,67 @@ def job_hardware_failure_record(
         )
         timeline_add(job_id=job.pk, reason=reason, message=message, type="Warning")
         requeued = again and _requeue(
-            job, reason=reason, attempt=attempt, excluded=excluded, manifests=manifests
+            job,
+            reason=reason,
+            message=message,
+            attempt=attempt,
+            excluded=excluded,
+            manifests=manifests,
         )
     return Recorded(changed=True, requeued=requeued)
+
+
+def _lost_words(job: Job, lost: Lost) -> str:
+    """What the failure cost, said after its message (nothing for a job that is not a
+    training job and reported no checkpoint)."""
+    if lost.step is not None and lost.checkpoint_at is not None:
+        return (
+            f" About {lost.gpu_hours:.2f} GPU-hours were lost since its last checkpoint "
+            f"(step {lost.step:,} at {timezone.localtime(lost.checkpoint_at):%H:%M})."
+        )
+    if job.kind == Job.Kind.TRAINING and lost.unread:
+        return (
+            f" At most {lost.gpu_hours:.2f} GPU-hours were lost (the whole run: its log, "
+            f"where its checkpoints are reported, could not be read: {lost.unread})."
+        )
+    if job.kind == Job.Kind.TRAINING:
+        none = "no checkpoint saved yet" if (job.spec or {}).get("checkpoint") else "no checkpoint"
+        return f" About {lost.gpu_hours:.2f} GPU-hours were lost ({none})."
+    return ""
 
 
 def _requeue(
     job: Job,
     *,
     reason: str,
+    message: str,
     attempt: int,
     excluded: tuple[str, ...],
     manifests: list[dict[str, Any]],
 ) -> bool:
     """Back to the queue as an eviction: its objects go, then it is admitted again with the
     new manifests. The failed run's hours stay in the accounting (``earlier_runs``)."""
-    runs = runs_ended(job, job.finished_at or timezone.now())
-    moved = job_transition(
+    # Not counted as an eviction (its retries are); the caller queues the deletion.
+    return job_requeue(
         job=job,
+        reason=reason,
+        message=message,
+        event_reason="Retrying",
+        event_message=f"Back in the queue after a {'GPU' if reason == GPU_FAILURE else 'node'} "
+        f"failure (attempt {attempt + 1}), avoiding {', '.join(excluded)}.",
+        event_type="Normal",
         where={"state": JobState.FAILED, "reason": reason},
-        changes={
-            "state": JobState.QUEUED,
-            "evicted_at": timezone.now(),
+        counted=False,
+        run_ended_at=job.finished_at or timezone.now(),
+        also={
             "finished_at": None,
-            "started_at": None,
             "exit_code": None,
-            "earlier_runs": runs,
             "gpu_failure_retries": attempt,
             "excluded_nodes": list(excluded),
             "manifests": manifests,
         },
-        event_reason="Retrying",
-        event_message=f"Back in the queue after a {'GPU' if reason == GPU_FAILURE else 'node'} "
-        f"failure (attempt {attempt + 1}), avoiding {', '.join(excluded)}.",
+        enqueue=False,
     )
-    return moved
 
 
 def node_failure_message(evicted: list[dict[str, str]]) -> str:
@@ -215,7 +228,7 @@ def node_failure_message(evicted: list[dict[str, str]]) -> str:
     node and when the taint manager evicted it."""
     parts = []
     for e in evicted:
-        at = parse_datetime(e.get("at") or "")
+        at = parse_time(e.get("at") or "")
         when = f" at {timezone.localtime(at):%H:%M}" if at else ""
         parts.append(
             f"pod {e['pod']} failed: node {e['node']} stopped responding (its kubelet stopped "

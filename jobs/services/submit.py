@@ -18,12 +18,12 @@ from core.errors import ApplicationError, Conflict, PermissionDenied
 from jobs.manifests import (
     ManifestContext,
     build_manifests,
-    container_resources,
     object_name,
     resource_defaults,
     to_yaml,
     validate_manifests,
 )
+from jobs.manifests.resources import cpu_and_memory
 from jobs.manifests.security import check_manifests
 from jobs.models import FINAL_STATES, Job, JobState, WorkspaceImage
 from jobs.quota import job_demand, kind_may_borrow, quota_never_fits
@@ -61,8 +61,10 @@ class CheckedSpec:
     # A workspace's image (resolved from spec.workspace_image) and its owner, for its home.
     workspace_image: WorkspaceImage | None = None
     username: str = ""
-    # The engine that admits it: settings.QUEUEING at submission, the job's own after.
+    # The engine that admits it: settings.QUEUEING at submission, the job's own after; with
+    # Kueue, the team's LocalQueue (looked up once, here).
     queueing: str = Job.Queueing.PORTAL
+    kueue_queue: str = ""
 
 
 def _field_error(field: str, message: str) -> ApplicationError:
@@ -173,22 +175,15 @@ def _check_node_capacity(
             )
 
 
-def _context(
-    *,
-    spec: JobSpec,
-    team: Team,
-    catalog: Catalog,
-    job_id: int,
-    attempt: int = 0,
-    excluded_nodes: tuple[str, ...] = (),
-    queueing: str = Job.Queueing.PORTAL,
-    workspace_image: WorkspaceImage | None = None,
-    username: str = "",
+def manifest_context(
+    checked: CheckedSpec, *, job_id: int, attempt: int = 0, excluded_nodes: tuple[str, ...] = ()
 ) -> ManifestContext:
+    """Everything the builders need besides the spec: one per submission (and per run)."""
+    image = checked.workspace_image
     return ManifestContext(
         job_id=job_id,
-        namespace=team.namespace,
-        shared_gpu_resource=catalog.shared_gpu_resource,
+        namespace=checked.team.namespace,
+        shared_gpu_resource=checked.catalog.shared_gpu_resource,
         kubernetes_version=settings.KUBERNETES_VERSION,
         attempt=attempt,
         excluded_nodes=excluded_nodes,
@@ -197,14 +192,28 @@ def _context(
             if settings.NODE_FAILURE_TOLERATION_SECONDS >= 0
             else None
         ),
-        kueue_queue=team_local_queue(team) if queueing == Job.Queueing.KUEUE else "",
+        kueue_queue=checked.kueue_queue,
         training_runtime=settings.TRAINJOB_RUNTIME,
         workspace=(
-            workspace_context(image=workspace_image, username=username, job_id=job_id)
-            if workspace_image is not None
+            workspace_context(image=image, username=checked.username, job_id=job_id)
+            if image is not None
             else None
         ),
     )
+
+
+def _kueue_queue(team: Team, queueing: str) -> str:
+    """The team's LocalQueue when Kueue admits its jobs; refused when it has none yet."""
+    if queueing != Job.Queueing.KUEUE:
+        return ""
+    queue = team_local_queue(team)
+    if not queue:
+        raise _field_error(
+            "team",
+            f"Team {team.slug} has no Kueue LocalQueue yet; ask an admin to set the "
+            "team's LocalQueue in the admin (Kueue is run by the platform team here).",
+        )
+    return queue
 
 
 def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
@@ -231,8 +240,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
         _check_home_path(spec, image)
     catalog = catalog_get()
     _check_catalog(spec, catalog)
-    ctx = _context(spec=spec, team=team, catalog=catalog, job_id=PREVIEW_JOB_ID)
-    requests = container_resources(spec, ctx)["requests"]
+    requests = cpu_and_memory(spec)
     pod_cpu, pod_memory = cpu_millis(requests["cpu"]), memory_bytes(requests["memory"])
     _check_node_capacity(spec, catalog, cpu_millis=pod_cpu, memory_bytes=pod_memory)
     demand = job_demand(spec, cpu_millis=pod_cpu, memory_bytes=pod_memory)
@@ -254,6 +262,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
         workspace_image=image,
         username=user.get_username(),
         queueing=settings.QUEUEING,
+        kueue_queue=_kueue_queue(team, settings.QUEUEING),
     )
 
 
@@ -267,26 +276,7 @@ def _check_home_path(spec: JobSpec, image: WorkspaceImage) -> None:
             )
 
 
-def _manifests_for(
-    checked: CheckedSpec, job_id: int, *, attempt: int = 0, excluded_nodes: tuple[str, ...] = ()
-) -> list[dict[str, Any]]:
-    ctx = _context(
-        spec=checked.spec,
-        team=checked.team,
-        catalog=checked.catalog,
-        job_id=job_id,
-        attempt=attempt,
-        excluded_nodes=excluded_nodes,
-        queueing=checked.queueing,
-        workspace_image=checked.workspace_image,
-        username=checked.username,
-    )
-    if checked.queueing == Job.Queueing.KUEUE and not ctx.kueue_queue:
-        raise _field_error(
-            "team",
-            f"Team {checked.team.slug} has no Kueue LocalQueue yet; ask an admin to set the "
-            "team's LocalQueue in the admin (Kueue is run by the platform team here).",
-        )
+def _manifests_for(checked: CheckedSpec, ctx: ManifestContext) -> list[dict[str, Any]]:
     manifests = build_manifests(checked.spec, ctx)
     violations = check_manifests(
         manifests,
@@ -326,7 +316,7 @@ def job_preview(*, user: User | AnonymousUser, data: Any, with_fit: bool = True)
     """The manifests a spec would produce, validated, and whether it would start now
     (``with_fit``: asks the cluster). Nothing is stored."""
     checked = job_spec_check(user=user, data=data)
-    manifests = _manifests_for(checked, PREVIEW_JOB_ID)
+    manifests = _manifests_for(checked, manifest_context(checked, job_id=PREVIEW_JOB_ID))
     fit = (
         job_fit_preview(
             manifests=manifests,
@@ -379,15 +369,8 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
         namespace=team.namespace,
         cloned_from=cloned_from,
     )
-    ctx = _context(
-        spec=spec,
-        team=team,
-        catalog=checked.catalog,
-        job_id=job.pk,
-        workspace_image=checked.workspace_image,
-        username=checked.username,
-    )
-    job.manifests = _manifests_for(checked, job.pk)
+    ctx = manifest_context(checked, job_id=job.pk)
+    job.manifests = _manifests_for(checked, ctx)
     job.object_name = object_name(spec, ctx)
     job.save(update_fields=["manifests", "object_name"])
     timeline_add(job_id=job.pk, reason="Submitted", message=f"Submitted by {user.get_username()}.")
@@ -440,6 +423,12 @@ def job_manifests_rebuild(
     nodes it must avoid (security-checked as at submission)."""
     spec = JobSpec.from_dict(job.spec)
     checked = CheckedSpec(
-        spec=spec, team=job.team, catalog=catalog_get(), demand=job.demand, queueing=job.queueing
+        spec=spec,
+        team=job.team,
+        catalog=catalog_get(),
+        demand=job.demand,
+        queueing=job.queueing,
+        kueue_queue=_kueue_queue(job.team, job.queueing),
     )
-    return _manifests_for(checked, job.pk, attempt=attempt, excluded_nodes=excluded_nodes)
+    ctx = manifest_context(checked, job_id=job.pk, attempt=attempt, excluded_nodes=excluded_nodes)
+    return _manifests_for(checked, ctx)

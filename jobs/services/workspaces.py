@@ -27,11 +27,12 @@ from core.errors import ApplicationError, ClusterUnavailable, Conflict, Permissi
 from jobs.manifests.context import WorkspaceContext
 from jobs.manifests.naming import home_claim_name
 from jobs.manifests.workspace import TOKEN_KEY, home_claim
-from jobs.models import ACTIVE_STATES, Job, JobState, WorkspaceImage
+from jobs.models import ACTIVE_STATES, LIVE_STATES, Job, JobState, WorkspaceImage
 from jobs.selectors.workspaces import WORKSPACE_PATH, workspace_can_manage, workspace_token
+from jobs.services.eviction import job_requeue
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop, job_transition
-from jobs.tasks import admission_enqueue, apply_enqueue, evict_enqueue
+from jobs.tasks import admission_enqueue, apply_enqueue
 from teams.services import audit_record
 
 
@@ -138,26 +139,24 @@ def workspace_stop_begin(
                 event_type=event_type,
             )
         else:
-            moved = job_transition(
+            # Not counted as an eviction: its owner (or the idle policy) stopped it.
+            moved = job_requeue(
                 job=job,
+                reason="Stopping",
+                message=f"{message} Deleting its pod; the home folder is kept.",
+                event_reason=reason,
+                event_message=message,
+                event_type=event_type,
                 where={"state__in": ACTIVE_STATES, "stop_requested_at__isnull": True},
-                changes={
-                    "state": JobState.QUEUED,
-                    "evicted_at": now,
+                counted=False,
+                also={
                     "stop_requested_at": now,
                     "stop_reason": stopped_reason,
                     "stop_message": message,
                     "idle_warned_at": None,
                     "idle_action_due": None,
-                    "reason": "Stopping",
-                    "message": f"{message} Deleting its pod; the home folder is kept.",
                 },
-                event_reason=reason,
-                event_message=message,
-                event_type=event_type,
             )
-            if moved:
-                evict_enqueue(job_id=job.pk)
         if moved:
             audit_record(
                 actor=actor, action="workspace.stop", target=job, changes={"reason": reason}
@@ -214,14 +213,14 @@ def workspace_delete(*, user: User, job_id: int, delete_home: bool = False) -> J
         claim = home_claim_name(job.owner.get_username())
         if delete_home:
             _check_home_unused(job)
-        if job.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+        if job.state in LIVE_STATES:
             job_stop(
                 job=job,
                 reason="Deleted",
                 message=f"Deleted by {user.get_username()}.",
                 actor=user,
                 audit_action="workspace.delete",
-                where={"state__in": [*ACTIVE_STATES, JobState.STOPPED]},
+                where={"state__in": LIVE_STATES},
             )
     if delete_home:
         try:
@@ -244,7 +243,7 @@ def _check_home_unused(job: Job) -> None:
             team_id=job.team_id,
             owner_id=job.owner_id,
             kind=Job.Kind.WORKSPACE,
-            state__in=[*ACTIVE_STATES, JobState.STOPPED],
+            state__in=LIVE_STATES,
         )
         .exclude(pk=job.pk)
         .values_list("name", flat=True)

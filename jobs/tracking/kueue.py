@@ -14,25 +14,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from jobs.admission.words import pending_words, preemption_words
 from jobs.models import Job, JobState
-from jobs.tracking.observe import Observation, parse_time, true_conditions
+from jobs.tracking.observe import Observation, true_conditions
+from scheduling.k8s_time import parse_time
 
 Obj = dict[str, Any]
 
 # Kueue's pod integration: a pod for a queue waits behind this scheduling gate.
 KUEUE_GATE = "kueue.x-k8s.io/admission"
-
-_UNUSED = re.compile(
-    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+), "
-    r"(?P<more>\S+) more needed"
-)
-_MAXIMUM = re.compile(
-    r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,]+),.*"
-    r"> maximum capacity \((?P<most>[^)]+)\)"
-)
-_PREEMPTION = re.compile(
-    r"due to (?P<why>[^;]+); preemptor path: (?P<preemptor>\S+); preemptee path: (?P<preemptee>\S+)"
-)
 
 
 def _condition(workload: Obj, kind: str) -> Obj | None:
@@ -40,45 +30,6 @@ def _condition(workload: Obj, kind: str) -> Obj | None:
         if condition.get("type") == kind:
             return condition
     return None
-
-
-def _queue_of(path: str) -> str:
-    """``/research/robotics`` (a preemptor path: cohort, then ClusterQueue) → ``robotics``."""
-    return path.rstrip("/").rpartition("/")[2]
-
-
-def preemption_words(message: str) -> str:
-    """Kueue's ``Evicted``/``Preempted`` message → who took the GPUs back, and why."""
-    found = _PREEMPTION.search(message)
-    if found is None:
-        return f"Preempted by Kueue. Kueue: {message}"
-    preemptor, preemptee = _queue_of(found["preemptor"]), _queue_of(found["preemptee"])
-    if "reclamation" in found["why"]:
-        cause = f"team {preemptor} reclaimed the quota it had lent to {preemptee}"
-    elif "fair sharing" in found["why"]:
-        cause = f"team {preemptor} took back its fair share of the cohort"
-    else:
-        cause = f"a job of higher priority in team {preemptor} needed its quota"
-    return f"Preempted: {cause}; back in Kueue's queue. Kueue: {message}"
-
-
-def pending_words(message: str, queue: str) -> str:
-    """Kueue's pending message (QuotaReserved False) → what the job waits for; ``queue``
-    is its LocalQueue."""
-    found = _UNUSED.search(message)
-    if found is not None:
-        return (
-            f"Waiting for quota: {found['more']} more {found['resource']} than LocalQueue "
-            f"{queue} may use now (flavor {found['flavor']}). Kueue: {message}"
-        )
-    found = _MAXIMUM.search(message)
-    if found is not None:
-        return (
-            f"Asks for more {found['resource']} than LocalQueue {queue} may ever use "
-            f"({found['most']} in flavor {found['flavor']}, borrowing included). "
-            f"Kueue: {message}"
-        )
-    return f"Waiting in Kueue's queue. Kueue: {message}" if message else "Waiting in Kueue's queue."
 
 
 def newest(workloads: list[Obj]) -> Obj | None:

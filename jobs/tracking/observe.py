@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from jobs.models import JobState
+from scheduling.k8s_time import parse_time
 
 Obj = dict[str, Any]
 
@@ -67,13 +68,6 @@ def node_evictions(pods: list[Obj]) -> tuple[EvictedPod, ...]:
                     )
                 )
     return tuple(sorted(found, key=lambda e: e.pod))
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """A Kubernetes timestamp (RFC 3339, ``2026-11-20T12:00:00Z``); None when absent."""
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def true_conditions(obj: Obj) -> dict[str, Obj]:

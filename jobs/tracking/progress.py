@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.utils.dateparse import parse_datetime
+from scheduling.k8s_time import parse_time
 
 PROGRESS_LINE = re.compile(
     r"^(?P<at>\S+) .*\bGPU_PORTAL_PROGRESS step=(?P<step>\d+) total=(?P<total>\d+)"
@@ -57,7 +57,7 @@ def progress_from_trainer_status(status: dict[str, Any], now: datetime) -> Progr
     metrics, ``step`` and ``total`` among them when it sends those), the time left counted
     down from when it was reported; None when it reported no progress."""
     percent = status.get("progressPercentage")
-    at = parse_datetime(str(status.get("lastUpdatedTime") or ""))
+    at = parse_time(str(status.get("lastUpdatedTime") or ""))
     if percent is None or at is None:
         return None
     metrics = {m.get("name"): m.get("value") for m in status.get("metrics") or []}
@@ -84,7 +84,7 @@ def _points(text: str) -> list[tuple[datetime, int, int]]:
     points = []
     for line in text.splitlines():
         found = PROGRESS_LINE.match(line)
-        at = parse_datetime(found["at"]) if found else None
+        at = parse_time(found["at"]) if found else None
         if found is not None and at is not None and int(found["total"]) > 0:
             points.append((at, int(found["step"]), int(found["total"])))
     return points

@@ -33,7 +33,7 @@ from core.redis_client import redis_client
 from jobs import tasks
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
 from jobs.selectors.kueue_words import KueueWords
-from jobs.services.eviction import runs_ended
+from jobs.services.eviction import kueue_requeue_changes
 from jobs.services.transitions import job_transition
 from jobs.tracking.kueue import admitted_at as kueue_admitted_at
 from jobs.tracking.kueue import (
@@ -309,13 +309,7 @@ def _kueue_changes(job: Job, seen: Observation, now: datetime) -> dict[str, Any]
     # the Job's watch may tell of its suspension before the Workload's tells why, so the
     # row can be queued already, in the words of a Workload not yet updated.
     if job.admitted_at is not None and seen.reason == "Preempted":
-        return {
-            "admitted_at": None,
-            "started_at": None,
-            "borrowing": False,
-            "evictions": job.evictions + 1,
-            "earlier_runs": runs_ended(job, now),
-        }
+        return kueue_requeue_changes(job, now)
     return {}
 
 

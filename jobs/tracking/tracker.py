@@ -37,7 +37,6 @@ from cluster.labels import MANAGED_BY_SELECTOR
 from cluster.launchers import owner_kinds
 from jobs.models import Job
 from jobs.tracking.kueue import workload_owner
-from jobs.tracking.observe import parse_time
 from jobs.tracking.reconcile import (
     TRACKED_FIELDS,
     Advisor,
@@ -49,6 +48,7 @@ from jobs.tracking.reconcile import (
     kueue_words_for,
     tracked_jobs,
 )
+from scheduling.k8s_time import parse_time
 
 logger = logging.getLogger(__name__)
 

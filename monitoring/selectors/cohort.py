@@ -16,11 +16,11 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
 from jobs.models import ACTIVE_STATES, Job
-from jobs.quota import quota_capacity
 from jobs.selectors.cohorts import CohortView, cohort_get_for_user
 from monitoring import queries
 from monitoring.selectors.common import Window
 from monitoring.selectors.team import allocation_series, team_jobs_between
+from scheduling.quantity import quota_base
 from scheduling.resources import CPU, MEMORY
 from scheduling.sharing import Cohort, ResourceQuota, TeamShare
 
@@ -90,7 +90,7 @@ def cohort_usage_get(
                     team: TeamShare(
                         {
                             resource: ResourceQuota(
-                                quota_capacity(resource, nominal[team]),
+                                quota_base(resource, nominal[team]),
                                 lending_limit=lending[team].get(resource),
                             )
                         },
