@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from cluster.gpu_operator import GpuOperator, OperatorNode, gpu_nodes_operator
+from cluster.gpu_operator_state import GpuOperator, OperatorNode, gpu_nodes_operator
 from cluster.launchers import launchers_list
 from cluster.nodes import ResourceUse
 from core.api_errors import error_responses

@@ -21,7 +21,7 @@ from sandbox import faults
 from sandbox.profiles import DRIVER_VERSION, GPU_MODELS, Device
 from sandbox.state import Cluster
 from sandbox.store import Obj
-from scheduling.gpu_operator import mig_shapes
+from scheduling.gpu_operator_config import mig_shapes
 
 FAMILIES: list[tuple[str, str, str]] = [
     ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),

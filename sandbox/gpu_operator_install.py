@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from sandbox.profiles import pool_mig_config, pool_plugin_config
-from scheduling.gpu_operator import (
+from scheduling.gpu_operator_config import (
     DEPLOY_LABEL_PREFIX,
     GPU_MODELS,
     OPERANDS,

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from sandbox.quantity import format_quantity, parse
-from scheduling.gpu_operator import (
+from scheduling.gpu_operator_config import (
     DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_PRESENT_LABEL,

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import kube
-from cluster.gpu_operator import GpuOperator, gpu_operator
+from cluster.gpu_operator_state import GpuOperator, gpu_operator
 from cluster.labels import JOB_ID_LABEL
 from cluster.nodes import cluster_error_text
 from core.errors import ApplicationError, ClusterUnavailable, NotFound
 from jobs.models import ACTIVE_STATES, Job
 from scheduling import pod_is_terminal, pod_requests
-from scheduling.gpu_operator import (
+from scheduling.gpu_operator_config import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
     GpuLayout,

@@ -26,7 +26,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from cluster import kube
-from cluster.gpu_operator import ClusterPolicyState, cluster_policy, mig_manager_reason
+from cluster.gpu_operator_state import ClusterPolicyState, cluster_policy, mig_manager_reason
 from cluster.models import GpuChange
 from cluster.nodes import cluster_error_text
 from cluster.tasks import catalog_refresh_task
@@ -42,7 +42,7 @@ from jobs.selectors.gpu_changes import (
 )
 from jobs.services.eviction import job_requeue
 from jobs.tasks import gpu_change_enqueue
-from scheduling.gpu_operator import (
+from scheduling.gpu_operator_config import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_PRESENT_LABEL,
     MIG_CONFIG_LABEL,

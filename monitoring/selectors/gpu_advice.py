@@ -23,11 +23,16 @@ from datetime import datetime
 from django.conf import settings
 from django.db.models import Q
 
-from cluster.gpu_operator import GpuOperator, OperatorNode
+from cluster.gpu_operator_state import GpuOperator, OperatorNode
 from jobs.models import Job, JobState
 from monitoring import prometheus
 from monitoring.idleness import NodeGpuUse, nodes_gpu_use
-from scheduling.gpu_operator import base_product, gpu_layouts, layout_problem, layout_resources
+from scheduling.gpu_operator_config import (
+    base_product,
+    gpu_layouts,
+    layout_problem,
+    layout_resources,
+)
 from scheduling.resources import GPU_COUNT_LABEL, MIG_PREFIX
 
 

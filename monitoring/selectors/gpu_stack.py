@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
-from cluster.gpu_operator import GpuOperator, OperatorNode, gpu_nodes_operator
+from cluster.gpu_operator_state import GpuOperator, OperatorNode, gpu_nodes_operator
 from cluster.models import GpuChange
 from core.errors import ClusterUnavailable
 from monitoring.selectors.gpu_advice import GpuAdvice, gpu_advice
-from scheduling.gpu_operator import base_product, layout_problem
+from scheduling.gpu_operator_config import base_product, layout_problem
 from scheduling.resources import ANY_GPU, GPU_COUNT_LABEL
 
 

@@ -35,7 +35,7 @@ from sandbox.gpu_operator_install import (
 from sandbox.profiles import Device, device_resources, gfd_sharing_labels, gpu_devices
 from sandbox.state import Cluster
 from sandbox.store import Obj
-from scheduling.gpu_operator import (
+from scheduling.gpu_operator_config import (
     DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_PRESENT_LABEL,

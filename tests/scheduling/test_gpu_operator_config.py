@@ -1,11 +1,12 @@
-"""The GPU Operator's formats as the portal and the sandbox read them (scheduling/gpu_operator.py):
-MIG geometry per product, mig-parted's config, the device plugin's config."""
+"""The GPU Operator's formats as the portal and the sandbox read them
+(scheduling/gpu_operator_config.py): MIG geometry per product, mig-parted's config, the
+device plugin's config."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduling.gpu_operator import (
+from scheduling.gpu_operator_config import (
     ConfigError,
     TimeSlicing,
     device_plugin_config_text,

@@ -1,7 +1,7 @@
 """Reads of NVIDIA's GPU Operator: its ClusterPolicy, the configs its MIG manager and device
 plugin apply, and what it says about each GPU node (labels and its operands' pods).
 
-The formats are parsed by the scheduling core (``scheduling.gpu_operator``), the same
+The formats are parsed by the scheduling core (``scheduling.gpu_operator_config``), the same
 reading the sandbox's operator applies. A cluster without the operator reads as
 ``installed=False``; the pages say so rather than fail.
 """
@@ -15,7 +15,7 @@ from cluster import kube
 from cluster.models import GpuChange
 from cluster.nodes import GpuNode, cluster_error_text, cluster_gpu_nodes
 from core.errors import ClusterUnavailable
-from scheduling.gpu_operator import (
+from scheduling.gpu_operator_config import (
     DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_PRESENT_LABEL,
