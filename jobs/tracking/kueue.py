@@ -1,4 +1,5 @@
-"""What Kueue says about a job it holds, in the portal's words (pure functions).
+"""What Kueue says about a job it holds, read as the portal's state (pure functions; the
+sentences are ``jobs.admission.words``').
 
 With ``QUEUEING=kueue`` a job waits in the cluster: its Job is suspended (a Deployment's
 pods gated) until Kueue admits its Workload. The Workload's conditions (QUEUEING-NOTES,

@@ -1,5 +1,6 @@
 """docs/configuration.md documents every environment variable the settings read; the README
-starts with the two commands, stays short and links every page of docs/."""
+starts with the two commands, stays short and links every page of docs/; the map of an app
+in docs/architecture.md names every module of the app."""
 
 from __future__ import annotations
 
@@ -37,5 +38,29 @@ def test_readme_is_short_and_links_every_docs_page() -> None:
     readme = (ROOT / "README.md").read_text()
     pages = sorted(path.name for path in (ROOT / "docs").glob("*.md"))
 
-    assert len(readme.splitlines()) <= 300
+    assert len(readme.splitlines()) <= 200
     assert [page for page in pages if f"(docs/{page}" not in readme] == []
+
+
+def mapped_modules(app: str) -> set[str]:
+    """The modules the table under "## The map of `<app>/`" names, one per row."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split(f"## The map of `{app}/`", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([^`]+\.py)` \|", section, flags=re.MULTILINE))
+
+
+def modules_of(app: str) -> set[str]:
+    return {
+        str(path.relative_to(ROOT / app))
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts and path.name != "__init__.py"
+    }
+
+
+def test_the_map_of_jobs_names_every_module_and_only_those() -> None:
+    assert mapped_modules("jobs") == modules_of("jobs")
+
+
+def test_the_map_check_sees_a_missing_module() -> None:
+    assert "quota.py" in mapped_modules("jobs")
+    assert mapped_modules("jobs") - {"quota.py"} != modules_of("jobs")
