@@ -126,13 +126,13 @@ def _workspaces(count: int, workdir: Path) -> tuple[Any, list[Any]]:
 
     from cluster import kube
     from jobs.models import Job, JobState
-    from jobs.selectors.workspaces import workspace_endpoint
     from jobs.services.admission import admission_run
     from jobs.services.apply import job_apply
     from jobs.services.submit import job_submit
     from jobs.tracking.reconcile import cluster_reconcile
     from teams.models import Team
     from tests.sandbox_process import SandboxProcess
+    from workspaces.selectors import workspace_endpoint
 
     call_command("seed_demo", verbosity=0, stdout=open(os.devnull, "w"))  # noqa: SIM115
     Team.objects.filter(slug="vision").update(cohort=None)
@@ -181,7 +181,7 @@ def _serve(env: dict[str, str], workdir: Path) -> tuple[list[subprocess.Popen[by
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     proxy = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "portal.proxy.asgi:application", "--host",
+        [sys.executable, "-m", "uvicorn", "workspaces.proxy.asgi:application", "--host",
          "127.0.0.1", "--port", str(proxy_port), "--no-access-log"],
         cwd=REPO_ROOT, env={**env, "WORKSPACE_PROXY_UPSTREAM": web},
         stdout=log, stderr=subprocess.STDOUT,

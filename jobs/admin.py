@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from jobs.models import Job, JobEvent, WorkspaceImage
+from jobs.models import Job, JobEvent
 from jobs.selectors.cohorts import cohort_views
 from jobs.selectors.jobs import QuotaUse, quota_usage
 from teams.admin import CohortAdmin, GpuQuotaAdmin, GpuQuotaInline, MembershipInline, TeamAdmin
@@ -29,17 +29,6 @@ class JobEventInline(admin.TabularInline):
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
-
-
-@admin.register(WorkspaceImage)
-class WorkspaceImageAdmin(admin.ModelAdmin):
-    """The workspace images users pick from (docs/workspaces.md): what each runs, on which
-    port, and where its home folder is mounted. A disabled image is no longer offered;
-    workspaces created from it keep running."""
-
-    list_display = ["name", "title", "flavor", "image", "port", "home_path", "enabled"]
-    list_filter = ["flavor", "enabled"]
-    search_fields = ["name", "title", "image"]
 
 
 @admin.register(Job)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from jobs import apis, views, workspace_apis
+from jobs import apis, views
 
 app_name = "jobs"
 
@@ -36,27 +36,6 @@ api_urlpatterns = [
     path("jobs/<int:job_id>/resume/", apis.JobResumeApi.as_view(), name="api-job-resume"),
     path("templates/", apis.TemplateListCreateApi.as_view(), name="api-templates"),
     path("templates/<int:template_id>/", apis.TemplateDetailApi.as_view(), name="api-template"),
-    path(
-        "workspace-images/",
-        workspace_apis.WorkspaceImageListApi.as_view(),
-        name="api-workspace-images",
-    ),
-    path("workspaces/", workspace_apis.WorkspaceListCreateApi.as_view(), name="api-workspaces"),
-    path(
-        "workspaces/<int:job_id>/",
-        workspace_apis.WorkspaceDetailApi.as_view(),
-        name="api-workspace",
-    ),
-    path(
-        "workspaces/<int:job_id>/stop/",
-        workspace_apis.WorkspaceStopApi.as_view(),
-        name="api-workspace-stop",
-    ),
-    path(
-        "workspaces/<int:job_id>/start/",
-        workspace_apis.WorkspaceStartApi.as_view(),
-        name="api-workspace-start",
-    ),
     path("cohorts/", apis.CohortListApi.as_view(), name="api-cohorts"),
     path("cohorts/<slug:slug>/", apis.CohortDetailApi.as_view(), name="api-cohort"),
 ]

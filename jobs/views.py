@@ -20,7 +20,6 @@ from cluster.selectors import catalog_get
 from core.errors import ApplicationError, PermissionDenied
 from jobs.forms import JobForm, initial_from_spec
 from jobs.manifests import to_yaml
-from jobs.manifests.naming import home_claim_name
 from jobs.models import Job, JobState
 from jobs.selectors import templates as template_selectors
 from jobs.selectors.jobs import (
@@ -30,11 +29,9 @@ from jobs.selectors.jobs import (
     quota_usage_for_teams,
 )
 from jobs.selectors.live import job_live_get, job_log_tail
-from jobs.selectors.workspaces import workspace_rights
 from jobs.services import templates as template_services
 from jobs.services.idle import job_idle_exempt, job_resume
 from jobs.services.submit import job_can_cancel, job_cancel, job_preview, job_submit
-from jobs.services.workspaces import workspace_url
 from jobs.spec import spec_yaml
 from teams.models import Membership
 from teams.selectors import membership_role, team_roles_for_user, teams_for_user
@@ -188,16 +185,6 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context["manifest_yaml"] = to_yaml(job.manifests)
     context["spec_yaml"] = spec_yaml(job.spec)
     context["is_lead"] = membership_role(user=request.user, team=job.team) == Membership.Role.LEAD
-    if job.kind == Job.Kind.WORKSPACE:
-        warning = job.events.filter(reason="WorkspaceIdle").order_by("-created_at").first()
-        rights = workspace_rights(user=request.user, jobs=[job])[job.pk]
-        context["workspace"] = {
-            "url": workspace_url(job),
-            "home_claim": home_claim_name(job.owner.username),
-            "can_open": rights.open,
-            "can_manage": rights.manage,
-            "warning": warning.message if warning else "",
-        }
     return render(request, "jobs/detail.html", context)
 
 

@@ -29,10 +29,10 @@ from datetime import datetime
 from django.conf import settings
 
 from jobs.models import Job
-from jobs.selectors.workspaces import Activity, ActivityUnavailable
 from monitoring import prometheus, queries
 from monitoring.selectors.common import PodKey, placement_pods, pods_to_jobs
 from teams.models import Team
+from workspaces.selectors import Activity, ActivityUnavailable
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,8 @@ from django.utils import timezone
 
 from cluster import kube
 from jobs.models import Job, JobState
-from jobs.selectors.workspaces import workspace_activity
 from jobs.services.idle import job_idle_clear, job_idle_scale_down, job_idle_stop, job_idle_warn
 from jobs.services.timeline import timeline_add
-from jobs.services.workspaces import workspace_idle_warn, workspace_stop_begin
 from monitoring.idleness import (
     HeldGpu,
     IdleRule,
@@ -22,6 +20,8 @@ from monitoring.idleness import (
     workspaces_idleness,
 )
 from teams.models import Team
+from workspaces.selectors import workspace_activity
+from workspaces.services import workspace_idle_warn, workspace_stop_begin
 
 logger = logging.getLogger(__name__)
 

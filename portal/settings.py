@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "teams",
     "notifications",
     "jobs",
+    "workspaces",
     "monitoring",
     "portal",
 ]
@@ -288,7 +289,7 @@ TEAM_NETWORK_POLICY = env_bool("TEAM_NETWORK_POLICY", True)
 TEAM_NETWORK_POLICY_INGRESS_NAMESPACES = env_list(
     "TEAM_NETWORK_POLICY_INGRESS_NAMESPACES", ["monitoring", "ingress-nginx"]
 )
-# The workspace proxy (portal/proxy/): where it sends every path but /workspaces/<id>/ when
+# The workspace proxy (workspaces/proxy/): where it sends every path but /workspaces/<id>/ when
 # it stands in front of the portal (make run, compose); empty: it serves workspaces only
 # (the Helm chart's ingress routes /workspaces/ to it and the rest to the web process).
 WORKSPACE_PROXY_UPSTREAM = (env_str("WORKSPACE_PROXY_UPSTREAM", "") or "").rstrip("/")

@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from cluster import apis as cluster_apis
 from jobs import apis as job_apis
-from jobs import gpu_change_apis, workspace_views
+from jobs import gpu_change_apis
 from jobs import views as job_views
 from jobs.urls import api_urlpatterns as job_api_urls
 from monitoring import gpu_stack_views
@@ -16,9 +16,11 @@ from notifications import views as notification_views
 from portal import probes, sso, views
 from portal.exception_handler import api_not_found
 from teams import apis as team_apis
+from workspaces.urls import api_urlpatterns as workspace_api_urls
 
 api_urls = [
     *job_api_urls,
+    *workspace_api_urls,
     *monitoring_api_urls,
     path("me/", team_apis.MeApi.as_view(), name="api-me"),
     path("teams/", job_apis.TeamListApi.as_view(), name="api-teams"),
@@ -80,23 +82,8 @@ urlpatterns = [
         gpu_stack_views.device_plugin_assign,
         name="gpu-stack-device-plugin-assign",
     ),
-    # /workspaces/<id>/ itself is the workspace proxy's (portal.proxy), never Django's.
-    path("workspaces/", workspace_views.workspace_list, name="workspaces"),
-    path(
-        "workspaces/actions/<int:job_id>/stop/",
-        workspace_views.workspace_stop_view,
-        name="workspace-stop",
-    ),
-    path(
-        "workspaces/actions/<int:job_id>/start/",
-        workspace_views.workspace_start_view,
-        name="workspace-start",
-    ),
-    path(
-        "workspaces/actions/<int:job_id>/delete/",
-        workspace_views.workspace_delete_view,
-        name="workspace-delete",
-    ),
+    # /workspaces/<id>/ itself is the workspace proxy's (workspaces.proxy), never Django's.
+    path("workspaces/", include("workspaces.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("teams/", job_views.team_list, name="teams"),
     path("settings/tokens/", views.api_tokens, name="api-tokens"),

@@ -128,7 +128,7 @@ pids+=($!)
 # The workspace proxy in front (an ASGI process: workspaces' HTTP and WebSockets at
 # /workspaces/<id>/), the portal's gunicorn behind it, as an ingress would route them.
 WEB_ADDR="127.0.0.1:${PORTAL_WEB_PORT:-8001}"
-WORKSPACE_PROXY_UPSTREAM="http://$WEB_ADDR" $BIN/uvicorn portal.proxy.asgi:application \
+WORKSPACE_PROXY_UPSTREAM="http://$WEB_ADDR" $BIN/uvicorn workspaces.proxy.asgi:application \
   --host 127.0.0.1 --port 8000 --ws wsproto --no-access-log >var/log/proxy.log 2>&1 &
 pids+=($!)
 

@@ -1,4 +1,4 @@
-"""Start the real workspace proxy (uvicorn running ``portal.proxy.asgi``) for the tests."""
+"""Start the real workspace proxy (uvicorn running ``workspaces.proxy.asgi``) for the tests."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class ProxyProcess:
 
     def start(self) -> ProxyProcess:
         cmd = [
-            sys.executable, "-m", "uvicorn", "portal.proxy.asgi:application",
+            sys.executable, "-m", "uvicorn", "workspaces.proxy.asgi:application",
             "--host", "127.0.0.1", "--port", str(self.port), "--ws", "wsproto", "--no-access-log",
             "--lifespan", "on",
         ]  # fmt: skip

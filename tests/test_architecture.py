@@ -11,6 +11,7 @@ not even inside a function:
     notifications  people's channels (email, webhooks, Slack) and deliveries to them;
                 knows users and teams, not jobs (the jobs layer words each notice)
     jobs        spec, manifests, admission, apply, tracking
+    workspaces  interactive workspaces: their pages, API, stop/start/delete, the proxy
     monitoring  the Prometheus adapter, charts, the portal's own /metrics
     portal      the Django project: settings, urls, Celery app, authentication, errors
 
@@ -38,6 +39,7 @@ LAYERS = (
     "teams",
     "notifications",
     "jobs",
+    "workspaces",
     "monitoring",
     "portal",
 )

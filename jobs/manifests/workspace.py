@@ -3,7 +3,7 @@ Deployment of one pod running the workspace image with the owner's home claim, a
 ClusterIP Service. Pure: the caller gives the pod template (``builders._pod_template``).
 
 - The token Secret is stored **without** its value: the apply step fills it in
-  (``jobs.services.workspaces.workspace_token``), so the token never appears in the stored
+  (``jobs.selectors.workspace_access.workspace_token``), so the token never appears in the stored
   manifests, the YAML preview or the API.
 - One replica, ``Recreate``: the home claim is ReadWriteOnce, and a second pod beside the
   first would hold a second set of GPUs.

@@ -19,7 +19,7 @@ from jobs.manifests.security import check_manifests
 from jobs.models import Job, JobState
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_transition
-from jobs.services.workspaces import workspace_objects_prepare
+from jobs.services.workspace_objects import workspace_objects_prepare
 from teams.cluster_sync import team_cluster_sync
 
 logger = logging.getLogger(__name__)

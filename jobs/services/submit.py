@@ -30,7 +30,7 @@ from jobs.quota import job_demand, kind_may_borrow, quota_never_fits
 from jobs.selectors.fit import FitPreview, job_fit_preview
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop
-from jobs.services.workspaces import workspace_context, workspace_image_get
+from jobs.services.workspace_objects import workspace_context, workspace_image_get
 from jobs.spec import JobSpec
 from jobs.spec_input import spec_parse
 from jobs.tasks import admission_enqueue, apply_enqueue

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobState, WorkspaceImage
-from jobs.selectors.workspaces import workspace_token
+from jobs.selectors.workspace_access import workspace_token
 from teams.models import AuditLog, Team
 from tests.conftest import api_client_for, workspace_spec
 

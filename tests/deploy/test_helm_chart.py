@@ -121,7 +121,7 @@ def test_the_chart_runs_what_the_portal_needs_with_defaults() -> None:
     # reach workspace pods (the team NetworkPolicy admits the portal's namespace).
     proxy = named(docs, "Deployment", "rel-gpu-portal-proxy")
     args = proxy["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[:2] == ["uvicorn", "portal.proxy.asgi:application"]
+    assert args[:2] == ["uvicorn", "workspaces.proxy.asgi:application"]
     # ...on wsproto, which refuses a WebSocket handshake without logging an error
     assert args[args.index("--ws") + 1] == "wsproto"
     assert named(docs, "ConfigMap", "rel-gpu-portal")["data"]["PORTAL_NAMESPACE"] == NAMESPACE

@@ -31,7 +31,6 @@ from jobs.models import Job, JobState
 from jobs.selectors.queue_position import job_queue_position
 from jobs.services.apply import ApplyOutcome, job_apply
 from jobs.services.submit import job_cancel, job_submit
-from jobs.services.workspaces import workspace_start, workspace_stop
 from jobs.tracking.reconcile import cluster_reconcile
 from teams.kueue_config import SYNC_LOCK, kueue_managed_sync
 from teams.models import Team
@@ -40,6 +39,7 @@ from tests.integration.conftest import empty_tables
 from tests.integration.test_reclaim import GPU, LONG, fresh, seed, submit
 from tests.sandbox_process import SandboxProcess
 from tests.worker_process import WorkerProcess, wait_for
+from workspaces.services import workspace_start, workspace_stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # Its own cluster: the Kueue scenarios rewrite every ClusterQueue and cohort as they go.

@@ -394,12 +394,13 @@ def test_idle_quota_is_split_by_weight(engine: Engine, cluster: SandboxProcess) 
     # When the lender's job ends and its 8 GPUs are idle
     job_cancel(user=users["lender"], job_id=blocker.pk)
 
-    # Then weight 2 borrows more than weight 1: the portal's engine splits the idle GPUs by
-    # weight (6 and 2; the order of submission alone would give 4 and 4). Kueue orders the
-    # queues' heads by weighted share in each scheduling cycle, and admits every head that
-    # still fits in it: 6 and 2 when heavy's heads come first, 4 and 4 when both queues'
-    # come in the same cycles (seen on a loaded machine). It never preempts a borrower for
-    # another borrower's share here (no borrowWithinCohort), so weight 1 never gets more.
+    # Then weight 2 borrows more than weight 1: 6 and 2 (the order of submission alone would
+    # give 4 and 4). The portal's engine splits the idle GPUs by weight as it admits. Kueue
+    # admits every head that fits in a scheduling cycle, so it may lend 4 and 4 first (seen
+    # on a loaded machine), then takes 2 back from light by fair-sharing preemption
+    # (InCohortFairSharing, its LessThanInitialShare strategy: heavy's weighted share after,
+    # 6/16 / 2, is below light's before, 4/16 / 1), and light's job is re-queued. At no
+    # moment is more than the 8 idle GPUs lent.
     seen: list[dict[str, int]] = []
 
     def borrowed() -> dict[str, int] | None:
@@ -410,16 +411,14 @@ def test_idle_quota_is_split_by_weight(engine: Engine, cluster: SandboxProcess) 
         if not seen or seen[-1] != admitted:
             seen.append(admitted)
         assert sum(admitted.values()) <= 8, f"over-admitted: {seen}"
-        return admitted if sum(admitted.values()) == 8 else None
+        return admitted if admitted == {"light": 2, "heavy": 6} else None
 
     try:
-        split = wait_for(borrowed, timeout=90)
+        wait_for(borrowed, timeout=90)
     except AssertionError:
-        raise AssertionError(f"the idle 8 GPUs never all lent; admitted in turn: {seen}") from None
-    if engine.name == "portal":
-        assert split == {"light": 2, "heavy": 6}, seen
-    else:
-        assert split["heavy"] >= split["light"], seen
+        raise AssertionError(
+            f"the idle 8 GPUs never lent 6 and 2; admitted in turn: {seen}"
+        ) from None
     stays_queued(*[j for jobs in borrowers.values() for j in jobs if fresh(j).admitted_at is None])
 
 

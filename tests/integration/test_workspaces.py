@@ -24,20 +24,16 @@ from django.test import Client
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from jobs.models import Job, JobState
-from jobs.selectors.workspaces import workspace_activity, workspace_endpoint
+from jobs.selectors.workspace_access import workspace_token
 from jobs.services.submit import job_submit
-from jobs.services.workspaces import (
-    workspace_delete,
-    workspace_start,
-    workspace_stop,
-    workspace_token,
-)
 from teams.models import Team
 from tests.conftest import workspace_spec
 from tests.integration.test_reclaim import fresh
 from tests.jupyter_client import run_cell
 from tests.proxy_process import ProxyProcess
 from tests.worker_process import wait_for
+from workspaces.selectors import workspace_activity, workspace_endpoint
+from workspaces.services import workspace_delete, workspace_start, workspace_stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

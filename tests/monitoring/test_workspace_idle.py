@@ -30,19 +30,20 @@ from django.utils import timezone
 
 from cluster import kube
 from jobs.models import Job, JobState
-from jobs.selectors.workspaces import workspace_endpoint, workspace_token
+from jobs.selectors.workspace_access import workspace_token
 from jobs.services.submit import job_submit
 from monitoring import prometheus
 from monitoring.accounting import usage_rollup_day
 from monitoring.models import GpuUsageDay
 from monitoring.services import workspace_idle_run
 from notifications.models import Delivery
-from portal.proxy.access import code_server_session
 from teams.models import Team
 from tests.conftest import workspace_spec
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.receivers import free_port
 from tests.worker_process import wait_for
+from workspaces.proxy.access import code_server_session
+from workspaces.selectors import workspace_endpoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -155,7 +155,7 @@ def test_gunicorn_serves_an_importable_wsgi_app() -> None:
     # gunicorn binds in web (gunicorn.conf.py, which the command does not override)
     assert any(p.endswith(":8000") for p in map(expand, SERVICES["proxy"]["ports"]))
     proxy = command_of(SERVICES["proxy"])
-    assert proxy[:2] == ["uvicorn", "portal.proxy.asgi:application"]
+    assert proxy[:2] == ["uvicorn", "workspaces.proxy.asgi:application"]
     assert proxy[proxy.index("--ws") + 1] == "wsproto"  # refusals logged as such, not ERROR
     assert SERVICES["proxy"]["environment"]["WORKSPACE_PROXY_UPSTREAM"] == "http://web:8000"
     assert "ports" not in SERVICES["web"]

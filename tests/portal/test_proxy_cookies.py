@@ -8,7 +8,7 @@ import asyncio
 
 import httpx
 
-from portal.proxy.app import cookieless_client
+from workspaces.proxy.app import cookieless_client
 
 
 def test_a_cookie_set_by_one_answer_is_never_sent_with_another_request() -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,8 +59,9 @@ def modules_of(app: str) -> set[str]:
     }
 
 
-def test_the_map_of_jobs_names_every_module_and_only_those() -> None:
-    assert mapped_modules("jobs") == modules_of("jobs")
+@pytest.mark.parametrize("app", ["jobs", "workspaces"])
+def test_the_map_of_an_app_names_every_module_and_only_those(app: str) -> None:
+    assert mapped_modules(app) == modules_of(app)
 
 
 def test_the_map_check_sees_a_missing_module() -> None:

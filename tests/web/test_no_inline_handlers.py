@@ -25,7 +25,7 @@ def test_no_template_carries_an_inline_event_handler() -> None:
 
 
 def test_the_workspace_delete_asks_through_the_static_script() -> None:
-    template = (REPO / "templates" / "jobs" / "workspaces.html").read_text()
+    template = (REPO / "templates" / "workspaces" / "list.html").read_text()
     assert 'data-confirm="Delete workspace {{ job.name }}?"' in template
     script = (REPO / "static" / "js" / "portal.js").read_text()
     assert 'getAttribute("data-confirm")' in script and "window.confirm" in script

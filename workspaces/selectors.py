@@ -1,5 +1,6 @@
-"""Reads about workspaces: where a running workspace's server answers (its ready pod's
-address, as the proxy reaches it) and what its user is doing (its server's activity API)."""
+"""Reads about workspaces: who may open or manage one, where a running workspace's server
+answers (its ready pod's address, as the proxy reaches it) and what its user is doing (its
+server's activity API)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,14 @@ from datetime import UTC, datetime
 
 import httpx
 from django.contrib.auth.models import AnonymousUser, User
-from django.utils.crypto import salted_hmac
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
 from jobs.manifests.workspace import CODE_SERVER, flavor_of
 from jobs.models import Job, JobState
+from jobs.selectors.workspace_access import WORKSPACE_PATH, workspace_token
 from scheduling.k8s_time import parse_time
 from teams.models import Membership
-
-WORKSPACE_PATH = "/workspaces/{id}/"
-_TOKEN_SALT = "gpu-portal.workspace-token"  # noqa: S105 - an HMAC salt, not a secret
-
-
-def workspace_token(job: Job) -> str:
-    """The secret the workspace's server requires and only the portal's proxy presents:
-    derived from the portal's SECRET_KEY, the job's id and its creation time (so a reused
-    id after a database reset never gets an old token). Rotating SECRET_KEY changes it:
-    a running workspace must then be stopped and started (docs/workspaces.md)."""
-    return salted_hmac(
-        _TOKEN_SALT, f"{job.pk}:{job.created_at.isoformat()}", algorithm="sha256"
-    ).hexdigest()
 
 
 @dataclass(frozen=True)

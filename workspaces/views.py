@@ -8,25 +8,26 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from cluster.selectors import catalog_get
 from core.errors import ApplicationError
-from jobs.forms import WorkspaceForm
+from jobs.manifests.naming import home_claim_name
 from jobs.models import LIVE_STATES, Job, WorkspaceImage
-from jobs.selectors.jobs import jobs_for_user
-from jobs.selectors.workspaces import workspace_rights
+from jobs.selectors.jobs import job_get_for_user, jobs_for_user
 from jobs.services.submit import job_submit
-from jobs.services.workspaces import (
+from jobs.views import job_button
+from teams.selectors import teams_for_user
+from workspaces.forms import WorkspaceForm
+from workspaces.selectors import workspace_rights
+from workspaces.services import (
     workspace_delete,
     workspace_start,
     workspace_stop,
     workspace_url,
 )
-from jobs.views import job_button
-from teams.selectors import teams_for_user
 
 
 def _form(request: HttpRequest, data: Any = None) -> WorkspaceForm:
@@ -66,7 +67,7 @@ def workspace_list(request: HttpRequest) -> HttpResponse:
         }
         for job in found
     ]
-    return render(request, "jobs/workspaces.html", {"rows": rows, "form": form})
+    return render(request, "workspaces/list.html", {"rows": rows, "form": form})
 
 
 @login_required
@@ -99,3 +100,23 @@ def workspace_delete_view(request: HttpRequest, job_id: int) -> HttpResponse:
         return f"Workspace {job.name} is deleted; {kept}."
 
     return job_button(request, job_id, delete, back="workspaces")
+
+
+@login_required
+def workspace_panel(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The workspace's box on its job's page (the page is the jobs app's; this part is the
+    workspaces app's, loaded into it): Open, Start, Stop for those who may, and the idle
+    warning."""
+    job = job_get_for_user(user=request.user, job_id=job_id)
+    if job.kind != Job.Kind.WORKSPACE:
+        raise Http404("not a workspace")
+    warning = job.events.filter(reason="WorkspaceIdle").order_by("-created_at").first()
+    rights = workspace_rights(user=request.user, jobs=[job])[job.pk]
+    workspace = {
+        "url": workspace_url(job),
+        "home_claim": home_claim_name(job.owner.username),
+        "can_open": rights.open,
+        "can_manage": rights.manage,
+        "warning": warning.message if warning else "",
+    }
+    return render(request, "workspaces/_panel.html", {"job": job, "workspace": workspace})

@@ -21,15 +21,15 @@ from jobs.apis import TEMPLATE_PARAMETER, JobOutput, spec_from_request
 from jobs.manifests.naming import home_claim_name
 from jobs.models import LIVE_STATES, Job, WorkspaceImage
 from jobs.selectors.jobs import job_get_for_user, jobs_for_user
-from jobs.selectors.workspaces import WorkspaceRights, workspace_rights
 from jobs.services.submit import job_submit
-from jobs.services.workspaces import (
+from jobs.spec_input import WorkspaceSpecInput
+from workspaces.selectors import WorkspaceRights, workspace_rights
+from workspaces.services import (
     workspace_delete,
     workspace_start,
     workspace_stop,
     workspace_url,
 )
-from jobs.spec_input import WorkspaceSpecInput
 
 
 class WorkspaceImageOutput(serializers.ModelSerializer):

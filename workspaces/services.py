@@ -1,6 +1,7 @@
 """Workspaces (docs/workspaces.md): the writes that are theirs alone. A workspace is a job of
-kind ``workspace``: it is checked, admitted, applied and tracked as every job is; here are
-its image, its home claim, its server's token, and stop / start / delete.
+kind ``workspace``: it is checked, admitted, applied and tracked as every job is
+(``jobs.services.workspace_objects`` holds what applying one needs); here are stop / start
+/ delete and the idle warning.
 
 - **Stop** (its owner, a lead, or the idle policy): the row goes back to ``queued`` with
   ``evicted_at`` and ``stop_requested_at`` set, and the eviction path deletes its objects;
@@ -21,65 +22,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster import kube
-from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE, TEAM_LABEL
 from cluster.nodes import cluster_error_text
-from core.errors import ApplicationError, ClusterUnavailable, Conflict, PermissionDenied
-from jobs.manifests.context import WorkspaceContext
+from core.errors import ClusterUnavailable, Conflict, PermissionDenied
 from jobs.manifests.naming import home_claim_name
-from jobs.manifests.workspace import TOKEN_KEY, home_claim
-from jobs.models import ACTIVE_STATES, LIVE_STATES, Job, JobState, WorkspaceImage
-from jobs.selectors.workspaces import WORKSPACE_PATH, workspace_can_manage, workspace_token
+from jobs.models import ACTIVE_STATES, LIVE_STATES, Job, JobState
+from jobs.selectors.workspace_access import WORKSPACE_PATH
 from jobs.services.eviction import job_requeue
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop, job_transition
 from jobs.tasks import admission_enqueue, apply_enqueue
 from teams.services import audit_record
-
-
-def workspace_image_get(*, name: str) -> WorkspaceImage:
-    """The enabled workspace image of that name; an error naming the choices otherwise."""
-    found = WorkspaceImage.objects.filter(name=name, enabled=True).first()
-    if found is None:
-        names = ", ".join(
-            WorkspaceImage.objects.filter(enabled=True).values_list("name", flat=True)
-        )
-        raise ApplicationError(
-            f"workspace_image: there is no workspace image '{name}'; use one of: "
-            f"{names or 'none (ask an admin to add one)'}.",
-            field_errors={"workspace_image": [f"Use one of: {names or 'none'}."]},
-        )
-    return found
-
-
-def workspace_context(*, image: WorkspaceImage, username: str, job_id: int) -> WorkspaceContext:
-    return WorkspaceContext(
-        flavor=image.flavor,
-        command=tuple(str(c) for c in image.command or ()),
-        port=image.port,
-        home_path=image.home_path,
-        home_claim=home_claim_name(username),
-        base_url=WORKSPACE_PATH.format(id=job_id),
-    )
-
-
-def workspace_objects_prepare(*, job: Job) -> list[dict]:
-    """What applying a workspace creates: its home claim first (created on first use, at
-    the team's size, never replaced), then its stored manifests with the token filled into
-    its Secret. Raises ``kube`` errors as any apply does."""
-    team = job.team
-    claim = home_claim(
-        name=home_claim_name(job.owner.get_username()),
-        namespace=job.namespace,
-        size=team.workspace_home_size,
-        labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE, TEAM_LABEL: team.slug},
-        owner=job.owner.get_username(),
-    )
-    manifests = [claim]
-    for manifest in job.manifests:
-        if manifest["kind"] == "Secret":
-            manifest = {**manifest, "stringData": {TOKEN_KEY: workspace_token(job)}}
-        manifests.append(manifest)
-    return manifests
+from workspaces.selectors import workspace_can_manage
 
 
 def workspace_idle_warn(*, job_id: int, now: datetime, due: datetime, message: str) -> bool:

@@ -1,4 +1,4 @@
-"""The workspace proxy as a pure ASGI application (run by uvicorn: ``portal.proxy.asgi``).
+"""The workspace proxy as a pure ASGI application (run by uvicorn: ``workspaces.proxy.asgi``).
 
 ``/workspaces/<id>/…`` (HTTP and WebSocket):
 
@@ -43,7 +43,7 @@ import websockets
 from asgiref.sync import sync_to_async
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from portal.proxy.access import CODE_SERVER_COOKIE, Target, session_user_id, workspace_target
+from workspaces.proxy.access import CODE_SERVER_COOKIE, Target, session_user_id, workspace_target
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The workspace proxy's ASGI entry point: ``uvicorn portal.proxy.asgi:application``."""
+"""The workspace proxy's ASGI entry point: ``uvicorn workspaces.proxy.asgi:application``."""
 
 import os
 
@@ -9,7 +9,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402 - after django.setup(): the app reads models
 
-from portal.proxy.app import WorkspaceProxy  # noqa: E402
+from workspaces.proxy.app import WorkspaceProxy  # noqa: E402
 
 application = WorkspaceProxy(
     upstream=settings.WORKSPACE_PROXY_UPSTREAM,

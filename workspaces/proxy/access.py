@@ -17,14 +17,9 @@ from django.utils.module_loading import import_string
 from cluster import kube
 from jobs.manifests.workspace import CODE_SERVER, JUPYTER, flavor_of
 from jobs.models import Job
-from jobs.selectors.workspaces import (
-    WORKSPACE_PATH,
-    Endpoint,
-    workspace_can_open,
-    workspace_endpoint,
-    workspace_token,
-)
+from jobs.selectors.workspace_access import WORKSPACE_PATH, workspace_token
 from teams.selectors import teams_for_user
+from workspaces.selectors import Endpoint, workspace_can_open, workspace_endpoint
 
 CODE_SERVER_COOKIE = "code-server-session"
 # code-server's port proxy: /proxy/<port>/… and /absproxy/<port>/… (raw, still %-encoded).
