@@ -35,6 +35,7 @@ from sandbox import faults
 from sandbox.gpu_operator_install import CLUSTER_POLICY, CLUSTER_POLICY_KEY, operator_objects
 from sandbox.nodes import faultplan, gpu_operands, kubelet, volumes
 from sandbox.nodes.kubelet_api import KubeletServer, serve
+from sandbox.nodes.kubelet_api import stop as stop_servers
 from sandbox.nodes.store import BY_KEY, Api, NodeStore, Resource
 from sandbox.nodes.trainer_status import TrainerStatus
 from sandbox.profiles import build_nodes
@@ -225,9 +226,7 @@ class NodeAgent:
         for thread in (self._thread, self._leases):
             if thread.is_alive():
                 thread.join(timeout=5)
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
+        stop_servers(self._servers)
         self.store.stop()
         self.cluster.servers.stop_all()
         self.store.close()
