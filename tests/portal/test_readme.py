@@ -59,7 +59,10 @@ def modules_of(app: str) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("app", ["jobs", "workspaces"])
+@pytest.mark.parametrize(
+    "app",
+    ["core", "cluster", "teams", "notifications", "jobs", "workspaces", "monitoring", "portal"],
+)
 def test_the_map_of_an_app_names_every_module_and_only_those(app: str) -> None:
     assert mapped_modules(app) == modules_of(app)
 
