@@ -183,36 +183,3 @@ def job_notify_task(job_id: int, event: str, entry_id: int) -> list[int]:
     from jobs.services.notices import job_notify
 
     return job_notify(job_id=job_id, event=event, entry_id=entry_id)
-
-
-# A change of a node's GPU shape: a step every few seconds while it is under way (the
-# MIG manager takes a minute or two; moved jobs a grace period each). The safety net
-# below picks up a change whose task chain was lost.
-GPU_CHANGE_POLL_SECONDS = 2
-GPU_CHANGE_POLLS = 1200
-
-
-@shared_task(bind=True, **ROBUST, soft_time_limit=60, time_limit=90)
-def gpu_change_task(self: Any, change_id: int) -> bool:
-    """Drive a node's GPU change one step; again shortly until it is over."""
-    from jobs.services.gpu_changes import gpu_change_step
-
-    if gpu_change_step(change_id=change_id):
-        return True
-    raise self.retry(countdown=GPU_CHANGE_POLL_SECONDS, max_retries=GPU_CHANGE_POLLS)
-
-
-@shared_task(**ROBUST, soft_time_limit=30, time_limit=60)
-def gpu_changes_resume_task() -> list[int]:
-    """Periodic (beat): queue a step for every change under way (a lost chain resumes; a
-    step that runs twice is harmless)."""
-    from jobs.services.gpu_changes import gpu_changes_active
-
-    changes = gpu_changes_active()
-    for change_id in changes:
-        gpu_change_task.delay(change_id)
-    return changes
-
-
-def gpu_change_enqueue(*, change_id: int) -> None:
-    transaction.on_commit(lambda: gpu_change_task.delay(change_id))

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "jobs",
     "workspaces",
     "monitoring",
+    "gpu_stack",
     "portal",
 ]
 
@@ -249,7 +250,10 @@ CELERY_BEAT_SCHEDULE = {
     "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
     "teams-sync": {"task": "teams.tasks.teams_sync_task", "schedule": 300.0},
     "waiting-check": {"task": "jobs.tasks.jobs_waiting_check_task", "schedule": 60.0},
-    "gpu-changes": {"task": "jobs.tasks.gpu_changes_resume_task", "schedule": 60.0},
+    "gpu-changes": {
+        "task": "jobs.tasks.gpu_changes_resume_task",
+        "schedule": 60.0,
+    },  # gpu_stack.tasks
     "stuck-deliveries": {"task": "notifications.tasks.deliveries_stuck_task", "schedule": 60.0},
     "idle-policy": {
         "task": "monitoring.tasks.idle_policy_task",

@@ -4,11 +4,10 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from cluster import apis as cluster_apis
+from gpu_stack.urls import api_urlpatterns as gpu_stack_api_urls
 from jobs import apis as job_apis
-from jobs import gpu_change_apis
 from jobs import views as job_views
 from jobs.urls import api_urlpatterns as job_api_urls
-from monitoring import gpu_stack_views
 from monitoring.urls import api_urlpatterns as monitoring_api_urls
 from monitoring.views import metrics_view
 from notifications import apis as notification_apis
@@ -20,35 +19,13 @@ from workspaces.urls import api_urlpatterns as workspace_api_urls
 
 api_urls = [
     *job_api_urls,
+    *gpu_stack_api_urls,
     *workspace_api_urls,
     *monitoring_api_urls,
     path("me/", team_apis.MeApi.as_view(), name="api-me"),
     path("teams/", job_apis.TeamListApi.as_view(), name="api-teams"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
     path("cluster/gpu-operator/", cluster_apis.GpuOperatorApi.as_view(), name="api-gpu-operator"),
-    path(
-        "cluster/nodes/<str:node>/mig-layout/",
-        gpu_change_apis.NodeMigLayoutApi.as_view(),
-        name="api-node-mig-layout",
-    ),
-    path(
-        "cluster/nodes/<str:node>/device-plugin-config/",
-        gpu_change_apis.NodeDevicePluginConfigApi.as_view(),
-        name="api-node-device-plugin-config",
-    ),
-    path(
-        "cluster/device-plugin-configs/<str:name>/",
-        gpu_change_apis.DevicePluginConfigApi.as_view(),
-        name="api-device-plugin-config",
-    ),
-    path(
-        "cluster/gpu-changes/", gpu_change_apis.GpuChangeListApi.as_view(), name="api-gpu-changes"
-    ),
-    path(
-        "cluster/gpu-changes/<int:change_id>/",
-        gpu_change_apis.GpuChangeApi.as_view(),
-        name="api-gpu-change",
-    ),
     path(
         "cluster/launchers/",
         cluster_apis.ClusterLaunchersApi.as_view(),
@@ -70,18 +47,7 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="jobs:list", permanent=False), name="home"),
     path("jobs/", include("jobs.urls")),
     path("monitoring/", include("monitoring.urls")),
-    path("gpu-stack/", gpu_stack_views.gpu_stack, name="gpu-stack"),
-    path("gpu-stack/mig/", gpu_stack_views.mig_change, name="gpu-stack-mig"),
-    path(
-        "gpu-stack/device-plugin/",
-        gpu_stack_views.device_plugin_config,
-        name="gpu-stack-device-plugin",
-    ),
-    path(
-        "gpu-stack/device-plugin/assign/",
-        gpu_stack_views.device_plugin_assign,
-        name="gpu-stack-device-plugin-assign",
-    ),
+    path("gpu-stack/", include("gpu_stack.urls")),
     # /workspaces/<id>/ itself is the workspace proxy's (workspaces.proxy), never Django's.
     path("workspaces/", include("workspaces.urls")),
     path("metrics", metrics_view, name="metrics"),

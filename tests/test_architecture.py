@@ -13,6 +13,7 @@ not even inside a function:
     jobs        spec, manifests, admission, apply, tracking
     workspaces  interactive workspaces: their pages, API, stop/start/delete, the proxy
     monitoring  the Prometheus adapter, charts, the portal's own /metrics
+    gpu_stack   the GPU Operator from the admin's seat: state, MIG and time-slicing changes, advice
     portal      the Django project: settings, urls, Celery app, authentication, errors
 
 ``sandbox`` imports only ``scheduling``; nothing imports ``sandbox``.
@@ -41,6 +42,7 @@ LAYERS = (
     "jobs",
     "workspaces",
     "monitoring",
+    "gpu_stack",
     "portal",
 )
 APPS = LAYERS[1:]

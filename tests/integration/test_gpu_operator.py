@@ -24,9 +24,9 @@ from playwright.sync_api import expect
 from cluster import kube
 from cluster.models import GpuChange
 from core.errors import ApplicationError, Conflict
+from gpu_stack.selectors.changes import mig_preview
+from gpu_stack.services import gpu_change_start, plugin_config_save
 from jobs.models import Job, JobState
-from jobs.selectors.gpu_changes import mig_preview
-from jobs.services.gpu_changes import gpu_change_start, plugin_config_save
 from jobs.services.submit import job_submit
 from teams.models import AuditLog
 from tests.browser import chromium

@@ -15,10 +15,10 @@ import pytest
 from django.contrib.auth.models import User
 
 from cluster import kube
+from gpu_stack.selectors.page import gpu_stack_get
 from jobs.models import Job, JobState
 from jobs.services.submit import job_submit
 from monitoring.idleness import nodes_gpu_use
-from monitoring.selectors.gpu_stack import gpu_stack_get
 from tests.conftest import training_spec
 from tests.monitoring.prometheus_process import PrometheusProcess
 from tests.worker_process import wait_for

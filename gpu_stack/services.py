@@ -31,8 +31,7 @@ from cluster.models import GpuChange
 from cluster.nodes import cluster_error_text
 from cluster.tasks import catalog_refresh_task
 from core.errors import ApplicationError, ClusterUnavailable, Conflict
-from jobs.models import Job
-from jobs.selectors.gpu_changes import (
+from gpu_stack.selectors.changes import (
     MigPreview,
     SharingPreview,
     gpu_holders,
@@ -40,8 +39,9 @@ from jobs.selectors.gpu_changes import (
     node_get,
     sharing_preview,
 )
+from gpu_stack.tasks import gpu_change_enqueue
+from jobs.models import Job
 from jobs.services.eviction import job_requeue
-from jobs.tasks import gpu_change_enqueue
 from scheduling.gpu_operator_config import (
     DEVICE_PLUGIN_CONFIG_LABEL,
     GPU_PRESENT_LABEL,

@@ -11,7 +11,7 @@ from django.utils import timezone
 from cluster.gpu_operator_state import GpuOperator, OperatorNode, gpu_nodes_operator
 from cluster.models import GpuChange
 from core.errors import ClusterUnavailable
-from monitoring.selectors.gpu_advice import GpuAdvice, gpu_advice
+from gpu_stack.selectors.advice import GpuAdvice, gpu_advice
 from scheduling.gpu_operator_config import base_product, layout_problem
 from scheduling.resources import ANY_GPU, GPU_COUNT_LABEL
 

@@ -13,9 +13,9 @@ from django.views.decorators.http import require_http_methods
 
 from cluster.models import GpuChange
 from core.errors import ApplicationError
-from jobs.selectors.gpu_changes import mig_preview
-from jobs.services.gpu_changes import gpu_change_start, plugin_config_assign, plugin_config_save
-from monitoring.selectors.gpu_stack import gpu_stack_get
+from gpu_stack.selectors.changes import mig_preview
+from gpu_stack.selectors.page import gpu_stack_get
+from gpu_stack.services import gpu_change_start, plugin_config_assign, plugin_config_save
 
 
 def _admin(request: HttpRequest) -> User:
@@ -32,8 +32,8 @@ def gpu_stack(request: HttpRequest) -> HttpResponse:
     context = {"stack": gpu_stack_get(), "displace_choices": GpuChange.Displace.choices}
     htmx = getattr(request, "htmx", None)
     if htmx and getattr(htmx, "target", None) == "gpu-stack":
-        return render(request, "monitoring/_gpu_stack.html", context)
-    return render(request, "monitoring/gpu_stack.html", context)
+        return render(request, "gpu_stack/_gpu_stack.html", context)
+    return render(request, "gpu_stack/gpu_stack.html", context)
 
 
 @login_required
@@ -60,7 +60,7 @@ def mig_change(request: HttpRequest) -> HttpResponse:
             "can_apply": any(not p.problem for p in previews),
             "displace_choices": GpuChange.Displace.choices,
         }
-        return render(request, "monitoring/mig_preview.html", context)
+        return render(request, "gpu_stack/mig_preview.html", context)
     displace = params.get("displace", GpuChange.Displace.EVICT)
     for node in nodes:
         try:

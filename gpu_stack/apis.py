@@ -13,8 +13,8 @@ from cluster.models import GpuChange
 from core.api_errors import error_responses
 from core.apis import ApiView, JsonBoolean, PlatformAdminOnly, QueryText
 from core.errors import NotFound
-from jobs.selectors.gpu_changes import mig_preview
-from jobs.services.gpu_changes import gpu_change_start, plugin_config_assign, plugin_config_save
+from gpu_stack.selectors.changes import mig_preview
+from gpu_stack.services import gpu_change_start, plugin_config_assign, plugin_config_save
 
 
 class CapacityChangeOutput(serializers.Serializer):
