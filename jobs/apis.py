@@ -5,7 +5,6 @@ Thin views that parse input, call one service or selector, render.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.http import HttpResponse
@@ -32,6 +31,7 @@ from jobs.selectors.jobs import (
     JOB_LIST_PAGE_SIZE,
     job_events,
     job_get_for_user,
+    job_output,
     jobs_for_user,
     jobs_in_order,
     queued_count,
@@ -42,7 +42,6 @@ from jobs.selectors.queue_position import job_queue_position
 from jobs.services import templates as template_services
 from jobs.services.idle import idle_exempt_check, job_idle_exempt, job_resume
 from jobs.services.submit import job_cancel, job_preview, job_submit
-from jobs.spec import spec_submittable
 from jobs.spec_input import JobSpecInput
 from teams.selectors import membership_role, teams_for_user
 
@@ -115,61 +114,14 @@ class JobOutput(serializers.ModelSerializer):
         return data
 
     def job_fields(self, job: Job) -> dict[str, Any]:
-        """``Meta.fields`` as the generic ModelSerializer renders them, written out.
+        """``Meta.fields`` as the generic ModelSerializer renders them, written out once
+        (``jobs.selectors.jobs.job_output``: a notice carries some of the same).
 
         Building a ModelSerializer's fields (deep copies, model introspection) costs more
         than rendering them, on every job of every response; ``Meta.fields`` still describe
         the output in the OpenAPI schema. tests/api/test_job_output.py checks the two agree.
         """
-        return {
-            "id": job.pk,
-            "team": job.team.slug,
-            "name": job.name,
-            "kind": str(job.kind),
-            "owner": job.owner.username,
-            "state": str(job.state),
-            "reason": job.reason,
-            "message": job.message,
-            "priority": job.priority,
-            "gpu_count": job.gpu_count,
-            "namespace": job.namespace,
-            "object_name": job.object_name,
-            # As a client may send it again (clone): the stored spec keeps every field.
-            "spec": spec_submittable(job.spec),
-            "advice": job.advice,
-            "placement": job.placement,
-            "exit_code": job.exit_code,
-            "borrowing": job.borrowing,
-            "evictions": job.evictions,
-            # The engine that admits it: the portal's own, or Kueue (docs/queueing.md).
-            "queueing": str(job.queueing),
-            "idle_warned_at": _datetime(job.idle_warned_at),
-            "idle_action_due": _datetime(job.idle_action_due),
-            "idle_exempt_reason": job.idle_exempt_reason,
-            "scaled_to_zero_from": job.scaled_to_zero_from,
-            # Runs after hardware failures (RESTART_ATTEMPT), the nodes it avoids since, and
-            # the GPU-hours those failures cost (jobs.services.hardware).
-            "restart_attempt": job.gpu_failure_retries,
-            "excluded_nodes": list(job.excluded_nodes),
-            "gpu_hours_lost": round(job.gpu_hours_lost, 3),
-            # Training progress from the job's own log (or its TrainJob's trainerStatus), and
-            # the estimated seconds to finish with how they were estimated (None: not yet).
-            "progress": job.progress,
-            "eta_seconds": job.eta_seconds,
-            "eta_basis": job.eta_basis,
-            "created_at": _datetime(job.created_at),
-            "admitted_at": _datetime(job.admitted_at),
-            "started_at": _datetime(job.started_at),
-            "finished_at": _datetime(job.finished_at),
-        }
-
-
-# Unbound, it formats as every DateTimeField of the API does (ISO 8601, UTC as "Z").
-_DATETIME_FIELD = serializers.DateTimeField()
-
-
-def _datetime(value: datetime | None) -> str | None:
-    return None if value is None else _DATETIME_FIELD.to_representation(value)
+        return job_output(job)
 
 
 class FitOutput(serializers.Serializer):

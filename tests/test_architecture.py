@@ -441,6 +441,13 @@ OWNED_ONCE = {
         {"scheduling/quantity.py", "jobs/manifests/resources.py"},
         'values["requests.memory"] = f"{limits[MEMORY]}Gi"',
     ),
+    # A job's public fields: the API's output and a notice's payload both come from
+    # jobs.selectors.jobs.job_output.
+    "a job's public fields": (
+        r"\"owner\": job\.owner\.username",
+        {"jobs/selectors/jobs.py"},
+        '"job": {"id": job.pk, "owner": job.owner.username, "state": str(job.state)},',
+    ),
     # The live states are what is not final (LIVE_STATES).
     "final states": (
         r"JobState\.(SUCCEEDED|FAILED|CANCELLED), JobState\.(SUCCEEDED|FAILED|CANCELLED)|"

@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
+from rest_framework import serializers
 
 from core.errors import NotFound
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
+from jobs.spec import spec_submittable
 from scheduling.quantity import quota_base, quota_words
 from scheduling.sharing import Cohort, ResourceQuota, TeamShare
 from teams.models import GpuQuota, Team
@@ -221,3 +225,57 @@ def queued_count(*, team: Team) -> int:
 def job_events(*, job: Job) -> QuerySet[JobEvent]:
     """The job's timeline (portal and Kubernetes events), oldest first."""
     return JobEvent.objects.filter(job=job).order_by("created_at", "id")
+
+
+# Unbound, it formats as every DateTimeField of the API does (ISO 8601, UTC as "Z").
+_DATETIME_FIELD = serializers.DateTimeField()
+
+
+def _datetime(value: datetime | None) -> str | None:
+    return None if value is None else _DATETIME_FIELD.to_representation(value)
+
+
+def job_output(job: Job) -> dict[str, Any]:
+    """A job's public fields, as the API returns them (``jobs.apis.JobOutput``); a notice
+    about the job carries some of them (``jobs.services.notices``)."""
+    return {
+        "id": job.pk,
+        "team": job.team.slug,
+        "name": job.name,
+        "kind": str(job.kind),
+        "owner": job.owner.username,
+        "state": str(job.state),
+        "reason": job.reason,
+        "message": job.message,
+        "priority": job.priority,
+        "gpu_count": job.gpu_count,
+        "namespace": job.namespace,
+        "object_name": job.object_name,
+        # As a client may send it again (clone): the stored spec keeps every field.
+        "spec": spec_submittable(job.spec),
+        "advice": job.advice,
+        "placement": job.placement,
+        "exit_code": job.exit_code,
+        "borrowing": job.borrowing,
+        "evictions": job.evictions,
+        # The engine that admits it: the portal's own, or Kueue (docs/queueing.md).
+        "queueing": str(job.queueing),
+        "idle_warned_at": _datetime(job.idle_warned_at),
+        "idle_action_due": _datetime(job.idle_action_due),
+        "idle_exempt_reason": job.idle_exempt_reason,
+        "scaled_to_zero_from": job.scaled_to_zero_from,
+        # Runs after hardware failures (RESTART_ATTEMPT), the nodes it avoids since, and
+        # the GPU-hours those failures cost (jobs.services.hardware).
+        "restart_attempt": job.gpu_failure_retries,
+        "excluded_nodes": list(job.excluded_nodes),
+        "gpu_hours_lost": round(job.gpu_hours_lost, 3),
+        # Training progress from the job's own log (or its TrainJob's trainerStatus), and
+        # the estimated seconds to finish with how they were estimated (None: not yet).
+        "progress": job.progress,
+        "eta_seconds": job.eta_seconds,
+        "eta_basis": job.eta_basis,
+        "created_at": _datetime(job.created_at),
+        "admitted_at": _datetime(job.admitted_at),
+        "started_at": _datetime(job.started_at),
+        "finished_at": _datetime(job.finished_at),
+    }

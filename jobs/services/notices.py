@@ -19,6 +19,7 @@ from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from jobs.models import Job, JobEvent, JobState
+from jobs.selectors.jobs import job_output
 from jobs.selectors.live import job_log_tail
 from jobs.selectors.queue_position import job_queue_position
 from jobs.services.timeline import timeline_add
@@ -26,6 +27,27 @@ from notifications.events import event_get
 from notifications.services import Notice, notice_publish
 
 logger = logging.getLogger(__name__)
+
+
+# The job's fields a notice carries (docs/notifications.md), as the API returns them.
+NOTICE_JOB_FIELDS = (
+    "id",
+    "team",
+    "name",
+    "kind",
+    "owner",
+    "state",
+    "reason",
+    "message",
+    "exit_code",
+    "gpu_count",
+    "advice",
+)
+
+
+def _notice_fields(job: Job) -> dict[str, Any]:
+    public = job_output(job)
+    return {name: public[name] for name in NOTICE_JOB_FIELDS}
 
 
 def _log_tail(job: Job) -> tuple[list[str], str]:
@@ -73,20 +95,7 @@ def job_notice_build(*, job: Job, event: str, entry: JobEvent) -> Notice:
         "event": event,
         "summary": summary,
         "occurred_at": entry.created_at.isoformat(),
-        "job": {
-            "id": job.pk,
-            "team": job.team.slug,
-            "name": job.name,
-            "kind": str(job.kind),
-            "owner": job.owner.username,
-            "state": str(job.state),
-            "reason": job.reason,
-            "message": job.message,
-            "exit_code": job.exit_code,
-            "gpu_count": job.gpu_count,
-            "advice": job.advice,
-            "url": url,
-        },
+        "job": {**_notice_fields(job), "url": url},
         "log_tail": log_lines,
     }
     return Notice(
