@@ -448,6 +448,13 @@ OWNED_ONCE = {
         {"jobs/selectors/jobs.py"},
         '"job": {"id": job.pk, "owner": job.owner.username, "state": str(job.state)},',
     ),
+    # A job's manifest context: built in one function, once per submission (and per run);
+    # the manifests package's docstring shows a builder's caller making one.
+    "manifest contexts": (
+        r"ManifestContext\(",
+        {"jobs/services/submit.py", "jobs/manifests/__init__.py"},
+        "ctx = ManifestContext(job_id=job.pk, namespace=team.namespace)",
+    ),
     # The live states are what is not final (LIVE_STATES).
     "final states": (
         r"JobState\.(SUCCEEDED|FAILED|CANCELLED), JobState\.(SUCCEEDED|FAILED|CANCELLED)|"

@@ -87,3 +87,21 @@ def test_a_preview_takes_no_job_id(alice: User) -> None:
     # then only submissions took ids: the jobs' numbers have no gap
     assert after.pk == first.pk + 1
     assert after.object_name == f"after-{after.pk}"
+
+
+def test_a_submission_builds_one_manifest_context(alice: User, monkeypatch: Any) -> None:
+    # The manifests and the object's name come from the same context (it held the team's
+    # LocalQueue, looked up once): building three per submission let them disagree.
+    from jobs.services import submit
+
+    built: list[int] = []
+
+    def counted(checked: Any, **kwargs: Any) -> Any:
+        built.append(kwargs["job_id"])
+        return make(checked, **kwargs)
+
+    make = submit.manifest_context
+    monkeypatch.setattr(submit, "manifest_context", counted)
+    job = job_submit(user=alice, data=training_spec())
+
+    assert built == [job.pk]
