@@ -380,9 +380,13 @@ def test_idle_quota_is_split_by_weight(engine: Engine, cluster: SandboxProcess) 
     users = _lab_cohort()
     engine.sync()
     blocker = submit(users["lender"], "lender", 8, "blocker", env=LONG)
+    # (running before the 4-GPU jobs are created: the real scheduler spreads pods over the
+    # least allocated nodes, so two 4-GPU pods placed first can take one GPU node each and
+    # leave no node with 8 free)
+    running(blocker)
     heavy = submit(users["heavy"], "heavy", 4, "own", env=LONG)
     light = submit(users["light"], "light", 4, "own", env=LONG)
-    running(blocker, heavy, light)
+    running(heavy, light)
     # ...and four 2-GPU jobs of each waiting to borrow (light's submitted first)
     with transaction.atomic():
         borrowers = {
