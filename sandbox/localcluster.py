@@ -25,7 +25,8 @@ from typing import Any
 import yaml
 from kubernetes import config as k8s_config
 
-from sandbox.controlplane.plane import ControlPlane, ControlPlaneError, free_port
+from sandbox.controlplane.plane import ControlPlane, ControlPlaneError
+from sandbox.controlplane.ports import NoFreePort, free_port
 from sandbox.faults import FAULTS_EXTENSION
 from sandbox.nodes import faultplan
 from sandbox.nodes.agent import NodeAgent
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             on_step=lambda step: print(f"starting {step}...", file=sys.stderr, flush=True),
             on_apiserver=nodes_keep_their_leases,
         )
-    except ControlPlaneError as exc:
+    except (ControlPlaneError, NoFreePort) as exc:
         if agents:
             agents[0].stop()
         print(f"the local cluster did not start: {exc}", file=sys.stderr)

@@ -29,7 +29,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import yaml
 
 from sandbox.children import with_parent
 from sandbox.controlplane.pki import Pki, make_pki
+from sandbox.controlplane.ports import free_port, port_free
 from sandbox.controlplane.relay import Relay
 from sandbox.nodes.volumes import storage_class
 
@@ -95,37 +95,8 @@ def build_components() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free port below the kernel's ephemeral range. The control plane keeps its ports
-    across restarts; one from the ephemeral range could meanwhile be taken by any outgoing
-    connection of the machine (with six test processes at once it was, and the restart
-    failed with "Address already in use")."""
-    low = _ephemeral_low()
-    for _ in range(200):
-        port = random.SystemRandom().randint(min(10000, low - 1000), low - 1)
-        if _port_free(port, host):
-            return port
-    raise ControlPlaneError(f"no free port below {low} on {host}")
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
 def _listening(port: int, host: str = "127.0.0.1") -> bool:
-    return not _port_free(port, host)
-
-
-def _port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
+    return not port_free(port, host)
 
 
 @dataclass
@@ -161,7 +132,7 @@ class Ports:
                 chosen[name] = apiserver
             else:
                 port = kept.get(name)
-                chosen[name] = port if port and _port_free(port) else free_port()
+                chosen[name] = port if port and port_free(port) else free_port()
         path.write_text(json.dumps(chosen))
         return cls(**chosen)
 

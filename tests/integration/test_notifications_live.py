@@ -138,12 +138,15 @@ def test_a_notice_whose_worker_dies_mid_send_is_sent_again(
         delivery = Delivery.objects.get(event="job.cancelled", payload__job__id=job.pk)
         # (the delivery is claimed by a run that is gone: nothing else would send it)
         assert (delivery.status, delivery.attempts) == ("sending", 1)
-        worker = start_worker(worker_env, tmp_path, smtp.port)
         # And the sweep runs once its claim is older than NOTIFY_SENDING_TIMEOUT_SECONDS
         assert deliveries_stuck_release(now=delivery.claimed_at) == []  # too young to release
         later = timezone.now() + timedelta(minutes=10)
         assert deliveries_stuck_release(now=later) == [delivery.pk]
         assert deliveries_stuck_release(now=later) == []  # once per claim
+        # And a worker is back (started only now: one that claimed the released delivery
+        # between the two sweeps above would hold a new claim, which the second sweep,
+        # ten minutes "later", would rightly find stale too)
+        worker = start_worker(worker_env, tmp_path, smtp.port)
 
         # Then the new worker sends it: the receiver has it, twice, under one delivery id
         sent = wait_for(

@@ -372,18 +372,25 @@ class WorkspaceProxy:
 
 
 async def _pump(receive: Receive, send: Send, upstream: Any) -> None:
-    """Frames both ways until either side closes; the other is then closed too."""
+    """Frames both ways until either side closes; the other is then closed too.
+
+    Either side may go away in the middle of a frame: the browser's tab closes while the
+    server is sending (uvicorn's ``send`` raises ``ClientDisconnected``, an ``OSError``), or
+    the server stops while the browser is sending (``ConnectionClosed``). Both are the end
+    of the session, not errors."""
 
     async def client_to_server() -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "websocket.disconnect":
-                await upstream.close()
-                return
-            if message.get("bytes") is not None:
-                await upstream.send(message["bytes"])
-            elif message.get("text") is not None:
-                await upstream.send(message["text"])
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                if message.get("bytes") is not None:
+                    await upstream.send(message["bytes"])
+                elif message.get("text") is not None:
+                    await upstream.send(message["text"])
+        except ConnectionClosed:
+            return
 
     async def server_to_client() -> None:
         try:
@@ -392,17 +399,20 @@ async def _pump(receive: Receive, send: Send, upstream: Any) -> None:
                     await send({"type": "websocket.send", "bytes": frame})
                 else:
                     await send({"type": "websocket.send", "text": frame})
-        except ConnectionClosed:
-            pass
-        with contextlib.suppress(Exception):
+        except (ConnectionClosed, OSError):
+            return
+        with contextlib.suppress(OSError):
             await send({"type": "websocket.close", "code": upstream.close_code or 1000})
 
     tasks = [asyncio.create_task(client_to_server()), asyncio.create_task(server_to_client())]
     try:
-        _done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for task in tasks:
+            task.cancel()
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                logger.warning("proxy: websocket pump failed: %r", outcome)
         await upstream.close()
 
 
