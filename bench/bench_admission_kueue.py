@@ -5,8 +5,8 @@ own admission, and real Kueue's own admission rate on this machine in the same r
    (8 ``nvidia.com/gpu`` nominal each, weights 1–3; jobs of 1–8 GPUs that run 2 minutes of
    cluster time): the portal's rows, the suspended Jobs and Kueue's configuration are
    seeded (Kueue's configuration by the portal's ``kueue_sync``, the Jobs through the API
-   server), the local cluster (real Kueue; the ``large`` profile's simulated nodes at 10×
-   real time) admits them, and the watch
+   server), the local cluster (real Kueue; the ``large`` profile's nodes run by KWOK, each
+   job's pods succeeding 12 s after they start) admits them, and the watch
    tracker runs in this process as ``manage.py track_cluster`` does. Measured while
    Kueue admits jobs as others finish:
    - *the portal's delay*: from a Workload turning ``Admitted`` (seen by a watch of this
@@ -18,9 +18,9 @@ own admission, and real Kueue's own admission rate on this machine in the same r
    - its catch-up: from its start to every followed job observed once (a restart's backlog;
      the delays are measured after it).
 2. *Real Kueue alone*, the anchor: N Jobs (default 15,000) of 1–4 GPUs across 30
-   ClusterQueues in one cohort, created through the API server, each running one minute of
-   cluster time on the ``large`` profile's nodes (60× real time), until every Workload has
-   finished; admissions per second of wall time. Kueue's own scheduler performance test
+   ClusterQueues in one cohort, created through the API server, each running one second on
+   the ``large`` profile's nodes run by KWOK, until every Workload has finished; admissions
+   per second of wall time. Kueue's own scheduler performance test
    admits 15,000 workloads across 30 ClusterQueues in about 351 s (≈ 43/s) on its CI's
    machines. ``--kueue-workloads 0`` skips it.
 """
@@ -43,6 +43,8 @@ TEAMS = 50
 NOMINAL = 8
 SPEED = 10.0  # the simulated nodes' seconds per real second (part 1)
 RUN = "120s"  # how long each job runs, in cluster time
+KWOK_RUN = "12s"  # the same in real time, on KWOK's nodes (they have no simulated clock)
+NODES = ("--nodes", "kwok")
 WINDOW = 60.0  # real seconds of admissions measured per size
 
 
@@ -121,13 +123,16 @@ def _seed_portal(size: int) -> None:
 def _seed_cluster(proc: Any) -> None:
     """Kueue's configuration as the portal writes it (``kueue_sync``), then the jobs'
     objects, created through the running cluster's API server; Kueue admits as they come."""
-    from bench.cluster_seed import create_all
+    from bench.cluster_seed import create_all, keep_running_on_kwok
     from jobs.models import Job
     from teams.kueue_config import kueue_sync
 
     kueue_sync()
     rows = Job.objects.values_list("manifests", "namespace").iterator()
-    create_all(proc.kubeconfig, ((ns, m) for manifests, ns in rows for m in manifests))
+    create_all(
+        proc.kubeconfig,
+        ((ns, keep_running_on_kwok(m, KWOK_RUN)) for manifests, ns in rows for m in manifests),
+    )
 
 
 class AdmissionWatch:
@@ -254,7 +259,7 @@ def portal_on_kueue(report: Report, sizes: list[int], workdir: Path) -> dict[int
     for size in sizes:
         print(f"  -- portal on Kueue, {size:,} queued: seeding", flush=True)
         _seed_portal(size)
-        proc = SandboxProcess(workdir / f"kueue-{size}", "large", SPEED)
+        proc = SandboxProcess(workdir / f"kueue-{size}", "large", SPEED, NODES)
         proc.start()
         settings.KUBECONFIG, settings.KUBE_CONTEXT = str(proc.kubeconfig), ""
         settings.KUBE_REQUEST_TIMEOUT = 60.0
@@ -323,10 +328,10 @@ def kueue_alone(report: Report, workloads: int, workdir: Path) -> dict[str, floa
     admitting ``workloads`` Jobs of 1-4 GPUs across 30 ClusterQueues in one cohort, each
     running one minute of cluster time, with no portal: the anchor the portal's figures are
     read against, measured on this machine in this run."""
-    from bench.cluster_seed import api_client, create_all
+    from bench.cluster_seed import KWOK_COMPLETE_AFTER, api_client, create_all
     from tests.sandbox_process import SandboxProcess
 
-    proc = SandboxProcess(workdir / "kueue-alone", "large", 60.0).start()
+    proc = SandboxProcess(workdir / "kueue-alone", "large", 60.0, NODES).start()
     try:
         api = "kueue.x-k8s.io/v1beta2"
         gpu_toleration = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
@@ -353,7 +358,8 @@ def kueue_alone(report: Report, workloads: int, workdir: Path) -> dict[str, floa
              {"apiVersion": "batch/v1", "kind": "Job",
               "metadata": {"name": f"w{i}", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
               "spec": {"template": {
-                  "metadata": {"annotations": {"sandbox.gpu-portal.dev/duration": "60s"}},
+                  "metadata": {"annotations": {"sandbox.gpu-portal.dev/duration": "60s",
+                                               KWOK_COMPLETE_AFTER: "1s"}},
                   "spec": {"restartPolicy": "Never", "tolerations": gpu_toleration,
                            "containers": [{"name": "main", "image": "busybox", "resources": {
                                "limits": {"nvidia.com/gpu": str(rng.choice([1, 2, 4]))}}}]}}}})

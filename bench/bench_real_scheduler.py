@@ -4,8 +4,10 @@ Run: .venv/bin/python bench/bench_real_scheduler.py [--pods 2000] [--profile lar
      (or make bench NAME=real_scheduler)
 
 The cluster is ``python -m sandbox`` (the real API server, etcd,
-kube-scheduler and controllers, built by localcluster/) with the profile's nodes simulated
-(``sandbox/nodes``: 500 GPU nodes of 8 GPUs and 40 CPU nodes for ``large``).
+kube-scheduler and controllers, built by localcluster/) with the profile's nodes (500 GPU
+nodes of 8 GPUs and 40 CPU nodes for ``large``) run by KWOK (``--nodes kwok``, the default
+here: ``sandbox/nodes/kwok.py``) or by the project's node simulation (``--nodes simulated``,
+which also runs the GPU Operator's 5,460 operand pods on them).
 
 1. Baseline: N pods (1 GPU each, tolerating the GPU taint) created with a ``schedulerName``
    no scheduler serves, so they stay unscheduled: the API server's pod create rate from this
@@ -14,8 +16,7 @@ kube-scheduler and controllers, built by localcluster/) with the profile's nodes
    bound (``spec.nodeName`` set), read from a watch. Figure: pods bound per second, and its
    ratio to the baseline (1.0 would mean the scheduler keeps up with creation).
 
-The nodes are simulated by this project; the scheduler, the API server and etcd are the
-real ones. KWOK is not used.
+The scheduler, the API server and etcd are the real ones in both cases.
 """
 
 from __future__ import annotations
@@ -97,15 +98,21 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--profile", default="large")
+    parser.add_argument(
+        "--nodes", choices=("kwok", "simulated"), default="kwok", help="who runs the nodes"
+    )
     args = parser.parse_args()
     report = start(
         "real_scheduler",
-        "the real kube-scheduler binding GPU pods on simulated nodes",
+        f"the real kube-scheduler binding GPU pods on nodes run by {args.nodes}",
         pods=args.pods,
         profile=args.profile,
+        nodes=args.nodes,
     )
     with tempfile.TemporaryDirectory() as tmp:
-        proc = start_sandbox(Path(tmp), profile=args.profile, speed=1)
+        proc = start_sandbox(
+            Path(tmp), profile=args.profile, speed=1, extra_args=("--nodes", args.nodes)
+        )
         try:
             api = config.new_client_from_config(str(proc.kubeconfig))
             api.configuration.connection_pool_maxsize = THREADS * 2

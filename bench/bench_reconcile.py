@@ -303,13 +303,14 @@ def seed_portal(size: int, changed: float) -> tuple[list[int], int]:
 def seed_cluster(proc: Any) -> dict[str, int]:
     """Create the jobs' objects through the running local cluster's API server and wait until
     the real controllers, scheduler and simulated kubelets have every pod running."""
-    from bench.cluster_seed import create_all, wait_pods_settled
+    from bench.cluster_seed import create_all, keep_running_on_kwok, wait_pods_settled
     from cluster.labels import MANAGED_BY_SELECTOR
     from jobs.models import Job
 
     rows = list(Job.objects.values_list("manifests", "namespace"))
     made = create_all(
-        proc.kubeconfig, ((ns, manifest) for manifests, ns in rows for manifest in manifests)
+        proc.kubeconfig,
+        ((ns, keep_running_on_kwok(manifest)) for manifests, ns in rows for manifest in manifests),
     )
     pods = sum(
         int(m["spec"].get("replicas", 1)) if m["kind"] == "Deployment" else 1

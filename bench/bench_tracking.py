@@ -4,7 +4,8 @@ cluster cost the API server: the watch tracker against the list-every-10-s recon
     .venv/bin/python bench/bench_tracking.py [--sizes 1000 10000] [--changed 0.01]
 
 The cluster is the local cluster (the real control plane) with the ``large`` profile's
-simulated nodes (speed 1, wall time), seeded as ``bench_reconcile`` seeds it: N running
+nodes run by KWOK (``--nodes kwok``: the pods run until deleted; what is measured is the API
+server and the portal, not the nodes), seeded as ``bench_reconcile`` seeds it: N running
 jobs, portal rows and objects. For each size and each path:
 
 1. the path catches up with the seeded cluster (the tracker: its lists and the
@@ -192,7 +193,10 @@ def run_size(report: Report, size: int, share: float, workdir: Path) -> dict[str
     results: dict[str, dict[str, Any]] = {}
     for path in ("lists every 10 s", "watch tracker"):
         proc = SandboxProcess(
-            workdir / f"sandbox-{size}-{len(results)}", "large", 1.0, ("--event-ttl", EVENT_TTL)
+            workdir / f"sandbox-{size}-{len(results)}",
+            "large",
+            1.0,
+            ("--event-ttl", EVENT_TTL, "--nodes", "kwok"),
         )
         proc.start()
         settings.KUBECONFIG = str(proc.kubeconfig)
@@ -236,7 +240,7 @@ def main() -> None:
         "From a change in the cluster to the job's row: watches vs lists every 10 s",
         sizes=sizes,
         changed=args.changed,
-        profile="large (500 GPU nodes × 8 GPUs, 40 CPU nodes)",
+        profile="large (500 GPU nodes × 8 GPUs, 40 CPU nodes), run by KWOK",
         steady_seconds=args.steady,
     )
     workdir = Path(tempfile.mkdtemp(prefix="bench-tracking-"))

@@ -31,6 +31,20 @@ PATHS: dict[str, tuple[str, str, bool]] = {
     "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
 }
 THREADS = 16
+# KWOK's pod-complete Stage ends a Job's pod after this annotation's delay (1 s without it).
+KWOK_COMPLETE_AFTER = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+def keep_running_on_kwok(manifest: dict[str, Any], after: str = "8760h") -> dict[str, Any]:
+    """``manifest`` with its pods running ``after`` on KWOK's nodes before they succeed (a
+    year: until deleted); the node simulation ignores the annotation and runs them as their
+    own duration says."""
+    template = manifest.get("spec", {}).get("template")
+    if manifest["kind"] == "Job" and template is not None:
+        template.setdefault("metadata", {}).setdefault("annotations", {})[KWOK_COMPLETE_AFTER] = (
+            after
+        )
+    return manifest
 
 
 def api_client(kubeconfig: Path, threads: int = THREADS) -> Any:

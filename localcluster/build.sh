@@ -4,6 +4,7 @@
 # same machine builds nothing. Prints the cache folder (bin/, crds/) on its last line.
 #
 #   localcluster/build.sh            build what is missing, with progress on stderr
+#   localcluster/build.sh kwok       KWOK alone, for the benchmarks (kwok/ and its Stages)
 #   GPU_PORTAL_CACHE=/path ...       cache root (default ~/.cache/gpu-portal)
 #
 # All binaries of the Kubernetes 1.35 line are built from this one module, one after the
@@ -21,8 +22,18 @@ command -v go >/dev/null || {
     "(go not found on PATH or in /usr/local/go/bin)" >&2
   exit 1
 }
-key=$( (cat versions.env go.mod go.sum build.sh trainer/go.mod trainer/go.sum training-operator/go.mod training-operator/go.sum; go version) | sha256sum | cut -c1-16)
-out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/localcluster/$key"
+what=${1:-cluster}
+case "$what" in
+  cluster)
+    # KWOK's line and folder are left out: a KWOK bump rebuilds nothing of the cluster.
+    key=$( (grep -v '^KWOK=' versions.env; cat go.mod go.sum build.sh trainer/go.mod trainer/go.sum \
+      training-operator/go.mod training-operator/go.sum; go version) | sha256sum | cut -c1-16)
+    out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/localcluster/$key" ;;
+  kwok)
+    key=$( (grep '^KWOK=' versions.env; cat kwok/go.mod kwok/go.sum; go version) | sha256sum | cut -c1-16)
+    out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/kwok/$key" ;;
+  *) echo "usage: $0 [kwok]" >&2; exit 2 ;;
+esac
 if [ -f "$out/complete" ]; then echo "$out"; exit 0; fi
 mkdir -p "$out/bin" "$out/crds" "$out/log"
 # One build at a time (parallel test processes, a second clone): the others wait for it.
@@ -42,7 +53,9 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 # name | module folder | package | extra ldflags
-components=(
+components=()
+[ "$what" = kwok ] && components=("kwok|kwok|sigs.k8s.io/kwok/cmd/kwok|-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK")
+[ "$what" = cluster ] && components=(
   "etcd|.|go.etcd.io/etcd/server/v3|-X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD"
   "kube-apiserver|.|k8s.io/kubernetes/cmd/kube-apiserver|"
   "kube-controller-manager|.|k8s.io/kubernetes/cmd/kube-controller-manager|"
@@ -82,6 +95,24 @@ for entry in "${components[@]}"; do
   echo "localcluster: [$i/$total] $name built in $(( $(date +%s) - t0 ))s" >&2
   echo "$name $(( $(date +%s) - t0 ))" >>"$out/log/times"
 done
+
+if [ "$what" = kwok ]; then
+  # The Stages KWOK plays (its own YAML, from the same module): nodes become Ready at once and
+  # heartbeat through Leases; pods are created and run; a Job's pods succeed after the delay
+  # their annotation pod-complete.stage.kwok.x-k8s.io/delay says (1 s without it); pods are
+  # deleted when asked.
+  stages=$(cd kwok && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+  rm -rf "$out/stages" && mkdir -p "$out/stages"
+  for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/general/pod-create pod/general/pod-ready pod/general/pod-complete pod/general/pod-delete; do
+    cp "$stages/$stage.yaml" "$out/stages/"
+  done
+  chmod -R u+w "$out/stages"
+  touch "$out/complete"
+  echo "localcluster: KWOK built in $(( $(date +%s) - started ))s into $out" >&2
+  echo "$out"
+  exit 0
+fi
 
 # The CRDs and the manifests the local cluster takes from the same modules' own YAML (the
 # module cache holds their zips' files): base CRDs, the webhook configurations and Kueue's

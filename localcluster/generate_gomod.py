@@ -41,6 +41,12 @@ OWN_MODULES = {
         ("github.com/kubeflow/training-operator/cmd/training-operator.v1",),
         "The training operator (PyTorchJob) is built on Kubernetes 0.31, an older line.",
     ),
+    "kwok": (
+        {"sigs.k8s.io/kwok": "KWOK"},
+        ("sigs.k8s.io/kwok/cmd/kwok",),
+        "KWOK, for the benchmarks' nodes at scale only (build.sh kwok): not part of the"
+        " local cluster the tests and make run start.",
+    ),
 }
 
 

@@ -48,6 +48,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=60.0,
         help="simulated seconds a training container runs without an annotation",
     )
+    p.add_argument(
+        "--nodes",
+        choices=("simulated", "kwok"),
+        default="simulated",
+        help="who runs the profile's nodes: the node simulation (GPUs, logs, DCGM, workspaces) "
+        "or KWOK (nodes and running pods only, for the benchmarks' thousands of pods)",
+    )
     p.add_argument("--log-level", default="WARNING")
     return p.parse_args(argv)
 

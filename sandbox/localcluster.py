@@ -30,9 +30,10 @@ from sandbox.controlplane.ports import NoFreePort, free_port
 from sandbox.faults import FAULTS_EXTENSION
 from sandbox.nodes import faultplan
 from sandbox.nodes.agent import NodeAgent
+from sandbox.nodes.kwok import KWOK_SELECTOR, register_kwok_nodes
 from sandbox.nodes.metrics_server import MetricsServer
 from sandbox.profiles import load_profile
-from sandbox.state import Options
+from sandbox.state import Cluster, Options
 
 
 def state_folder(state: str) -> Path:
@@ -54,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if args.reset and folder.exists():
         shutil.rmtree(folder)
     plane = ControlPlane(state=folder, token=args.token, apiserver_port=args.port)
+    if args.nodes == "kwok":
+        return _run_with_kwok(args, plane, profile)
     agents: list[NodeAgent] = []
 
     def nodes_keep_their_leases() -> None:
@@ -76,28 +79,55 @@ def run(args: argparse.Namespace) -> int:
         print(f"the local cluster did not start: {exc}", file=sys.stderr)
         return 1
     (agent,) = agents
-    metrics: MetricsServer | None = None
     try:
         agent.start()
-        # Below the ephemeral range, as the control plane's: a restart asks for it again.
-        metrics_port = args.metrics_port or free_port(args.host)
-        metrics = MetricsServer((args.host, metrics_port), agent.cluster)
-        threading.Thread(
-            target=metrics.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
-        ).start()
+        _serve_until_stopped(args, plane, agent.cluster, profile)
+    finally:
+        agent.stop()
+        plane.stop()
+    print("SANDBOX STOPPED", flush=True)
+    return 0
+
+
+def _run_with_kwok(args: argparse.Namespace, plane: ControlPlane, profile: dict[str, Any]) -> int:
+    """The control plane with the profile's nodes run by KWOK (``sandbox.nodes.kwok``): no
+    node simulation, no GPU Operator, and ``/metrics`` without GPUs."""
+    try:
+        plane.start(on_step=lambda step: print(f"starting {step}...", file=sys.stderr, flush=True))
+        print("starting KWOK...", file=sys.stderr, flush=True)
+        plane.start_kwok(KWOK_SELECTOR)
+    except (ControlPlaneError, NoFreePort) as exc:
+        print(f"the local cluster did not start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        api_client = k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
+        register_kwok_nodes(api_client, profile, args.seed, plane.versions["KUBERNETES"])
+        _serve_until_stopped(args, plane, None, profile)
+    finally:
+        plane.stop()
+    print("SANDBOX STOPPED", flush=True)
+    return 0
+
+
+def _serve_until_stopped(
+    args: argparse.Namespace, plane: ControlPlane, cluster: Cluster | None, profile: dict[str, Any]
+) -> None:
+    """Serve ``/metrics`` (the simulated GPUs', none without them), announce the cluster
+    ready, and wait for SIGTERM or SIGINT."""
+    # Below the ephemeral range, as the control plane's: a restart asks for it again.
+    metrics = MetricsServer((args.host, args.metrics_port or free_port(args.host)), cluster)
+    threading.Thread(
+        target=metrics.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True
+    ).start()
+    try:
         _announce(args, plane, metrics, profile.get("name", args.profile))
         done = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
         done.wait()
     finally:
-        if metrics is not None:
-            metrics.shutdown()
-            metrics.server_close()
-        agent.stop()
-        plane.stop()
-    print("SANDBOX STOPPED", flush=True)
-    return 0
+        metrics.shutdown()
+        metrics.server_close()
 
 
 def _agent(

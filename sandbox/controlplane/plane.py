@@ -82,10 +82,11 @@ class ControlPlaneError(RuntimeError):
     pass
 
 
-def build_components() -> Path:
-    """The folder with ``bin/``, ``crds/`` and ``manifests/`` (built when missing)."""
+def build_components(what: str = "cluster") -> Path:
+    """The folder with ``bin/``, ``crds/`` and ``manifests/`` (built when missing); with
+    ``what="kwok"``, KWOK's ``bin/`` and ``stages/``."""
     done = subprocess.run(
-        ["bash", str(REPO / "localcluster" / "build.sh")],
+        ["bash", str(REPO / "localcluster" / "build.sh"), what],
         stdout=subprocess.PIPE,
         text=True,
         check=False,
@@ -236,6 +237,22 @@ class ControlPlane:
         except BaseException:
             self.stop()
             raise
+
+    def start_kwok(self, annotation_selector: str) -> None:
+        """KWOK, managing the nodes that carry ``annotation_selector`` (``sandbox.nodes.kwok``);
+        stopped with the rest. Its own server (logs, exec: none here) on a loopback port."""
+        kwok = build_components("kwok")
+        stages = sorted((kwok / "stages").glob("*.yaml"))
+        self._spawn(
+            "kwok",
+            [
+                str(kwok / "bin" / "kwok"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--manage-nodes-with-annotation-selector={annotation_selector}",
+                f"--server-address=127.0.0.1:{free_port()}",
+                *(f"--config={stage}" for stage in stages),
+            ],
+        )
 
     def _bin(self, name: str) -> str:
         assert self.components is not None

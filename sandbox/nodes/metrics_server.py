@@ -22,7 +22,9 @@ class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], cluster: Cluster) -> None:
+    def __init__(self, address: tuple[str, int], cluster: Cluster | None) -> None:
+        """``cluster`` is the simulated nodes' state; None when KWOK runs the nodes: no GPU
+        to report, no fault to inject."""
         super().__init__(address, MetricsHandler)
         self.cluster = cluster
 
@@ -40,10 +42,11 @@ class MetricsHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
+        cluster = self.server.cluster
         if path.startswith(FAULTS_PATH):
             self._faults(path)
         elif path == "/metrics":
-            text = dcgm.render(self.server.cluster)
+            text = dcgm.render(cluster) if cluster else "# the nodes are KWOK's: no GPU metrics\n"
             self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
         else:
             self._send(404, b"404 page not found\n", "text/plain; charset=utf-8")
@@ -57,6 +60,9 @@ class MetricsHandler(BaseHTTPRequestHandler):
 
     def _faults(self, path: str) -> None:
         cluster = self.server.cluster
+        if cluster is None:
+            self._send(404, b"the nodes are KWOK's: no faults to inject\n", "text/plain")
+            return
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         try:
