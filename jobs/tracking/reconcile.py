@@ -87,7 +87,12 @@ class ReconcileReport:
 
 
 def _lock() -> Any:
-    return redis_client().lock(LOCK_NAME, timeout=LOCK_TIMEOUT_SECONDS, blocking=False)
+    """The pass's lock. Not thread-local: ``_renewed`` extends it from a thread of its own,
+    and a thread-local token is not there in that thread (the extend failed, the renewal
+    stopped, and a pass longer than the timeout lost its lock to the next one)."""
+    return redis_client().lock(
+        LOCK_NAME, timeout=LOCK_TIMEOUT_SECONDS, blocking=False, thread_local=False
+    )
 
 
 def _renewed(lock: Any) -> threading.Event:
