@@ -328,7 +328,7 @@ def kueue_alone(report: Report, workloads: int, workdir: Path) -> dict[str, floa
     admitting ``workloads`` Jobs of 1-4 GPUs across 30 ClusterQueues in one cohort, each
     running one minute of cluster time, with no portal: the anchor the portal's figures are
     read against, measured on this machine in this run."""
-    from bench.cluster_seed import KWOK_COMPLETE_AFTER, api_client, create_all
+    from bench.cluster_seed import api_client, create_all, kwok_completes_after
     from tests.sandbox_process import SandboxProcess
 
     proc = SandboxProcess(workdir / "kueue-alone", "large", 60.0, NODES).start()
@@ -359,7 +359,7 @@ def kueue_alone(report: Report, workloads: int, workdir: Path) -> dict[str, floa
               "metadata": {"name": f"w{i}", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
               "spec": {"template": {
                   "metadata": {"annotations": {"sandbox.gpu-portal.dev/duration": "60s",
-                                               KWOK_COMPLETE_AFTER: "1s"}},
+                                               **kwok_completes_after("1s")}},
                   "spec": {"restartPolicy": "Never", "tolerations": gpu_toleration,
                            "containers": [{"name": "main", "image": "busybox", "resources": {
                                "limits": {"nvidia.com/gpu": str(rng.choice([1, 2, 4]))}}}]}}}})

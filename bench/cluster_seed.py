@@ -31,19 +31,24 @@ PATHS: dict[str, tuple[str, str, bool]] = {
     "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
 }
 THREADS = 16
-# KWOK's pod-complete Stage ends a Job's pod after this annotation's delay (1 s without it).
-KWOK_COMPLETE_AFTER = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+def kwok_completes_after(after: str) -> dict[str, str]:
+    """Pod annotations for KWOK's pod-complete Stage: a Job's pod succeeds ``after`` (a Go
+    duration) once it runs. Both are needed: the Stage's delay is at most its jitter, whose
+    default (5 s) would otherwise cut a longer delay short."""
+    stage = "pod-complete.stage.kwok.x-k8s.io"
+    return {f"{stage}/delay": after, f"{stage}/jitter-delay": after}
 
 
 def keep_running_on_kwok(manifest: dict[str, Any], after: str = "8760h") -> dict[str, Any]:
     """``manifest`` with its pods running ``after`` on KWOK's nodes before they succeed (a
-    year: until deleted); the node simulation ignores the annotation and runs them as their
+    year: until deleted); the node simulation ignores the annotations and runs them as their
     own duration says."""
     template = manifest.get("spec", {}).get("template")
     if manifest["kind"] == "Job" and template is not None:
-        template.setdefault("metadata", {}).setdefault("annotations", {})[KWOK_COMPLETE_AFTER] = (
-            after
-        )
+        annotations = template.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations.update(kwok_completes_after(after))
     return manifest
 
 

@@ -99,8 +99,8 @@ done
 if [ "$what" = kwok ]; then
   # The Stages KWOK plays (its own YAML, from the same module): nodes become Ready at once and
   # heartbeat through Leases; pods are created and run; a Job's pods succeed after the delay
-  # their annotation pod-complete.stage.kwok.x-k8s.io/delay says (1 s without it); pods are
-  # deleted when asked.
+  # their annotations pod-complete.stage.kwok.x-k8s.io/delay and .../jitter-delay say (1-5 s
+  # without them); pods are deleted when asked.
   stages=$(cd kwok && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
   rm -rf "$out/stages" && mkdir -p "$out/stages"
   for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
