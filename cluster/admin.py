@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from cluster.models import CatalogSettings, Cluster, GpuProduct, MigProfile
 
 
 @admin.register(GpuProduct)
@@ -27,3 +27,11 @@ class CatalogSettingsAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return not CatalogSettings.objects.exists()
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "state", "access", "region", "prometheus_url", "unreachable_since"]
+    list_filter = ["state", "access", "region"]
+    search_fields = ["name", "region"]
+    readonly_fields = ["unreachable_since", "last_error", "created_at"]

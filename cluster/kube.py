@@ -18,6 +18,8 @@ job label counts as success; 404 on delete means "already gone".
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -127,18 +129,60 @@ KINDS: dict[str, Kind] = {
     ),
 }
 
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """How to reach one cluster (``cluster.models.Cluster.access_to``): by the portal's own
+    settings (the first cluster), a kubeconfig file, or in-cluster."""
+
+    name: str
+    access: str = "settings"  # "settings" | "kubeconfig" | "in_cluster"
+    kubeconfig: str = ""
+    context: str = ""
+
+    def resolved(self) -> tuple[str, str, bool]:
+        """(kubeconfig, context, in_cluster) as the client loads them now."""
+        if self.access == "settings":
+            return settings.KUBECONFIG, settings.KUBE_CONTEXT, bool(settings.KUBE_IN_CLUSTER)
+        return self.kubeconfig, self.context, self.access == "in_cluster"
+
+
+_target: contextvars.ContextVar[ClusterAccess | None] = contextvars.ContextVar(
+    "kube_cluster", default=None
+)
 _local = threading.local()
 _config_lock = threading.Lock()
 
 
-def _load_configuration() -> client.Configuration:
+@contextlib.contextmanager
+def on_cluster(access: ClusterAccess) -> Iterator[None]:
+    """Every call of this adapter inside the block goes to ``access``'s cluster (in this
+    thread or task); outside any block, to the first cluster (the portal's settings)."""
+    token = _target.set(access)
+    try:
+        yield
+    finally:
+        _target.reset(token)
+
+
+def current_cluster() -> ClusterAccess:
+    return _target.get() or ClusterAccess(settings.CLUSTER_NAME)
+
+
+def cluster_key() -> tuple[str, str, str, bool]:
+    """What identifies the current cluster, for caches kept per cluster."""
+    access = current_cluster()
+    return (access.name, *access.resolved())
+
+
+def _load_configuration(kubeconfig: str, context: str, in_cluster: bool) -> client.Configuration:
     configuration = client.Configuration()
-    if settings.KUBE_IN_CLUSTER:
+    if in_cluster:
         config.load_incluster_config(client_configuration=configuration)
     else:
         config.load_kube_config(
-            config_file=settings.KUBECONFIG or None,
-            context=settings.KUBE_CONTEXT or None,
+            config_file=kubeconfig or None,
+            context=context or None,
             client_configuration=configuration,
         )
     # The client must not retry on its own: retries are the caller's decision.
@@ -147,29 +191,39 @@ def _load_configuration() -> client.Configuration:
 
 
 def api_client() -> client.ApiClient:
-    """One client (and its connection pool) per process and thread.
+    """The current cluster's client (and its connection pool), one per process, thread and
+    cluster.
 
     Keyed by pid so that a Celery prefork child never shares the parent's
     sockets, and by thread because urllib3 pools are not fork-safe.
     """
-    cached = getattr(_local, "client", None)
-    key = (os.getpid(), settings.KUBECONFIG, settings.KUBE_CONTEXT, settings.KUBE_IN_CLUSTER)
-    if cached is None or cached[0] != key:
+    access = current_cluster()
+    kubeconfig, context, in_cluster = access.resolved()
+    if getattr(_local, "pid", None) != os.getpid() or _local.clients is None:
+        _local.pid, _local.clients = os.getpid(), {}
+    clients: dict[tuple[str, str, str, bool], client.ApiClient] = _local.clients
+    key = (access.name, kubeconfig, context, in_cluster)
+    found = clients.get(key)
+    if found is None:
         with _config_lock:
             try:
-                configuration = _load_configuration()
+                configuration = _load_configuration(kubeconfig, context, in_cluster)
             except (config.ConfigException, OSError, TypeError) as exc:
+                how = (
+                    "Set KUBECONFIG (and KUBE_CONTEXT) or KUBE_IN_CLUSTER=true."
+                    if access.access == "settings"
+                    else "Check its kubeconfig in the admin's Clusters."
+                )
                 raise PermanentClusterError(
-                    f"No cluster configured: {exc}. Set KUBECONFIG (and KUBE_CONTEXT) or "
-                    "KUBE_IN_CLUSTER=true."
+                    f"Cluster {access.name}: no configuration to reach it: {exc}. {how}"
                 ) from exc
-        _local.client = (key, client.ApiClient(configuration))
-    return _local.client[1]
+        found = clients[key] = client.ApiClient(configuration)
+    return found
 
 
 def reset_client() -> None:
-    """Forget the cached client (tests switch clusters; settings changed)."""
-    _local.client = None
+    """Forget the cached clients (tests switch clusters; settings changed)."""
+    _local.clients = None
 
 
 def _status_body(exc: ApiException) -> Obj:
@@ -361,7 +415,8 @@ def list_all(
     label_selector: str | None = None,
     field_selector: str | None = None,
 ) -> Iterator[Obj]:
-    """Every object of a kind, page by page (``limit``/``continue``).
+    """Every object of a kind, page by page (``limit``/``continue``), from the cluster
+    current at the call (not at the first page read: see ``on_cluster``).
 
     A continue token that expired mid-list (410 Gone) restarts the list: a
     consistent snapshot matters more than the pages already read.
@@ -373,6 +428,12 @@ def list_all(
         kwargs["field_selector"] = field_selector
     method = _method(kind, "list", all_namespaces=namespace is None)
     args = _ns_args(kind, namespace) if namespace is not None else ()
+    return _pages(method, args, kwargs)
+
+
+def _pages(
+    method: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Iterator[Obj]:
     token: str | None = None
     restarts = 0
     while True:

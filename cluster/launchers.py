@@ -43,12 +43,12 @@ LAUNCHERS: dict[str, Launcher] = {
     TRAINJOB: Launcher(TRAINJOB, "TrainJob", "trainer.kubeflow.org/v1alpha1", "trainjobs"),
 }
 CACHE_SECONDS = 60.0
-_cache: dict[str, tuple[float, frozenset[str]]] = {}
+_cache: dict[tuple[str | bool, ...], tuple[float, frozenset[str]]] = {}
 _lock = threading.Lock()
 
 
 def _cached(what: str, ask: Callable[[], frozenset[str]]) -> frozenset[str]:
-    key = f"{settings.KUBECONFIG}|{settings.KUBE_CONTEXT}|{what}"
+    key = (*kube.cluster_key(), what)
     with _lock:
         found = _cache.get(key)
         if found is not None and time.monotonic() - found[0] < CACHE_SECONDS:

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from cluster.kube import ClusterAccess
 from scheduling.resources import ANY_GPU, SHARED_GPU, mig_resource
 
 
@@ -149,3 +150,93 @@ class GpuChange(models.Model):
     @property
     def active(self) -> bool:
         return self.phase in self.ACTIVE
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster the portal places work on, and how to reach it.
+
+    The first one (``CLUSTER_NAME``, "default" unless set) is made by a migration from the
+    portal's own settings (``KUBECONFIG``, ``KUBE_CONTEXT``, ``KUBE_IN_CLUSTER``,
+    ``PROMETHEUS_URL``): an installation that had one cluster keeps it, unchanged. Others
+    are added by admins: a kubeconfig the portal reads (a Secret mounted as a file), or the
+    cluster the portal runs in."""
+
+    class Access(models.TextChoices):
+        SETTINGS = "settings", "The portal's settings (KUBECONFIG, KUBE_CONTEXT, KUBE_IN_CLUSTER)"
+        KUBECONFIG = "kubeconfig", "A kubeconfig file (e.g. a Secret mounted into the portal)"
+        IN_CLUSTER = "in_cluster", "The cluster the portal runs in (its service account)"
+
+    class State(models.TextChoices):
+        ENABLED = "enabled", "Enabled"
+        DRAINING = "draining", "Draining: runs what it has, takes no new work"
+        DISABLED = "disabled", "Disabled: not tracked, takes no new work"
+
+    name = models.CharField(
+        max_length=40,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                "Lower-case letters, digits and '-', starting and ending with a letter or "
+                "digit (e.g. a100-west).",
+            )
+        ],
+        help_text="How people and the API name it (e.g. a100-west).",
+    )
+    access = models.CharField(max_length=12, choices=Access.choices, default=Access.KUBECONFIG)
+    kubeconfig_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="With a kubeconfig file: its path on the portal's and workers' machines.",
+    )
+    kube_context = models.CharField(
+        max_length=200, blank=True, help_text="The kubeconfig's context; empty: its current one."
+    )
+    prometheus_url = models.URLField(
+        blank=True, help_text="Its Prometheus; empty: the portal's PROMETHEUS_URL."
+    )
+    prometheus_cluster_label = models.CharField(
+        max_length=63,
+        blank=True,
+        help_text="On a Prometheus shared by several clusters: the value of its series' "
+        "'cluster' label for this one.",
+    )
+    region = models.CharField(max_length=63, blank=True)
+    gpu_hour_cost = models.DecimalField(
+        max_digits=8,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        help_text="Cost of a GPU-hour here, where it differs from the GPU product's.",
+    )
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ENABLED)
+    # Written by its tracker: since when it has not answered, and what it said last.
+    unreachable_since = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(access="kubeconfig") | ~models.Q(kubeconfig_path=""),
+                name="cluster_kubeconfig_has_a_path",
+                violation_error_message="A cluster reached by kubeconfig needs its path.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def takes_new_work(self) -> bool:
+        return self.state == self.State.ENABLED
+
+    def access_to(self) -> ClusterAccess:
+        """How the Kubernetes adapter reaches it (``with kube.on_cluster(...)``)."""
+        return ClusterAccess(
+            name=self.name,
+            access=self.access,
+            kubeconfig=self.kubeconfig_path,
+            context=self.kube_context,
+        )

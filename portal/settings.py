@@ -285,6 +285,9 @@ READY_CHECK_TIMEOUT = env_float("READY_CHECK_TIMEOUT", 2.0)
 KUBECONFIG = env_str("KUBECONFIG", "") or ""
 KUBE_CONTEXT = env_str("KUBE_CONTEXT", "") or ""
 KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)
+# The name of the cluster these three settings reach: the first of the portal's clusters
+# (cluster.models.Cluster), made from them by a migration; more are added in the admin.
+CLUSTER_NAME = env_str("CLUSTER_NAME", "default") or "default"
 KUBE_REQUEST_TIMEOUT = env_float("KUBE_REQUEST_TIMEOUT", 10.0)
 # Team isolation: a NetworkPolicy in every team namespace lets in only the namespace itself
 # and these namespaces (Prometheus scraping, the ingress controller). Turn it off on clusters

@@ -31,7 +31,7 @@ from scheduling import (
 )
 from teams.models import Team
 
-_recent: tuple[tuple[str, str, bool], float, ClusterSnapshot] | None = None
+_recent: tuple[tuple[str, str, str, bool], float, ClusterSnapshot] | None = None
 _recent_lock = threading.Lock()
 
 
@@ -44,7 +44,7 @@ def recent_cluster_snapshot() -> ClusterSnapshot:
     """
     global _recent
     ttl = float(settings.FIT_SNAPSHOT_TTL_SECONDS)
-    cluster = (settings.KUBECONFIG, settings.KUBE_CONTEXT, bool(settings.KUBE_IN_CLUSTER))
+    cluster = kube.cluster_key()
     now = time.monotonic()
     with _recent_lock:
         if ttl > 0 and _recent is not None and _recent[0] == cluster and now - _recent[1] < ttl:
