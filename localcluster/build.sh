@@ -30,7 +30,7 @@ case "$what" in
       training-operator/go.mod training-operator/go.sum; go version) | sha256sum | cut -c1-16)
     out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/localcluster/$key" ;;
   kwok)
-    key=$( (grep '^KWOK=' versions.env; cat kwok/go.mod kwok/go.sum; go version) | sha256sum | cut -c1-16)
+    key=$( (grep '^KWOK=' versions.env; cat kwok/go.mod kwok/go.sum build.sh; go version) | sha256sum | cut -c1-16)
     out="${GPU_PORTAL_CACHE:-$HOME/.cache/gpu-portal}/kwok/$key" ;;
   *) echo "usage: $0 [kwok]" >&2; exit 2 ;;
 esac
