@@ -16,9 +16,8 @@ help:
 $(STAMP): pyproject.toml cli/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed: found " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# uv (from PyPI) installs the same packages as pip in a third of the time (15 s, not 50).
-	$(BIN)/pip install --quiet --disable-pip-version-check uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]' -e ./cli
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./cli
 	@touch $(STAMP)
 
 install: $(STAMP)

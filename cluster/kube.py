@@ -34,6 +34,8 @@ from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from cluster.access import ClusterAccess
+
 logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
@@ -130,23 +132,6 @@ KINDS: dict[str, Kind] = {
 }
 
 
-@dataclass(frozen=True)
-class ClusterAccess:
-    """How to reach one cluster (``cluster.models.Cluster.access_to``): by the portal's own
-    settings (the first cluster), a kubeconfig file, or in-cluster."""
-
-    name: str
-    access: str = "settings"  # "settings" | "kubeconfig" | "in_cluster"
-    kubeconfig: str = ""
-    context: str = ""
-
-    def resolved(self) -> tuple[str, str, bool]:
-        """(kubeconfig, context, in_cluster) as the client loads them now."""
-        if self.access == "settings":
-            return settings.KUBECONFIG, settings.KUBE_CONTEXT, bool(settings.KUBE_IN_CLUSTER)
-        return self.kubeconfig, self.context, self.access == "in_cluster"
-
-
 _target: contextvars.ContextVar[ClusterAccess | None] = contextvars.ContextVar(
     "kube_cluster", default=None
 )
@@ -209,13 +194,13 @@ def api_client() -> client.ApiClient:
             try:
                 configuration = _load_configuration(kubeconfig, context, in_cluster)
             except (config.ConfigException, OSError, TypeError) as exc:
-                how = (
-                    "Set KUBECONFIG (and KUBE_CONTEXT) or KUBE_IN_CLUSTER=true."
-                    if access.access == "settings"
-                    else "Check its kubeconfig in the admin's Clusters."
-                )
+                why = str(exc).rstrip(".")
                 raise PermanentClusterError(
-                    f"Cluster {access.name}: no configuration to reach it: {exc}. {how}"
+                    f"No cluster configured: {why}. Set KUBECONFIG (and KUBE_CONTEXT) or "
+                    "KUBE_IN_CLUSTER=true."
+                    if access.access == "settings"
+                    else f"Cluster {access.name}: no configuration to reach it: {why}. Check "
+                    "its kubeconfig in the admin's Clusters."
                 ) from exc
         found = clients[key] = client.ApiClient(configuration)
     return found

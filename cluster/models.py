@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
-from cluster.kube import ClusterAccess
+from cluster.access import ClusterAccess
 from scheduling.resources import ANY_GPU, SHARED_GPU, mig_resource
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
 
 from cluster import kube
-from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from cluster.models import CatalogSettings, Cluster, GpuProduct, MigProfile
 from scheduling import Node, node_from_k8s
 from scheduling.resources import (
     ANY_GPU,
@@ -164,3 +165,12 @@ def _raised(
         for resource, amount in figures.items():
             into[resource] = max(into.get(resource, 0), amount)
     return merged
+
+
+def cluster_first() -> Cluster:
+    """The portal's first cluster, the one its settings reach (``CLUSTER_NAME``): made by a
+    migration, and made again from the settings should it be gone (a flushed database)."""
+    first, _ = Cluster.objects.get_or_create(
+        name=settings.CLUSTER_NAME, defaults={"access": Cluster.Access.SETTINGS}
+    )
+    return first
