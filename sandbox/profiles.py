@@ -492,3 +492,24 @@ def gfd_sharing_labels(product: str, devices: list[Device], sharing: TimeSlicing
 def device_resources(devices: list[Device]) -> dict[str, int]:
     """What ``devices`` add to a node's capacity."""
     return _device_resources(devices)
+
+
+def registrable(
+    node: dict[str, Any], *, provider: str, address: str, kubelet_version: str
+) -> dict[str, Any]:
+    """``node`` (from ``build_nodes``) as a kubelet registers it with the real API server: no
+    creation time nor pod CIDR (the controller manager's node-IPAM is off: no pod network),
+    its provider ID and InternalIP, a kubelet of the control plane's own version (never newer
+    than the API server). Changed in place and returned."""
+    name = node["metadata"]["name"]
+    node["metadata"].pop("creationTimestamp", None)
+    node["spec"].pop("podCIDR", None)
+    node["spec"].pop("podCIDRs", None)
+    node["spec"]["providerID"] = f"{provider}://{name}"
+    node["status"]["addresses"] = [
+        {"type": "InternalIP", "address": address},
+        {"type": "Hostname", "address": name},
+    ]
+    info = node["status"]["nodeInfo"]
+    info["kubeletVersion"] = info["kubeProxyVersion"] = kubelet_version
+    return node

@@ -38,7 +38,7 @@ from sandbox.nodes.kubelet_api import KubeletServer, serve
 from sandbox.nodes.kubelet_api import stop as stop_servers
 from sandbox.nodes.store import BY_KEY, Api, NodeStore, Resource
 from sandbox.nodes.trainer_status import TrainerStatus
-from sandbox.profiles import build_nodes
+from sandbox.profiles import build_nodes, registrable
 from sandbox.state import Cluster, Options
 from sandbox.store import Obj
 
@@ -235,22 +235,16 @@ class NodeAgent:
         """Create the profile's nodes that are not there yet; every node's kubelet API."""
         created = _now_rfc3339()
         for index, spec in enumerate(build_nodes(self.profile, self.cluster.options.seed, created)):
-            node = spec.node
-            name = node["metadata"]["name"]
             address = node_address(self.net, index)
-            node["metadata"].pop("creationTimestamp", None)
-            node["spec"].pop("podCIDR", None)
-            node["spec"].pop("podCIDRs", None)
-            node["spec"]["providerID"] = f"gpu-portal-local://{name}"
-            node["status"]["addresses"] = [
-                {"type": "InternalIP", "address": address},
-                {"type": "Hostname", "address": name},
-            ]
+            node = registrable(
+                spec.node,
+                provider="gpu-portal-local",
+                address=address,
+                kubelet_version=self.kubelet_version,
+            )
+            name = node["metadata"]["name"]
             node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": self.kubelet_port}}
             node["status"]["conditions"] = node_conditions(_now_rfc3339())
-            # Kubelets of the control plane's own version (never newer than the API server).
-            info = node["status"]["nodeInfo"]
-            info["kubeletVersion"] = info["kubeProxyVersion"] = self.kubelet_version
             with self.store.lock:
                 known = self.store.get("nodes", "", name)
                 if self.store.meta_get(f"devices/{name}") is None:

@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from sandbox.profiles import build_nodes
+from sandbox.profiles import build_nodes, registrable
 
 log = logging.getLogger("sandbox.nodes")
 
@@ -34,23 +34,13 @@ def kwok_nodes(profile: dict[str, Any], seed: int, kubelet_version: str) -> list
     created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     nodes = []
     for spec in build_nodes(profile, seed, created):
-        node = spec.node
-        node["metadata"].pop("creationTimestamp", None)
+        # Nothing is served on a KWOK node's address: loopback, so that nothing dials off
+        # the machine for one.
+        node = registrable(
+            spec.node, provider="kwok", address="127.0.0.1", kubelet_version=kubelet_version
+        )
         node["metadata"]["annotations"][KWOK_ANNOTATION] = "fake"
-        name = node["metadata"]["name"]
-        node["spec"]["providerID"] = f"kwok://{name}"
-        # The controller manager's node-IPAM is off here (no pod network): no pod CIDR, as
-        # the node simulation's nodes have none. Nothing is served on a KWOK node's
-        # address: loopback, so that nothing dials off the machine for one.
-        node["spec"].pop("podCIDR", None)
-        node["spec"].pop("podCIDRs", None)
-        node["status"]["addresses"] = [
-            {"type": "InternalIP", "address": "127.0.0.1"},
-            {"type": "Hostname", "address": name},
-        ]
         node["status"]["conditions"] = []
-        info = node["status"]["nodeInfo"]
-        info["kubeletVersion"] = info["kubeProxyVersion"] = kubelet_version
         nodes.append(node)
     return nodes
 
