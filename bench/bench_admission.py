@@ -212,11 +212,15 @@ def kueue_mode(sizes: list[int], workloads: int) -> None:
         # (--kueue-workloads 0: the portal's figures only)
         alone = kueue_alone(report, workloads, Path(tmp)) if workloads else None
     small, large = portal[sizes[0]], portal[sizes[-1]]
+    # The portal's part of Kueue's admission reaching the row: from the Job unsuspended (by
+    # Kueue, after it admits the Workload) to the row; Kueue's own part is reported beside.
+    ours = large["portal_p50_s"] if large["portal_p50_s"] is not None else large["delay_p50_s"]
     report.goal(
         f"the portal adds < 1 s to the median submit-to-admitted at {sizes[-1]:,} queued",
-        met=large["delay_p50_s"] + large["submit_to_cluster_ms"] / 1000 < 1.0,
-        value=f"{large['delay_p50_s']} s from Kueue's admission to the row (p50), "
-        f"{large['submit_to_cluster_ms']} ms from submit to the Job in the cluster",
+        met=ours + large["submit_to_cluster_ms"] / 1000 < 1.0,
+        value=f"{ours} s from the Job unsuspended to the row (p50; Kueue's admission to the "
+        f"row: {large['delay_p50_s']} s), {large['submit_to_cluster_ms']} ms from submit to "
+        "the Job in the cluster",
     )
     report.goal(
         "the tracker's API requests per minute do not grow with the queue",

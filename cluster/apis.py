@@ -1,4 +1,4 @@
-"""REST API for the cluster itself: its GPU nodes and what is allocated on them."""
+"""REST API for the clusters: which there are, their GPU nodes and what is allocated on them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from cluster.gpu_operator_state import GpuOperator, OperatorNode, gpu_nodes_operator
 from cluster.launchers import launchers_list
 from cluster.nodes import ResourceUse
+from cluster.selectors import clusters_list
 from core.api_errors import error_responses
 from core.apis import PlatformAdminOnly
 
@@ -257,3 +258,25 @@ class GpuOperatorApi(APIView):
     def get(self, request: Request) -> Response:
         operator, _ = gpu_nodes_operator()
         return Response(GpuOperatorOutput(gpu_operator_row(operator)).data)
+
+
+class ClusterOutput(serializers.Serializer):
+    name = serializers.CharField(help_text="What a job's spec names in its 'cluster' field.")
+    state = serializers.CharField(
+        help_text="enabled; draining (runs what it has, takes no new work); disabled."
+    )
+    region = serializers.CharField(allow_blank=True)
+    takes_new_work = serializers.BooleanField()
+    unreachable_since = serializers.DateTimeField(
+        allow_null=True, help_text="Since when its API server has not answered the portal."
+    )
+
+
+class ClustersApi(APIView):
+    @extend_schema(
+        operation_id="clusters_list",
+        responses={200: ClusterOutput(many=True), **error_responses(401)},
+    )
+    def get(self, request: Request) -> Response:
+        """The clusters a job may name in its spec's ``cluster`` (or ``any``)."""
+        return Response(ClusterOutput(clusters_list(), many=True).data)

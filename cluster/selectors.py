@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from cluster.models import CatalogSettings
+from cluster.models import CatalogSettings, Cluster
+from cluster.services import cluster_first
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,9 @@ def catalog_get() -> Catalog:
         allowed_registries=tuple(settings_row.registries),
         node_capacity=node_capacity,
     )
+
+
+def clusters_list() -> list[Cluster]:
+    """Every registered cluster, by name (``GET /api/v1/clusters/``)."""
+    cluster_first()
+    return list(Cluster.objects.order_by("name"))

@@ -1,7 +1,10 @@
-"""Writes for the GPU catalog: discovered from the nodes' GPU Feature Discovery labels."""
+"""Writes for the GPU catalog (discovered from the nodes' GPU Feature Discovery labels), and
+the portal's clusters: the first one, and binding the adapter to a job's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
+from django.utils import timezone
 
 from cluster import kube
 from cluster.models import CatalogSettings, Cluster, GpuProduct, MigProfile
@@ -174,3 +178,42 @@ def cluster_first() -> Cluster:
         name=settings.CLUSTER_NAME, defaults={"access": Cluster.Access.SETTINGS}
     )
     return first
+
+
+@contextmanager
+def on_cluster_row(cluster_id: int | None) -> Iterator[Cluster | None]:
+    """Every call of the Kubernetes adapter in the block goes to this cluster (a job's,
+    ``Job.cluster_id``); ``None`` (a row from before several clusters) is the first."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first() if cluster_id is not None else None
+    if cluster is None:
+        yield None
+        return
+    with kube.on_cluster(cluster.access_to()):
+        yield cluster
+
+
+def clusters_tracked() -> list[Cluster]:
+    """The clusters whose jobs are followed: every one not disabled (a draining cluster still
+    runs what it has), the first one first."""
+    first = cluster_first()
+    others = Cluster.objects.exclude(pk=first.pk).exclude(state=Cluster.State.DISABLED)
+    return (
+        [first, *others.order_by("name")]
+        if first.state != Cluster.State.DISABLED
+        else [*others.order_by("name")]
+    )
+
+
+def cluster_unreachable(*, cluster_id: int, message: str) -> None:
+    """Its API server did not answer (or refused the portal): since when, and what it said.
+    Its jobs keep their states; ``any`` places new work elsewhere while another answers."""
+    Cluster.objects.filter(pk=cluster_id, unreachable_since__isnull=True).update(
+        unreachable_since=timezone.now()
+    )
+    Cluster.objects.filter(pk=cluster_id).update(last_error=message[:2000])
+
+
+def cluster_answered(*, cluster: Cluster) -> None:
+    """It answered again (as read with it: nothing is written while it always has)."""
+    if cluster.unreachable_since is not None or cluster.last_error:
+        Cluster.objects.filter(pk=cluster.pk).update(unreachable_since=None, last_error="")

@@ -29,6 +29,7 @@ from jobs.selectors import cohorts as cohort_selectors
 from jobs.selectors import templates as template_selectors
 from jobs.selectors.jobs import (
     JOB_LIST_PAGE_SIZE,
+    job_cluster_name,
     job_events,
     job_get_for_user,
     job_output,
@@ -63,6 +64,9 @@ class JobOutput(serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug")
     owner = serializers.CharField(source="owner.username")
     spec = serializers.JSONField()
+    cluster = serializers.SerializerMethodField(
+        help_text="The cluster it runs on: the one its spec named, or the one chosen for any."
+    )
     restart_attempt = serializers.IntegerField(source="gpu_failure_retries")
     progress = ProgressOutput(allow_null=True)
     eta_seconds = serializers.FloatField(allow_null=True)
@@ -89,6 +93,7 @@ class JobOutput(serializers.ModelSerializer):
             "borrowing",
             "evictions",
             "queueing",
+            "cluster",
             "idle_warned_at",
             "idle_action_due",
             "idle_exempt_reason",
@@ -112,6 +117,10 @@ class JobOutput(serializers.ModelSerializer):
         for key, value in instance.spec.items():
             data.setdefault(key, value)
         return data
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_cluster(self, job: Job) -> str:
+        return job_cluster_name(job)
 
     def job_fields(self, job: Job) -> dict[str, Any]:
         """``Meta.fields`` as the generic ModelSerializer renders them, written out once

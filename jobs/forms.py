@@ -79,6 +79,10 @@ class JobForm(forms.Form):
     memory = forms.CharField(required=False, max_length=20, label="Memory per pod")
     # scheduling
     priority = forms.ChoiceField(choices=[(p, p.title()) for p in PRIORITIES], initial="normal")
+    cluster = forms.ChoiceField(
+        initial="any",
+        help_text="Where it runs: any (where it would start soonest), or a cluster by name.",
+    )
     # storage
     volumes = forms.CharField(
         required=False,
@@ -113,7 +117,7 @@ class JobForm(forms.Form):
         ("Basics", ("team", "name", "kind", "image", "command", "args", "env")),
         ("GPUs", ("gpu_count", "gpu_sharing", "gpu_product", "gpu_mig_profile")),
         ("Resources", ("cpu", "memory")),
-        ("Scheduling", ("priority",)),
+        ("Scheduling", ("priority", "cluster")),
         ("Storage", ("volumes", "checkpoint")),
         (
             "Runtime",
@@ -135,10 +139,15 @@ class JobForm(forms.Form):
         teams: list[Team],
         catalog: Catalog,
         launchers: list[str] | None = None,
+        clusters: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         cast(forms.ChoiceField, self.fields["team"]).choices = [(t.slug, t.name) for t in teams]
+        cast(forms.ChoiceField, self.fields["cluster"]).choices = [
+            ("any", "Any: where it would start soonest"),
+            *((name, name) for name in clusters or []),
+        ]
         if "launcher" in self.fields:
             cast(forms.ChoiceField, self.fields["launcher"]).choices = [
                 (name, LAUNCHER_LABELS[name])
@@ -201,6 +210,7 @@ class JobForm(forms.Form):
             "cpu": data["cpu"].strip() or None,
             "memory": data["memory"].strip() or None,
             "priority": data["priority"],
+            "cluster": data["cluster"],
             "volumes": _volumes(self),
         }
 
@@ -277,6 +287,7 @@ def initial_from_spec(spec: dict[str, Any]) -> dict[str, Any]:
             "cpu",
             "memory",
             "priority",
+            "cluster",
             "launcher",
             "workers",
             "max_runtime_seconds",

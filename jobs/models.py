@@ -46,6 +46,12 @@ def queue_key(priority: int, created_at: datetime, pk: int) -> tuple[int, dateti
 
 
 class JobQuerySet(models.QuerySet["Job"]):
+    def on_cluster(self, cluster_id: int, *, first: bool) -> JobQuerySet:
+        """The jobs placed on one cluster (``first``: the portal's first cluster, which also
+        holds the rows from before several clusters, their cluster empty)."""
+        placed = Q(cluster_id=cluster_id)
+        return self.filter(placed | Q(cluster__isnull=True) if first else placed)
+
     def waiting_for_admission(self, queueing: str | None = None) -> JobQuerySet:
         """Queued and not admitted (by one engine when ``queueing`` says which), in queue
         order."""
@@ -98,6 +104,12 @@ class Job(models.Model):
     # The engine that admits it (settings.QUEUEING when it was submitted): a job keeps its
     # engine while a cluster moves from one to the other (docs/queueing.md).
     queueing = models.CharField(max_length=6, choices=Queueing.choices, default=Queueing.PORTAL)
+    # Where it runs: the cluster the spec named, or the one placement chose for ``any``
+    # (``jobs.services.placement``). A job stays there: its objects, logs and home folder
+    # are in that cluster. Empty only for rows from before several clusters (the first).
+    cluster = models.ForeignKey(
+        "cluster.Cluster", on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
     priority_value = models.IntegerField(default=PRIORITY_CLASS_VALUES["normal"])
     state = models.CharField(
         max_length=10, choices=JobState.choices, default=JobState.QUEUED, db_index=True

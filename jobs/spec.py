@@ -60,6 +60,8 @@ class JobSpec:
     cpu: str | None = None  # Kubernetes quantity; None → derived per GPU
     memory: str | None = None
     priority: Priority = "normal"
+    # A cluster's name, or "any": where it starts soonest (``jobs.services.placement``).
+    cluster: str = "any"
     volumes: tuple[VolumeMount, ...] = ()
     # training only
     launcher: str = "job"  # job (Indexed Job), pytorchjob (Kubeflow v1), trainjob (Trainer v2)

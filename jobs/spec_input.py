@@ -350,6 +350,18 @@ class JobSpecInput(StrictSerializer):
     cpu = _optional_quantity()
     memory = _optional_quantity()
     priority = serializers.ChoiceField(choices=PRIORITIES, default="normal")
+    cluster = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=40,
+        required=False,
+        default="any",
+        error_messages={
+            "invalid": "Name a cluster (lower-case letters, digits and '-', e.g. a100-west) "
+            "or say 'any'."
+        },
+        help_text="Where it runs: a cluster's name (GET /api/v1/clusters/), or 'any' (the "
+        "default): the cluster where it would start soonest.",
+    )
     volumes = VolumeInput(many=True, required=False, default=list)
     checkpoint = CheckpointInput(
         required=False,

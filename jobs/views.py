@@ -16,13 +16,14 @@ from django.views.decorators.http import require_POST
 
 from cluster import kube
 from cluster.launchers import launchers_offered_now
-from cluster.selectors import catalog_get
+from cluster.selectors import catalog_get, clusters_list
 from core.errors import ApplicationError, PermissionDenied
 from jobs.forms import JobForm, initial_from_spec
 from jobs.manifests import to_yaml
 from jobs.models import Job, JobState
 from jobs.selectors import templates as template_selectors
 from jobs.selectors.jobs import (
+    job_cluster_name,
     job_get_for_user,
     job_list_page,
     queued_count,
@@ -48,6 +49,7 @@ def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None
         teams=list(teams_for_user(user=request.user)),
         catalog=catalog_get(),
         launchers=launchers,
+        clusters=[c.name for c in clusters_list() if c.takes_new_work],
     )
 
 
@@ -184,6 +186,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = _live_context(request, job)
     context["manifest_yaml"] = to_yaml(job.manifests)
     context["spec_yaml"] = spec_yaml(job.spec)
+    context["cluster_name"] = job_cluster_name(job)
     context["is_lead"] = membership_role(user=request.user, team=job.team) == Membership.Role.LEAD
     return render(request, "jobs/detail.html", context)
 

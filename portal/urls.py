@@ -24,6 +24,7 @@ api_urls = [
     *monitoring_api_urls,
     path("me/", team_apis.MeApi.as_view(), name="api-me"),
     path("teams/", job_apis.TeamListApi.as_view(), name="api-teams"),
+    path("clusters/", cluster_apis.ClustersApi.as_view(), name="api-clusters"),
     path("cluster/nodes/", cluster_apis.ClusterNodesApi.as_view(), name="api-cluster-nodes"),
     path("cluster/gpu-operator/", cluster_apis.GpuOperatorApi.as_view(), name="api-gpu-operator"),
     path(

@@ -31,7 +31,7 @@ class WorkspaceForm(JobForm):
         ("Basics", ("team", "name", "workspace_image", "env")),
         ("GPUs", ("gpu_count", "gpu_sharing", "gpu_product", "gpu_mig_profile")),
         ("Resources", ("cpu", "memory")),
-        ("Scheduling", ("priority",)),
+        ("Scheduling", ("priority", "cluster")),
         ("Storage", ("volumes",)),
     )
 

@@ -13,6 +13,7 @@ from django.contrib.auth.models import AnonymousUser, User
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
+from jobs.cluster_scope import in_job_cluster
 from jobs.manifests.workspace import CODE_SERVER, flavor_of
 from jobs.models import Job, JobState
 from jobs.selectors.workspace_access import WORKSPACE_PATH, workspace_token
@@ -92,6 +93,7 @@ def _ready(pod: dict) -> bool:
     )
 
 
+@in_job_cluster
 def workspace_endpoint(*, job: Job) -> Endpoint | None:
     """The ready pod serving a running workspace (None: not running, or no pod is ready
     yet). Raises ``kube.ClusterError`` when the cluster cannot say."""

@@ -24,6 +24,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.nodes import cluster_error_text
 from core.errors import ClusterUnavailable, Conflict, PermissionDenied
+from jobs.cluster_scope import in_job_cluster
 from jobs.manifests.naming import home_claim_name
 from jobs.models import ACTIVE_STATES, LIVE_STATES, Job, JobState
 from jobs.selectors.workspace_access import WORKSPACE_PATH
@@ -157,6 +158,7 @@ def workspace_start(*, user: User, job_id: int) -> Job:
     return job
 
 
+@in_job_cluster
 def workspace_delete(*, user: User, job_id: int, delete_home: bool = False) -> Job:
     """Delete a workspace (a cancel: its objects go, its GPU-hours stay in the report) and,
     when its owner asks (``delete_home``), its home claim: refused while another of the

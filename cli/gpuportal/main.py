@@ -108,6 +108,11 @@ spec_options = [
     click.option("--gpu-product", help="e.g. NVIDIA-A100-SXM4-80GB (gpu.product)."),
     click.option("--image", help="The container image."),
     click.option(
+        "--cluster",
+        help="Where it runs: a cluster's name (gpuportal clusters), or any (the default: "
+        "where it would start soonest).",
+    ),
+    click.option(
         "--launcher",
         help="What runs a training job: job, pytorchjob or trainjob (gpuportal launchers).",
     ),
@@ -153,6 +158,7 @@ def submit(
       gpuportal submit -f job.yaml
       gpuportal submit -f job.yaml --gpus 4 --set env.SEED=7 --wait
       gpuportal submit -f job.yaml --launcher trainjob
+      gpuportal submit -f job.yaml --cluster h200-east
       gpuportal submit --template vision/a100-base --name run-42
     """
     if not path and not template:
@@ -629,6 +635,33 @@ def launchers(output: str) -> None:
             Column("served", lambda r: "yes" if r["served"] else "no"),
             Column("offered", lambda r: "yes" if r["offered"] else "no"),
             Column("api", lambda r: r["api"], wide=True),
+        ],
+        output,
+    )
+
+
+@cli.command()
+@output_option
+def clusters(output: str) -> None:
+    """The clusters a job may run on (--cluster NAME), and whether each takes new work.
+
+    \b
+    Example:
+      gpuportal clusters
+    """
+    found = api().get("clusters/")
+    show(
+        found,
+        [
+            Column("name", lambda c: c["name"]),
+            Column("state", lambda c: c["state"]),
+            Column(
+                "answers",
+                lambda c: (
+                    "yes" if not c["unreachable_since"] else f"no, since {c['unreachable_since']}"
+                ),
+            ),
+            Column("region", lambda c: c["region"], wide=True),
         ],
         output,
     )

@@ -66,6 +66,7 @@ def apply_overrides(spec: dict[str, Any], sets: tuple[str, ...], **fields: Any) 
         "gpus": "gpu.count",
         "gpu_product": "gpu.product",
         "launcher": "launcher",
+        "cluster": "cluster",
     }
     for option, path in paths.items():
         if fields.get(option) is not None:

@@ -78,6 +78,7 @@ def images(output: str) -> None:
 @click.option("--image", "workspace_image", help="A workspace image (gpuportal workspace images).")
 @click.option("--gpus", type=int, help="GPUs (gpu.count; --set gpu.sharing=shared for a slice).")
 @click.option("--gpu-product", help="e.g. Tesla-T4 (gpu.product).")
+@click.option("--cluster", help="Where it runs (a cluster's name, or any); it stays there.")
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE", help="Any field, by path.")
 @click.option("--open", "open_it", is_flag=True, help="Wait until it runs, then open it.")
 @output_option

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
@@ -34,7 +35,9 @@ def jobs_for_user(
     if any("\x00" in value for value in (team, state, kind, owner) if value):
         # No job has a NUL in its team, state or kind, and PostgreSQL refuses to compare one.
         return Job.objects.none()
-    jobs = Job.objects.filter(team__in=teams_for_user(user=user)).select_related("team", "owner")
+    jobs = Job.objects.filter(team__in=teams_for_user(user=user)).select_related(
+        "team", "owner", "cluster"
+    )
     if team:
         jobs = jobs.filter(team__slug=team)
     if state:
@@ -68,6 +71,7 @@ JOB_LIST_FIELDS = (
     "eta_seconds",
     "team__slug",
     "owner__username",
+    "cluster__name",
 )
 
 
@@ -103,7 +107,7 @@ def jobs_in_order(
     ``fields`` (``only``) or ``defer`` limit the columns read; a job deleted meanwhile
     is left out.
     """
-    jobs = Job.objects.select_related("team", "owner").defer(*defer)
+    jobs = Job.objects.select_related("team", "owner", "cluster").defer(*defer)
     if fields is not None:
         jobs = jobs.only(*fields)
     found = jobs.in_bulk(ids)
@@ -235,6 +239,11 @@ def _datetime(value: datetime | None) -> str | None:
     return None if value is None else _DATETIME_FIELD.to_representation(value)
 
 
+def job_cluster_name(job: Job) -> str:
+    """The cluster it runs on (a row from before several clusters: the first)."""
+    return job.cluster.name if job.cluster is not None else settings.CLUSTER_NAME
+
+
 def job_output(job: Job) -> dict[str, Any]:
     """A job's public fields, as the API returns them (``jobs.apis.JobOutput``); a notice
     about the job carries some of them (``jobs.services.notices``)."""
@@ -260,6 +269,8 @@ def job_output(job: Job) -> dict[str, Any]:
         "evictions": job.evictions,
         # The engine that admits it: the portal's own, or Kueue (docs/queueing.md).
         "queueing": str(job.queueing),
+        # Where it runs (its spec's ``cluster`` says what was asked: a name, or any).
+        "cluster": job_cluster_name(job),
         "idle_warned_at": _datetime(job.idle_warned_at),
         "idle_action_due": _datetime(job.idle_action_due),
         "idle_exempt_reason": job.idle_exempt_reason,

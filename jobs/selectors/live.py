@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 from cluster import kube
 from cluster.nodes import cluster_error_text
+from jobs.cluster_scope import in_job_cluster
 from jobs.manifests import job_id_selector
 from jobs.models import Job, JobEvent
 from jobs.selectors.jobs import job_events
@@ -55,6 +56,7 @@ def _live_pod(obj: dict[str, Any]) -> LivePod:
     )
 
 
+@in_job_cluster
 def job_pods_live(*, job: Job) -> list[LivePod]:
     """The job's pods as the cluster reports them now, by name.
 
@@ -97,6 +99,7 @@ class JobLogs:
     detail: str | None = None  # why there are no pods to read logs from
 
 
+@in_job_cluster
 def job_log_tail(*, job: Job, tail: int) -> JobLogs:
     """The last ``tail`` lines (bounded to 1..5000) of each of the job's pods.
 
@@ -140,6 +143,7 @@ class JobLive:
     queue_position: QueuePosition | None
 
 
+@in_job_cluster
 def job_live_get(*, job: Job) -> JobLive:
     """State, pods, timeline and queue position of one job.
 

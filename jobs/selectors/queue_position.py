@@ -18,6 +18,7 @@ from typing import Any
 from django.utils import timezone
 
 from cluster import kube
+from jobs.cluster_scope import in_job_cluster
 from jobs.models import ACTIVE_STATES, Job, JobState
 from scheduling.quantity import quota_base
 from teams.models import GpuQuota
@@ -143,6 +144,7 @@ def _kueue_queue(job: Job) -> _KueueQueue | None:
     return None
 
 
+@in_job_cluster
 def job_queue_position(*, job: Job) -> QueuePosition | None:
     """Position of a queued, not yet admitted job in its team's queue and cluster-wide,
     with a rough start estimate; None for any other job. In Kueue mode the team's place,

@@ -15,6 +15,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_LABEL
 from cluster.selectors import catalog_get
+from jobs.cluster_scope import in_job_cluster
 from jobs.manifests.security import check_manifests
 from jobs.models import Job, JobState
 from jobs.services.timeline import timeline_add
@@ -62,6 +63,7 @@ def _create(manifest: dict) -> None:
     kube.create_idempotent(manifest, owner_label=owner)
 
 
+@in_job_cluster
 def job_apply(*, job_id: int) -> ApplyOutcome:
     """Create the job's objects in the cluster and mark it ``pending``.
 
@@ -173,6 +175,7 @@ def _fail(job: Job, *, reason: str, message: str) -> None:
     )
 
 
+@in_job_cluster
 def job_cleanup(*, job_id: int) -> int:
     """Delete a finished or cancelled job's objects (background propagation).
 

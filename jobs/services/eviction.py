@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
+from jobs.cluster_scope import in_job_cluster
 from jobs.models import ACTIVE_STATES, Job, JobState
 from jobs.services.transitions import job_transition
 from jobs.tasks import evict_enqueue
@@ -163,6 +164,7 @@ _RELEASED: dict[str, Any] = {
 }
 
 
+@in_job_cluster
 def job_evict(*, job_id: int) -> EvictOutcome:
     """1. Re-read the job: return unless it is an eviction under way.
     2. Delete its objects (background propagation: the pods follow).

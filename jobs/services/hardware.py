@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from cluster import kube
 from core.errors import ApplicationError
+from jobs.cluster_scope import in_job_cluster
 from jobs.models import Job, JobState
 from jobs.services.eviction import job_requeue
 from jobs.services.submit import job_manifests_rebuild
@@ -237,6 +238,7 @@ def node_failure_message(evicted: list[dict[str, str]]) -> str:
     return "; ".join(parts) + ". The node failed, not the program."
 
 
+@in_job_cluster
 def job_node_failure_record(*, job_id: int, evicted: list[dict[str, str]]) -> Recorded:
     """A job that failed because the taint manager evicted its pods from a node that stopped
     responding (``ReconcileReport.node_failures``): explained, and run again elsewhere."""

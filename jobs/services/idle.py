@@ -15,6 +15,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.nodes import cluster_error_text
 from core.errors import ClusterUnavailable, Conflict, PermissionDenied
+from jobs.cluster_scope import in_job_cluster
 from jobs.models import Job, JobState
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop
@@ -107,6 +108,7 @@ def job_idle_exempt(*, user: User, job_id: int, reason: str) -> Job:
     return job
 
 
+@in_job_cluster
 def job_idle_scale_down(*, job_id: int, message: str, now: datetime | None = None) -> bool:
     """Scale an inference deployment still idle at its deadline to zero replicas (event
     ``job.idle_stopped``); ``job_resume`` brings it back with one click.
@@ -154,6 +156,7 @@ def job_idle_scale_down(*, job_id: int, message: str, now: datetime | None = Non
     return bool(moved)
 
 
+@in_job_cluster
 def job_resume(*, user: User, job_id: int) -> Job:
     """Bring back an inference deployment the idle-GPU policy scaled to zero: its owner or a
     lead of its team, in one click."""

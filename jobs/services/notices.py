@@ -113,7 +113,7 @@ def job_notify(*, job_id: int, event: str, entry_id: int) -> list[int]:
     """Word the notice for a timeline entry and store a delivery per destination.
 
     Safe to run twice: the deliveries are unique on the notice's key."""
-    job = Job.objects.select_related("team", "owner").filter(pk=job_id).first()
+    job = Job.objects.select_related("team", "owner", "cluster").filter(pk=job_id).first()
     entry = JobEvent.objects.filter(pk=entry_id, job_id=job_id).first()
     if job is None or entry is None:
         return []

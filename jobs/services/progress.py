@@ -12,6 +12,7 @@ down, cluster away) leaves the last figures as they were: read again next time.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
 from cluster.launchers import owner_kinds
+from cluster.services import on_cluster_row
 from jobs.models import Job, JobState
 from jobs.tracking.progress import (
     TRAINER_STATUS,
@@ -92,19 +94,24 @@ def jobs_progress_refresh() -> int:
     jobs = list(
         Job.objects.filter(kind=Job.Kind.TRAINING, state=JobState.RUNNING)
         .order_by(F("progress_read_at").asc(nulls_first=True), "pk")
-        .only("pk", "namespace")[: settings.PROGRESS_BATCH]
+        .only("pk", "namespace", "cluster_id")[: settings.PROGRESS_BATCH]
     )
-    if not jobs:
-        return 0
-    pods = by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
-    trainjobs: dict[int, list[Obj]] = {}
-    if "TrainJob" in owner_kinds():  # one list a pass, where the cluster runs Trainer
-        trainjobs = by_job(kube.list_all("TrainJob", label_selector=MANAGED_BY_SELECTOR))
-    return sum(
-        job_progress_refresh(
-            job=job,
-            pods=pods.get(job.pk, []),
-            trainjob=next(iter(trainjobs.get(job.pk, [])), None),
-        )
-        for job in jobs
-    )
+    reported = 0
+    by_cluster: dict[int | None, list[Job]] = defaultdict(list)
+    for job in jobs:
+        by_cluster[job.cluster_id].append(job)
+    for cluster_id, found in by_cluster.items():
+        with on_cluster_row(cluster_id):  # each cluster's pods, listed once a pass
+            pods = by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
+            trainjobs: dict[int, list[Obj]] = {}
+            if "TrainJob" in owner_kinds():  # where the cluster runs Trainer
+                trainjobs = by_job(kube.list_all("TrainJob", label_selector=MANAGED_BY_SELECTOR))
+            reported += sum(
+                job_progress_refresh(
+                    job=job,
+                    pods=pods.get(job.pk, []),
+                    trainjob=next(iter(trainjobs.get(job.pk, [])), None),
+                )
+                for job in found
+            )
+    return reported

@@ -12,8 +12,10 @@ from django.db import transaction
 
 from cluster import kube
 from cluster.launchers import LAUNCHERS, launchers_offered_now
+from cluster.models import Cluster
 from cluster.priority_classes import PRIORITY_CLASS_VALUES
 from cluster.selectors import Catalog, catalog_get
+from cluster.services import on_cluster_row
 from core.errors import ApplicationError, Conflict, PermissionDenied
 from jobs.manifests import (
     ManifestContext,
@@ -28,6 +30,7 @@ from jobs.manifests.security import check_manifests
 from jobs.models import FINAL_STATES, Job, JobState, WorkspaceImage
 from jobs.quota import job_demand, kind_may_borrow, quota_never_fits
 from jobs.selectors.fit import FitPreview, job_fit_preview
+from jobs.services.placement import Placement, clusters_for, job_place
 from jobs.services.timeline import timeline_add
 from jobs.services.transitions import job_stop
 from jobs.services.workspace_objects import workspace_context, workspace_image_get
@@ -65,6 +68,8 @@ class CheckedSpec:
     # Kueue, the team's LocalQueue (looked up once, here).
     queueing: str = Job.Queueing.PORTAL
     kueue_queue: str = ""
+    # Where it may run: the cluster its spec names, or those taking work for ``any``.
+    clusters: tuple[Cluster, ...] = ()
 
 
 def _field_error(field: str, message: str) -> ApplicationError:
@@ -116,20 +121,28 @@ def _check_catalog(spec: JobSpec, catalog: Catalog) -> None:
         )
 
 
-def _check_launcher(spec: JobSpec) -> None:
+def _check_launcher(spec: JobSpec, clusters: list[Cluster]) -> list[Cluster]:
     """A training job's launcher is one the admin enabled and the cluster serves (and, on
-    Kueue, one Kueue manages: its Kubeflow v1 integration is on its way out)."""
+    Kueue, one Kueue manages: its Kubeflow v1 integration is on its way out): the clusters
+    that offer it, of those it may run on."""
     if spec.kind != "training" or spec.launcher == "job":
-        return
-    try:
-        offered = launchers_offered_now()
-    except kube.ClusterError as exc:
-        raise _field_error(
-            "launcher",
-            f"The cluster could not be asked which launchers it serves ({exc.message}); "
-            "try again, or use launcher job.",
-        ) from exc
-    if spec.launcher not in offered:
+        return clusters
+    serving, offered = [], []
+    for cluster in clusters:
+        try:
+            with on_cluster_row(cluster.pk):
+                offered = launchers_offered_now()
+        except kube.ClusterError as exc:
+            if len(clusters) > 1:
+                continue  # another may serve it
+            raise _field_error(
+                "launcher",
+                f"The cluster could not be asked which launchers it serves ({exc.message}); "
+                "try again, or use launcher job.",
+            ) from exc
+        if spec.launcher in offered:
+            serving.append(cluster)
+    if not serving:
         what = LAUNCHERS[spec.launcher].what
         raise _field_error(
             "launcher",
@@ -137,6 +150,7 @@ def _check_launcher(spec: JobSpec) -> None:
             + (", which Kueue does not manage here" if settings.QUEUEING == "kueue" else "")
             + f"); use one of: {', '.join(dict.fromkeys(['job', *offered]))}.",
         )
+    return serving
 
 
 def _node_kind(spec: JobSpec) -> tuple[str, str]:
@@ -232,7 +246,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
             "team", f"You are not a member of a team '{spec.team}'; use one of your teams."
         )
     team = found.team
-    _check_launcher(spec)
+    clusters = _check_launcher(spec, clusters_for(spec.cluster))
     image = None
     if spec.kind == "workspace":
         image = workspace_image_get(name=spec.workspace_image or "")
@@ -263,6 +277,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
         username=user.get_username(),
         queueing=settings.QUEUEING,
         kueue_queue=_kueue_queue(team, settings.QUEUEING),
+        clusters=tuple(clusters),
     )
 
 
@@ -317,17 +332,7 @@ def job_preview(*, user: User | AnonymousUser, data: Any, with_fit: bool = True)
     (``with_fit``: asks the cluster). Nothing is stored."""
     checked = job_spec_check(user=user, data=data)
     manifests = _manifests_for(checked, manifest_context(checked, job_id=PREVIEW_JOB_ID))
-    fit = (
-        job_fit_preview(
-            manifests=manifests,
-            team=checked.team,
-            demand=checked.demand,
-            kind=checked.spec.kind,
-            priority=PRIORITY_CLASS_VALUES[checked.spec.priority],
-        )
-        if with_fit
-        else None
-    )
+    fit = _place(checked, manifests).fit if with_fit else None
     return Preview(
         spec=checked.spec,
         manifests=manifests,
@@ -336,6 +341,26 @@ def job_preview(*, user: User | AnonymousUser, data: Any, with_fit: bool = True)
         demand=checked.demand,
         fit=fit,
     )
+
+
+def _place(checked: CheckedSpec, manifests: list[dict[str, Any]], *, ask: bool = True) -> Placement:
+    """Where the job would run (``jobs.services.placement``), with that cluster's fit
+    preview when ``ask`` (the cluster is asked even when it is the only one)."""
+
+    def preview() -> FitPreview:
+        return job_fit_preview(
+            manifests=manifests,
+            team=checked.team,
+            demand=checked.demand,
+            kind=checked.spec.kind,
+            priority=PRIORITY_CLASS_VALUES[checked.spec.priority],
+        )
+
+    placement = job_place(list(checked.clusters), preview)
+    if ask and placement.fit is None:
+        with on_cluster_row(placement.cluster.pk):
+            placement = replace(placement, fit=preview())
+    return placement
 
 
 @transaction.atomic
@@ -372,8 +397,12 @@ def job_submit(*, user: User, data: Any, cloned_from: Job | None = None) -> Job:
     ctx = manifest_context(checked, job_id=job.pk)
     job.manifests = _manifests_for(checked, ctx)
     job.object_name = object_name(spec, ctx)
-    job.save(update_fields=["manifests", "object_name"])
+    placement = _place(checked, job.manifests, ask=len(checked.clusters) > 1)
+    job.cluster = placement.cluster
+    job.save(update_fields=["manifests", "object_name", "cluster"])
     timeline_add(job_id=job.pk, reason="Submitted", message=f"Submitted by {user.get_username()}.")
+    if placement.reason:
+        timeline_add(job_id=job.pk, reason="Placed", message=placement.reason)
     audit_record(
         actor=user, action="job.submit", target=job, changes={"team": team.slug, "name": job.name}
     )

@@ -27,8 +27,10 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_SELECTOR
 from cluster.launchers import owner_kinds
+from cluster.models import Cluster
 from cluster.nodes import cluster_snapshot
 from cluster.priority_classes import PRIORITY_CLASSES
+from cluster.services import cluster_answered, cluster_unreachable, clusters_tracked
 from core.redis_client import redis_client
 from jobs import tasks
 from jobs.models import FINAL_STATES, Job, JobEvent, JobState
@@ -383,13 +385,15 @@ TRACKED_FIELDS = (
 )
 
 
-def _track(report: ReconcileReport) -> None:
+def _track(report: ReconcileReport, cluster: Cluster, *, first: bool) -> None:
+    """One cluster's pass (the adapter bound to it): its jobs against its objects."""
+    placed = tracked_jobs().on_cluster(cluster.pk, first=first)
     active = list(
         # Only what tracking reads: the spec and manifests are the row's bulk (kilobytes of
         # JSON each), and decoding them for 10,000 jobs per run was most of the run's time.
-        tracked_jobs().only(*TRACKED_FIELDS)
+        placed.only(*TRACKED_FIELDS)
     )
-    report.seen_jobs = len(active)
+    report.seen_jobs += len(active)
     # List items carry no ``kind`` (only the list does), so group by kind here.
     owners = by_job(kube.list_all("Job", label_selector=MANAGED_BY_SELECTOR))
     for kind in ("Deployment", *owner_kinds()):
@@ -397,7 +401,7 @@ def _track(report: ReconcileReport) -> None:
             kube.list_all(kind, label_selector=MANAGED_BY_SELECTOR)
         ).items():
             owners[job_id].extend(found)
-    _cleanup_leftovers(owners, report)
+    _cleanup_leftovers(owners, report, Job.objects.on_cluster(cluster.pk, first=first))
     if not active:
         return
     pods = by_job(kube.list_all("Pod", label_selector=MANAGED_BY_SELECTOR))
@@ -408,7 +412,7 @@ def _track(report: ReconcileReport) -> None:
         for namespace in sorted({job.namespace for job in active})
         for event in kube.list_all("Event", namespace=namespace)
     )
-    known_events = known_event_keys()
+    known_events = known_event_keys(placed)
     kueue: dict[int, list[Obj]] = {}
     if any(job.queueing == Job.Queueing.KUEUE for job in active):
         kueue = kueue_by_job(
@@ -504,9 +508,9 @@ def _id_list(ids: list[int]) -> Any:
     return ids
 
 
-def _cleanup_leftovers(owners: dict[int, list[Obj]], report: ReconcileReport) -> None:
+def _cleanup_leftovers(owners: dict[int, list[Obj]], report: ReconcileReport, placed: Any) -> None:
     """Cancelled jobs whose objects are still in the cluster: their cleanup is due again."""
-    leftovers = Job.objects.filter(pk__in=_id_list(list(owners)), state=JobState.CANCELLED)
+    leftovers = placed.filter(pk__in=_id_list(list(owners)), state=JobState.CANCELLED)
     for job_id in leftovers.values_list("pk", flat=True):
         report.cleanup.append(job_id)
 
@@ -558,14 +562,26 @@ def cluster_reconcile() -> ReconcileReport:
     try:
         # Queue recovery needs only the database: it runs even when the cluster is down.
         _recover_queue(report)
-        try:
-            _track(report)
-        except kube.ClusterError as exc:
-            # Not an error of the jobs (an outage, refused credentials, a list the API
-            # server refuses): tracking resumes at the next run, and the lost work found
-            # above is still queued again by the task.
-            logger.warning("reconcile: cluster not read, jobs left as they are: %s", exc)
-            report.cluster_error = exc.message
+        clusters = clusters_tracked()
+        errors = []
+        for index, cluster in enumerate(clusters):
+            try:
+                with kube.on_cluster(cluster.access_to()):
+                    _track(report, cluster, first=cluster.name == settings.CLUSTER_NAME)
+            except kube.ClusterError as exc:
+                # Not an error of the jobs (an outage, refused credentials, a list the API
+                # server refuses): tracking resumes at the next run, the other clusters'
+                # jobs are tracked, and the lost work found above is still queued again.
+                logger.warning(
+                    "reconcile: cluster %s not read, its jobs left as they are: %s",
+                    cluster.name,
+                    exc,
+                )
+                cluster_unreachable(cluster_id=cluster.pk, message=exc.message)
+                errors.append(f"{cluster.name}: {exc.message}" if index else exc.message)
+            else:
+                cluster_answered(cluster=cluster)
+        report.cluster_error = "; ".join(errors)
     finally:
         renewing.set()
         try:

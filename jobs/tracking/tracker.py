@@ -35,6 +35,8 @@ from django.utils import timezone
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
 from cluster.launchers import owner_kinds
+from cluster.models import Cluster
+from cluster.services import cluster_first
 from jobs.models import Job
 from jobs.tracking.kueue import workload_owner
 from jobs.tracking.reconcile import (
@@ -245,8 +247,15 @@ class ClusterTracker:
     """Lead (or wait to), then watch and observe until ``stop()``."""
 
     def __init__(
-        self, identity: str, *, on_report: Callable[[ReconcileReport], None] | None = None
+        self,
+        identity: str,
+        *,
+        on_report: Callable[[ReconcileReport], None] | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
+        # One tracker per cluster, its lease in that cluster; the first cluster's by default.
+        self.cluster = cluster if cluster is not None else cluster_first()
+        self.first = self.cluster.name == settings.CLUSTER_NAME
         self.lease = LeaderLease(identity)
         self.on_report = on_report
         self._stop = threading.Event()
@@ -257,6 +266,10 @@ class ClusterTracker:
         self._stop.set()
 
     def run(self) -> None:
+        with kube.on_cluster(self.cluster.access_to()):
+            self._run()
+
+    def _run(self) -> None:
         """1. Wait until this tracker holds the lease (trying every few seconds).
         2. While it holds it: watch every kind in its own thread, observe marked jobs in
            batches once every kind has been listed, and renew the lease every third of
@@ -316,6 +329,10 @@ class ClusterTracker:
             return False
 
     def _watch_loop(self, kind: str, informer: _Informer, term: threading.Event) -> None:
+        with kube.on_cluster(self.cluster.access_to()):  # a thread starts unbound
+            self._watch(kind, informer, term)
+
+    def _watch(self, kind: str, informer: _Informer, term: threading.Event) -> None:
         """List, then watch from the list's version; resume after a drop, relist after a
         410; back off (up to 30 s) while the API server cannot be reached."""
         selector = None if kind in ("Event", *KUEUE) else MANAGED_BY_SELECTOR
@@ -353,7 +370,8 @@ class ClusterTracker:
             return
         report = ReconcileReport()
         try:
-            jobs = list(tracked_jobs().filter(pk__in=dirty).only(*TRACKED_FIELDS))
+            placed = tracked_jobs().on_cluster(self.cluster.pk, first=self.first)
+            jobs = list(placed.filter(pk__in=dirty).only(*TRACKED_FIELDS))
             if jobs:
                 owners, pods = informer.view({j.pk for j in jobs})
                 # Every job's Workloads, in one scan: the marked jobs' own, and the others'

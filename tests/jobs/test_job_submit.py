@@ -17,9 +17,10 @@ from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
-# The reads (the team by membership with its quotas; the catalog), then the job, its
-# manifests (which carry its id), its event and audit entry.
-SUBMIT_QUERIES = 6
+# The reads (the team by membership with its quotas; the clusters it may run on; the
+# catalog), then the job, its manifests (which carry its id) and cluster, its event and
+# audit entry.
+SUBMIT_QUERIES = 7
 
 
 def _submit_queries(user: User, **spec: Any) -> list[str]:

@@ -1,0 +1,192 @@
+"""Jobs on several clusters: the spec's ``cluster`` (a name, or ``any``), where a job is
+placed and why, every call about a job going to its own cluster, and each cluster's
+reconcile following only its own jobs (one that does not answer changes none of them).
+
+The clusters here are rows the adapter is bound to; their objects are the adapter's
+``list_all`` answering per bound cluster (``FakeClusters``). Two real local clusters are
+``tests/integration``'s."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from cluster import kube
+from cluster.models import Cluster
+from cluster.services import cluster_first
+from core.errors import ApplicationError
+from jobs.cluster_scope import in_job_cluster
+from jobs.models import Job, JobState
+from jobs.selectors.fit import FitPreview
+from jobs.services.placement import clusters_for, job_place
+from jobs.services.submit import job_submit
+from jobs.tracking.reconcile import cluster_reconcile
+from tests.conftest import api_client_for, training_spec
+from tests.factories import JobFactory, TeamFactory
+from tests.jobs.test_reconcile_events import FakeCluster
+
+pytestmark = pytest.mark.django_db
+
+
+def second_cluster(name: str = "h200-east", **fields: Any) -> Cluster:
+    return Cluster.objects.create(
+        name=name, access=Cluster.Access.KUBECONFIG, kubeconfig_path=f"/etc/portal/{name}", **fields
+    )
+
+
+class FakeClusters:
+    """One ``FakeCluster`` per cluster name: ``list_all`` answers for the bound cluster; a
+    name in ``down`` does not answer."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, FakeCluster] = {}
+        self.down: set[str] = set()
+
+    def __getitem__(self, name: str) -> FakeCluster:
+        return self.by_name.setdefault(name, FakeCluster())
+
+    def list_all(self, kind: str, **kwargs: Any) -> list[dict[str, Any]]:
+        name = kube.current_cluster().name
+        if name in self.down:
+            raise kube.TemporaryClusterError(f"connection refused ({name})")
+        return self[name].list_all(kind, **kwargs)
+
+
+def test_a_spec_naming_an_unknown_cluster_is_refused_naming_the_field(alice: User) -> None:
+    second_cluster()
+    before = Job.objects.count()
+
+    with pytest.raises(ApplicationError) as refused:
+        job_submit(user=alice, data=training_spec(name="nowhere", cluster="a100-south"))
+
+    message = refused.value.field_errors["cluster"][0]
+    assert "no cluster 'a100-south'" in message
+    assert f"{settings.CLUSTER_NAME}, h200-east, or 'any'" in message
+    assert Job.objects.count() == before
+
+
+def test_a_draining_cluster_takes_no_new_job_and_any_passes_it_over(alice: User) -> None:
+    second_cluster(state=Cluster.State.DRAINING)
+
+    with pytest.raises(ApplicationError) as refused:
+        job_submit(user=alice, data=training_spec(name="drained", cluster="h200-east"))
+    assert "is draining: it takes no new work" in refused.value.field_errors["cluster"][0]
+
+    assert [c.name for c in clusters_for("any")] == [settings.CLUSTER_NAME]
+
+
+def test_a_job_runs_on_the_cluster_its_spec_names(alice: User) -> None:
+    second_cluster()
+
+    response = api_client_for(alice).post(
+        "/api/v1/jobs/", training_spec(name="named", cluster="h200-east"), format="json"
+    )
+
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.cluster is not None and job.cluster.name == "h200-east"
+    assert response.json()["cluster"] == "h200-east"
+    assert response.json()["spec"]["cluster"] == "h200-east"
+
+
+def test_any_with_one_cluster_places_the_job_there_without_asking(alice: User) -> None:
+    job = job_submit(user=alice, data=training_spec(name="only-one"))
+
+    assert job.cluster == cluster_first()
+    assert job.spec["cluster"] == "any"
+    assert not job.events.filter(reason="Placed").exists()
+
+
+def test_any_takes_the_cluster_where_the_job_would_start_soonest_and_says_why() -> None:
+    first, second = cluster_first(), second_cluster()
+    answers = {
+        first.name: FitPreview("waits", "No node has 8 free GPUs.", quota="nominal"),
+        second.name: FitPreview("fits", "Fits now on h200-0.", ["h200-0"], quota="nominal"),
+    }
+
+    placement = job_place(clusters_for("any"), lambda: answers[kube.current_cluster().name])
+
+    assert placement.cluster == second
+    assert placement.fit is answers[second.name]
+    assert placement.reason == (
+        f"Placed on h200-east ({first.name}: waits for GPUs to free; h200-east: fits now)."
+    )
+
+
+def test_any_passes_over_a_cluster_that_does_not_answer_while_another_does() -> None:
+    second_cluster(unreachable_since=timezone.now())
+
+    assert [c.name for c in clusters_for("any")] == [settings.CLUSTER_NAME]
+    Cluster.objects.filter(name=settings.CLUSTER_NAME).update(unreachable_since=timezone.now())
+    # none answers: the job waits for one, as on a single cluster down for a while
+    assert {c.name for c in clusters_for("any")} == {settings.CLUSTER_NAME, "h200-east"}
+
+
+def test_a_jobs_calls_go_to_its_own_cluster() -> None:
+    second = second_cluster()
+    job = JobFactory(cluster=second)
+
+    @in_job_cluster
+    def where(*, job_id: int) -> str:
+        return kube.current_cluster().name
+
+    assert where(job_id=job.pk) == "h200-east"
+    assert where(job_id=JobFactory().pk) == settings.CLUSTER_NAME  # a row from before
+    assert kube.current_cluster().name == settings.CLUSTER_NAME  # bound for the call only
+
+
+def _running(cluster: Cluster, fakes: FakeClusters) -> Job:
+    now = timezone.now() - timedelta(seconds=settings.LOST_GRACE_SECONDS + 60)
+    job = JobFactory(
+        team=TeamFactory(),
+        cluster=cluster,
+        state=JobState.RUNNING,
+        admitted_at=now,
+        applied_at=now,
+        started_at=now,
+    )
+    job.object_name = f"train-{job.pk}"
+    job.save(update_fields=["object_name"])
+    fakes[cluster.name].running_training_job(job)
+    return job
+
+
+def test_each_cluster_is_tracked_alone_and_one_down_changes_no_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a running job on each of two clusters, each job's objects in its own cluster
+    fakes = FakeClusters()
+    monkeypatch.setattr(kube, "list_all", fakes.list_all)
+    first, second = cluster_first(), second_cluster()
+    here, there = _running(first, fakes), _running(second, fakes)
+
+    # When the reconcile runs, then neither is lost (neither's objects are in the other)
+    report = cluster_reconcile()
+    assert report.cluster_error == "" and report.lost == []
+    assert set(Job.objects.values_list("state", flat=True)) == {JobState.RUNNING}
+
+    # When the second cluster stops answering
+    fakes.down.add(second.name)
+    report = cluster_reconcile()
+
+    # Then its job keeps its state, the cluster says since when, and the first is tracked
+    assert report.cluster_error.startswith("h200-east: connection refused")
+    there.refresh_from_db()
+    assert there.state == JobState.RUNNING
+    second.refresh_from_db()
+    assert second.unreachable_since is not None and "connection refused" in second.last_error
+
+    # And when it answers again without the job's objects, that job alone is lost
+    fakes.down.clear()
+    fakes[second.name].objects.clear()
+    report = cluster_reconcile()
+    assert report.lost == [there.pk]
+    here.refresh_from_db()
+    assert here.state == JobState.RUNNING
+    second.refresh_from_db()
+    assert second.unreachable_since is None and second.last_error == ""
