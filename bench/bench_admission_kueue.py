@@ -185,66 +185,71 @@ class AdmissionWatch:
         self._jobs_thread.start()
         return self
 
-    def _run_jobs(self) -> None:
-        from kubernetes import client, watch
-
-        from cluster import kube
-        from cluster.labels import MANAGED_BY_SELECTOR
-
-        api = client.BatchV1Api(kube.api_client())
-        version = ""
-        suspended: dict[int, bool] = {}
-        while not self._stop.is_set():
-            stream = watch.Watch().stream(
-                api.list_job_for_all_namespaces, label_selector=MANAGED_BY_SELECTOR,
-                resource_version=version, timeout_seconds=30,
-            )  # fmt: skip
-            try:
-                for event in stream:
-                    job = event["object"]
-                    version = job.metadata.resource_version or version
-                    job_id = self.jobs.get((job.metadata.namespace, job.metadata.name))
-                    if job_id is not None:
-                        now_suspended = bool(job.spec.suspend)
-                        if suspended.get(job_id, True) and not now_suspended:
-                            self.unsuspended[job_id] = time.monotonic()
-                        suspended[job_id] = now_suspended
-                    if self._stop.is_set():
-                        return
-            except Exception:  # noqa: BLE001 - as the Workloads' watch
-                if self._stop.is_set():
-                    return
-                time.sleep(0.5)
-
     def stop(self) -> None:
         self._stop.set()
 
-    def _run(self) -> None:
+    def _follow(self, group: str, version: str, plural: str, seen: Any, **query: Any) -> None:
+        """List, then watch from the list's version, as an informer does: only changes
+        stream (not every object again at each reconnect), and a watch the API server
+        ends (410 Expired: this watcher fell behind) lists again. Plain dicts throughout
+        (the custom-objects client serves any group's list), no typed objects."""
         from kubernetes import client, watch
 
         from cluster import kube
 
         api = client.CustomObjectsApi(kube.api_client())
-        version = ""
+        listed_version: str | None = None
         while not self._stop.is_set():
-            stream = watch.Watch().stream(
-                api.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "workloads",
-                resource_version=version, timeout_seconds=30,
-            )  # fmt: skip
             try:
-                for event in stream:
-                    obj = event["object"]
-                    version = obj["metadata"].get("resourceVersion") or version
-                    self._seen(obj)
+                if listed_version is None:
+                    listed = api.list_cluster_custom_object(
+                        group, version, plural, _request_timeout=300, **query
+                    )
+                    for item in listed.get("items") or []:
+                        seen(item, listed=True)
+                    listed_version = listed["metadata"]["resourceVersion"]
+                for event in watch.Watch().stream(
+                    api.list_cluster_custom_object, group, version, plural,
+                    resource_version=listed_version, timeout_seconds=30,
+                    allow_watch_bookmarks=True, **query,
+                ):  # fmt: skip
                     if self._stop.is_set():
                         return
+                    if event["type"] == "ERROR":
+                        listed_version = None  # expired: list again
+                        break
+                    obj = event["object"]
+                    listed_version = obj["metadata"].get("resourceVersion") or listed_version
+                    if event["type"] != "BOOKMARK":
+                        seen(obj)
             except Exception:  # noqa: BLE001 - the cluster stopping under the watch, or a
-                # broken stream: look again from the last version
+                # broken stream: list again
                 if self._stop.is_set():
                     return
+                listed_version = None
                 time.sleep(0.5)
 
-    def _seen(self, workload: dict[str, Any]) -> None:
+    def _run(self) -> None:
+        self._follow("kueue.x-k8s.io", "v1beta2", "workloads", self._seen)
+
+    def _run_jobs(self) -> None:
+        from cluster.labels import MANAGED_BY_SELECTOR
+
+        suspended: dict[int, bool] = {}
+
+        def seen(job: dict[str, Any], listed: bool = False) -> None:
+            meta = job["metadata"]
+            job_id = self.jobs.get((meta.get("namespace", ""), meta.get("name", "")))
+            if job_id is None:
+                return
+            now_suspended = bool((job.get("spec") or {}).get("suspend"))
+            if not listed and suspended.get(job_id, True) and not now_suspended:
+                self.unsuspended[job_id] = time.monotonic()
+            suspended[job_id] = now_suspended
+
+        self._follow("batch", "v1", "jobs", seen, label_selector=MANAGED_BY_SELECTOR)
+
+    def _seen(self, workload: dict[str, Any], listed: bool = False) -> None:
         owner: dict[str, Any] = next(iter(workload["metadata"].get("ownerReferences") or []), {})
         job_id = self.jobs.get((workload["metadata"]["namespace"], owner.get("name", "")))
         true = {
