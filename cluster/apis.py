@@ -260,7 +260,7 @@ class GpuOperatorApi(APIView):
         return Response(GpuOperatorOutput(gpu_operator_row(operator)).data)
 
 
-class ClusterOutput(serializers.Serializer):
+class RegisteredClusterOutput(serializers.Serializer):
     name = serializers.CharField(help_text="What a job's spec names in its 'cluster' field.")
     state = serializers.CharField(
         help_text="enabled; draining (runs what it has, takes no new work); disabled."
@@ -275,8 +275,8 @@ class ClusterOutput(serializers.Serializer):
 class ClustersApi(APIView):
     @extend_schema(
         operation_id="clusters_list",
-        responses={200: ClusterOutput(many=True), **error_responses(401)},
+        responses={200: RegisteredClusterOutput(many=True), **error_responses(401)},
     )
     def get(self, request: Request) -> Response:
         """The clusters a job may name in its spec's ``cluster`` (or ``any``)."""
-        return Response(ClusterOutput(clusters_list(), many=True).data)
+        return Response(RegisteredClusterOutput(clusters_list(), many=True).data)

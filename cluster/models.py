@@ -228,6 +228,16 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @classmethod
+    def first(cls) -> Cluster:
+        """The portal's first cluster, the one its settings reach (``CLUSTER_NAME``): made by
+        a migration, and made again from the settings should it be gone (a flushed
+        database)."""
+        found, _ = cls.objects.get_or_create(
+            name=settings.CLUSTER_NAME, defaults={"access": cls.Access.SETTINGS}
+        )
+        return found
+
     @property
     def takes_new_work(self) -> bool:
         return self.state == self.State.ENABLED

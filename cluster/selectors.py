@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from cluster.models import CatalogSettings, Cluster
-from cluster.services import cluster_first
 
 
 @dataclass(frozen=True)
@@ -90,5 +89,5 @@ def catalog_get() -> Catalog:
 
 def clusters_list() -> list[Cluster]:
     """Every registered cluster, by name (``GET /api/v1/clusters/``)."""
-    cluster_first()
+    Cluster.first()
     return list(Cluster.objects.order_by("name"))

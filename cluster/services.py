@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
@@ -174,10 +173,7 @@ def _raised(
 def cluster_first() -> Cluster:
     """The portal's first cluster, the one its settings reach (``CLUSTER_NAME``): made by a
     migration, and made again from the settings should it be gone (a flushed database)."""
-    first, _ = Cluster.objects.get_or_create(
-        name=settings.CLUSTER_NAME, defaults={"access": Cluster.Access.SETTINGS}
-    )
-    return first
+    return Cluster.first()
 
 
 @contextmanager

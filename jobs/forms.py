@@ -80,6 +80,7 @@ class JobForm(forms.Form):
     # scheduling
     priority = forms.ChoiceField(choices=[(p, p.title()) for p in PRIORITIES], initial="normal")
     cluster = forms.ChoiceField(
+        required=False,  # not sent: any
         initial="any",
         help_text="Where it runs: any (where it would start soonest), or a cluster by name.",
     )
@@ -210,7 +211,7 @@ class JobForm(forms.Form):
             "cpu": data["cpu"].strip() or None,
             "memory": data["memory"].strip() or None,
             "priority": data["priority"],
-            "cluster": data["cluster"],
+            "cluster": data.get("cluster") or "any",
             "volumes": _volumes(self),
         }
 

@@ -393,6 +393,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["portal.throttling.WriteRateThrottle"],
     # The API speaks JSON only: form and multipart bodies get a 415 before they are read.
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.negotiation.BlankAcceptNegotiation",
     # ``?format=json`` is the manifest endpoint's own parameter, not DRF's renderer switch.
     "URL_FORMAT_OVERRIDE": None,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]

@@ -382,19 +382,22 @@ def test_a_node_whose_operands_stop_makes_the_cluster_policy_not_ready(
         assert policy["message"].startswith(
             "ClusterPolicy is not ready; states not ready: [state-driver"
         )
-        # ...and the node's driver and device plugin are not ready
+        # ...and the node's driver and device plugin are not ready (their pods turn unready
+        # one after the other: both, within the wait)
         row = wait_for(
             lambda: next(
                 (
                     r
                     for r in admin.get("/api/v1/cluster/nodes/").json()
-                    if r["name"] == "gpu-t4-shared-0" and not r["driver_ready"]
+                    if r["name"] == "gpu-t4-shared-0"
+                    and not r["driver_ready"]
+                    and not r["device_plugin_ready"]
                 ),
                 None,
             ),
             timeout=30,
         )
-        assert not row["device_plugin_ready"]
+        assert row["name"] == "gpu-t4-shared-0"
     finally:
         inject(sandbox, node="gpu-t4-shared-0", down=False)
     wait_for(

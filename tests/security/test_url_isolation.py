@@ -127,6 +127,7 @@ def test_another_teams_user_gets_nothing(victim_job: Job, carol: User, method: s
             "/api/v1/cohorts/",
             "/api/v1/cluster/nodes/",
             "/api/v1/cluster/launchers/",
+            "/api/v1/clusters/",
             "/jobs/new/preview/",
             "/api/v1/jobs/preview/",
             "/jobs/templates/",

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from cluster.models import CatalogSettings, GpuProduct, MigProfile
+from cluster.models import CatalogSettings, Cluster, GpuProduct, MigProfile
 from jobs.models import WorkspaceImage
 from jobs.workspace_images import DEFAULT_IMAGES
 from monitoring.models import GpuPrice
@@ -68,6 +68,7 @@ class Command(BaseCommand):
                 "seed_demo refuses to run with production settings (PORTAL_ENV=production)."
             )
         with transaction.atomic():
+            Cluster.first()  # the migration's (a test database may have lost it)
             self._catalog()
             teams = self._teams()
             self._users(teams)
