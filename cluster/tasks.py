@@ -18,7 +18,20 @@ RETRY_TEMPORARY: dict[str, Any] = retry_temporary(TemporaryClusterError)
 
 @shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
 def catalog_refresh_task() -> dict[str, list[str]]:
-    """Periodic (beat): add the GPU products and MIG profiles the nodes advertise."""
-    from cluster.services import catalog_refresh
+    """Periodic (beat): add the GPU products and MIG profiles the nodes advertise, in every
+    cluster that is not disabled (the catalog offers what any of them has)."""
+    from cluster import kube
+    from cluster.services import catalog_refresh, clusters_tracked
 
-    return catalog_refresh()
+    added: dict[str, list[str]] = {"products": [], "mig_profiles": []}
+    for index, cluster in enumerate(clusters_tracked()):
+        try:
+            with kube.on_cluster(cluster.access_to()):
+                for what, names in catalog_refresh().items():
+                    added[what] += names
+        except kube.ClusterError as exc:
+            if index == 0:
+                raise
+            # Another cluster down holds up no other: its products wait for the next pass.
+            logger.warning("GPU catalog: cluster %s not read: %s", cluster.name, exc)
+    return added

@@ -21,10 +21,12 @@ from cluster.labels import (
 )
 from cluster.priority_classes import priority_classes
 from cluster.selectors import Catalog, catalog_get
+from cluster.services import clusters_tracked
 from cluster.training_runtime import training_runtime_sync
 from scheduling import parse_quantity
 from scheduling.quantity import quota_quantity
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
+from teams import kueue_config
 from teams.audit import audit_record
 from teams.models import GpuQuota, Team
 from teams.selectors import TeamQuotas, cohort_pool
@@ -373,4 +375,35 @@ def team_cluster_sync(*, team_id: int) -> dict[str, str]:
     changed = {k: v for k, v in outcome.items() if v != "unchanged"}
     if changed:
         logger.info("team %s: cluster objects %s", team.slug, changed)
+    return outcome
+
+
+def team_clusters_sync(*, team_id: int | None) -> dict[str, str]:
+    """``team_cluster_sync`` (and Kueue's configuration with ``kueue``) in every cluster that
+    is not disabled: a job may be placed on any of them. The first cluster's outcome keys as
+    they always were, another's prefixed by its name (``h200-east: Namespace/team-x``).
+
+    The first cluster's errors propagate (the task retries them, as before several
+    clusters); another's are logged and reported (``<name>: error``) and left to the
+    periodic pass, so one cluster down holds up no other. ``team_id=None``: Kueue's
+    configuration alone (a team deleted since)."""
+    outcome: dict[str, str] = {}
+    for cluster in clusters_tracked():
+        first = cluster.name == settings.CLUSTER_NAME
+        prefix = "" if first else f"{cluster.name}: "
+        try:
+            with kube.on_cluster(cluster.access_to()):
+                done = team_cluster_sync(team_id=team_id) if team_id is not None else {}
+                # Kueue's configuration is read back (external mode) from the first alone.
+                if first:
+                    done.update(kueue_config.kueue_sync())
+                elif settings.KUEUE_MANAGED:
+                    done.update(kueue_config.kueue_managed_sync())
+        except kube.ClusterError as exc:
+            if first:
+                raise
+            logger.warning("team %s: cluster %s not mirrored: %s", team_id, cluster.name, exc)
+            outcome[f"{prefix}error"] = exc.message
+            continue
+        outcome.update({f"{prefix}{key}": value for key, value in done.items()})
     return outcome

@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 
+from cluster import kube
+from cluster.services import clusters_tracked
 from cluster.tasks import RETRY_TEMPORARY
 from core.task_options import ROBUST
 from teams.models import Team
@@ -21,14 +24,14 @@ def team_sync_task(team_id: int) -> dict[str, str]:
     A permanent error (the API server refused an object) is raised once, not retried: the
     same request would be refused again.
     """
-    from teams.cluster_sync import team_cluster_sync
-    from teams.kueue_config import kueue_sync
+    from teams.cluster_sync import team_clusters_sync
 
     if not Team.objects.filter(pk=team_id).exists():
         # Deleted since the task was queued: nothing to mirror, but with Kueue managed its
         # ClusterQueue and LocalQueue go.
-        return kueue_sync()
-    return {**team_cluster_sync(team_id=team_id), **kueue_sync()}
+        return team_clusters_sync(team_id=None)
+    # In every cluster a job may be placed on (jobs.services.placement).
+    return team_clusters_sync(team_id=team_id)
 
 
 @shared_task(**ROBUST, soft_time_limit=100, time_limit=130)
@@ -40,20 +43,29 @@ def teams_sync_task() -> dict[int, str]:
     cannot be reached is tried again at the next pass.
     """
     from teams.cluster_sync import team_cluster_sync
-    from teams.kueue_config import kueue_sync
+    from teams.kueue_config import kueue_managed_sync, kueue_sync
 
-    results = {}
-    for team_id in Team.objects.values_list("pk", flat=True):
-        try:
-            team_cluster_sync(team_id=team_id)
-            results[team_id] = "ok"
-        except Exception as exc:  # noqa: BLE001 - one broken team must not stop the others
-            logger.warning("team %s sync failed: %s", team_id, exc)
-            results[team_id] = f"error: {exc}"
-    try:
-        kueue_sync()
-    except Exception as exc:  # noqa: BLE001 - reported like a team's
-        logger.warning("Kueue configuration sync failed: %s", exc)
+    team_ids = list(Team.objects.values_list("pk", flat=True))
+    results = dict.fromkeys(team_ids, "ok")
+    # In every cluster a job may be placed on (jobs.services.placement), one after another.
+    for cluster in clusters_tracked():
+        first = cluster.name == settings.CLUSTER_NAME
+        where = "" if first else f" in cluster {cluster.name}"
+        with kube.on_cluster(cluster.access_to()):
+            for team_id in team_ids:
+                try:
+                    team_cluster_sync(team_id=team_id)
+                except Exception as exc:  # noqa: BLE001 - one broken team must not stop the others
+                    logger.warning("team %s sync failed%s: %s", team_id, where, exc)
+                    results[team_id] = f"error{where}: {exc}"
+            try:
+                # Kueue's configuration is read back (external mode) from the first alone.
+                if first:
+                    kueue_sync()
+                elif settings.KUEUE_MANAGED:
+                    kueue_managed_sync()
+            except Exception as exc:  # noqa: BLE001 - reported like a team's
+                logger.warning("Kueue configuration sync failed%s: %s", where, exc)
     return results
 
 
