@@ -18,6 +18,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cluster.selectors import clusters_list
 from core.errors import ApplicationError
 from jobs.selectors.jobs import job_get_for_user
 from monitoring import charts, metrics
@@ -77,6 +78,7 @@ def cluster_overview(request: HttpRequest) -> HttpResponse:
         "ranges": list(RANGES),
         "range_key": range_key,
         "prometheus_url": settings.PROMETHEUS_URL,
+        "clusters": clusters_list(),
     }
     if _refreshing(request, "cluster-panels"):
         return render(request, "monitoring/_cluster_panels.html", context)

@@ -1,0 +1,49 @@
+"""What the pages say about several clusters: the cluster page lists them, an unreachable one
+with since when and why; a job's page names its cluster and says when it is unreachable."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from cluster.models import Cluster
+from jobs.services.submit import job_submit
+from tests.conftest import training_spec
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_cluster_page_lists_the_clusters_and_one_that_does_not_answer(alice: User) -> None:
+    Cluster.objects.create(
+        name="h200-east",
+        kubeconfig_path="/k/h200-east",
+        region="us-east",
+        unreachable_since=timezone.now(),
+        last_error="connection refused",
+    )
+
+    page = _client(alice).get("/monitoring/").content.decode()
+
+    assert 'data-testid="clusters"' in page
+    assert "<code>h200-east</code>" in page and "us-east" in page
+    assert "unreachable since" in page and "connection refused" in page
+
+
+def test_a_jobs_page_names_its_cluster_and_says_when_it_does_not_answer(alice: User) -> None:
+    cluster = Cluster.objects.create(name="h200-east", kubeconfig_path="/k/h200-east")
+    job = job_submit(user=alice, data=training_spec(name="far", cluster="h200-east"))
+
+    page = _client(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "h200-east" in page and "cluster unreachable" not in page
+
+    Cluster.objects.filter(pk=cluster.pk).update(unreachable_since=timezone.now())
+    page = _client(alice).get(f"/jobs/{job.pk}/").content.decode()
+    assert "cluster unreachable since" in page
