@@ -29,14 +29,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 
 from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
 from cluster.launchers import owner_kinds
 from cluster.models import Cluster
-from cluster.services import cluster_first
+from cluster.services import cluster_answered, cluster_first, cluster_unreachable
 from jobs.models import Job
 from jobs.tracking.kueue import workload_owner
 from jobs.tracking.reconcile import (
@@ -261,6 +261,9 @@ class ClusterTracker:
         self._stop = threading.Event()
         self.leading = threading.Event()
         self.observed = 0  # jobs observed since start (tests and logs read it)
+        # Its lease was last not reached (at start: a mark left from before is cleared once
+        # it answers).
+        self._unreachable = True
 
     def stop(self) -> None:
         self._stop.set()
@@ -323,10 +326,27 @@ class ClusterTracker:
 
     def _hold(self) -> bool:
         try:
-            return self.lease.try_hold()
+            held = self.lease.try_hold()
         except kube.ClusterError as exc:
-            logger.warning("tracker lease not reached: %s", exc)
+            logger.warning("tracker of %s: lease not reached: %s", self.cluster.name, exc)
+            # Said on the cluster's row at once (the reconcile says it too, on its period);
+            # its jobs keep their states.
+            self._unreachable = True
+            self._say(cluster_unreachable, cluster_id=self.cluster.pk, message=exc.message)
             return False
+        if self._unreachable:
+            self._unreachable = False
+            self.cluster.refresh_from_db(fields=["unreachable_since", "last_error"])
+            self._say(cluster_answered, cluster=self.cluster)
+        return held
+
+    @staticmethod
+    def _say(write: Callable[..., None], **kwargs: Any) -> None:
+        try:
+            write(**kwargs)
+        except DatabaseError:
+            logger.exception("tracker: the cluster's state not written")
+            connection.close()
 
     def _watch_loop(self, kind: str, informer: _Informer, term: threading.Event) -> None:
         with kube.on_cluster(self.cluster.access_to()):  # a thread starts unbound
