@@ -24,21 +24,20 @@ from jobs.selectors.fit import FitPreview
 ANY = "any"
 
 # The fit preview's verdicts, best first, and how a person reads each beside a cluster.
-_RANK = {
-    ("fits", "nominal"): (0, "fits now"),
-    ("fits", ""): (0, "fits now"),
-    ("fits", "borrowing"): (1, "fits now on borrowed quota"),
-    ("preempts", "preempts"): (2, "starts by preempting lower-priority work"),
-    ("preempts", "nominal"): (2, "starts by preempting lower-priority pods"),
-    ("preempts", "borrowing"): (2, "starts by preempting lower-priority pods"),
-    ("waits-for-quota", "waits"): (3, "waits for the team's quota"),
-    ("waits", "nominal"): (4, "waits for GPUs to free"),
-    ("waits", "borrowing"): (4, "waits for GPUs to free"),
-    ("unknown", "nominal"): (5, "not answering"),
-    ("unknown", "borrowing"): (5, "not answering"),
-    ("never", "nominal"): (6, "has no node that could run it"),
-    ("never", "borrowing"): (6, "has no node that could run it"),
+_VERDICTS = {
+    "fits": (0, "fits now"),
+    "preempts": (2, "starts by preempting lower-priority work"),
+    "waits-for-quota": (3, "waits for the team's quota"),
+    "waits": (4, "waits for GPUs to free"),
+    "unknown": (5, "not answering"),
+    "never": (6, "has no node that could run it"),
 }
+
+
+def _answer(fit: FitPreview) -> tuple[int, str]:
+    if fit.verdict == "fits" and fit.quota == "borrowing":
+        return 1, "fits now on borrowed quota"
+    return _VERDICTS.get(fit.verdict, (5, fit.verdict))
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ def job_place(candidates: list[Cluster], preview: Callable[[], FitPreview]) -> P
     for cluster in candidates:
         with on_cluster_row(cluster.pk):
             fit = preview()
-        rank, words = _RANK.get((fit.verdict, fit.quota), (5, fit.verdict))
+        rank, words = _answer(fit)
         answers.append((rank, words, cluster, fit))
     rank, _, chosen, fit = min(answers, key=lambda answer: (answer[0], answer[2].name))
     reason = "; ".join(f"{c.name}: {words}" for _, words, c, _ in answers)
