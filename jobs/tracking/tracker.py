@@ -36,7 +36,12 @@ from cluster import kube
 from cluster.labels import MANAGED_BY_SELECTOR
 from cluster.launchers import owner_kinds
 from cluster.models import Cluster
-from cluster.services import cluster_answered, cluster_first, cluster_unreachable
+from cluster.services import (
+    cluster_answered,
+    cluster_first,
+    cluster_unreachable,
+    clusters_tracked,
+)
 from jobs.models import Job
 from jobs.tracking.kueue import workload_owner
 from jobs.tracking.reconcile import (
@@ -427,3 +432,67 @@ class ClusterTracker:
             return
         if self.on_report is not None:
             self.on_report(report)
+
+
+# --- one tracker per cluster ---------------------------------------------------------------
+
+
+Reached = tuple[int, str, str, str, str]
+
+
+def _reached(cluster: Cluster) -> Reached:
+    """What a running tracker depends on: the cluster, and how it is reached."""
+    return (cluster.pk, cluster.name, cluster.access, cluster.kubeconfig_path, cluster.kube_context)
+
+
+class TrackerSupervisor:
+    """``manage.py track_cluster``: one ``ClusterTracker`` (in a thread) per cluster that is
+    not disabled. Each ``step()`` looks at the clusters again: one added or enabled in the
+    admin gets its tracker, one disabled, removed or reached differently now loses it (and
+    gets a new one), one whose tracker ended on an error gets another."""
+
+    def __init__(self, make: Callable[[Cluster], ClusterTracker]) -> None:
+        self.make = make
+        self.running: dict[
+            tuple[int, str, str, str, str], tuple[ClusterTracker, threading.Thread]
+        ] = {}
+
+    def step(self) -> None:
+        try:
+            wanted = {_reached(c): c for c in clusters_tracked()}
+        except DatabaseError:
+            logger.exception("tracker: the clusters could not be read; looking again later")
+            connection.close()
+            return
+        for key in [k for k, (_, thread) in self.running.items() if not thread.is_alive()]:
+            self.running.pop(key)  # it ended on an error (logged): started again below
+        for key in set(self.running) - set(wanted):
+            tracker, thread = self.running.pop(key)
+            tracker.stop()
+            thread.join(timeout=10)
+            logger.info("tracker of cluster %s stopped", key[1])
+        for key, cluster in wanted.items():
+            if key not in self.running:
+                tracker = self.make(cluster)
+                thread = threading.Thread(
+                    target=_run_tracker, args=(tracker,), name=f"track-{cluster.name}", daemon=True
+                )
+                thread.start()
+                self.running[key] = (tracker, thread)
+                logger.info("tracking cluster %s", cluster.name)
+
+    def stop(self) -> None:
+        for tracker, _ in self.running.values():
+            tracker.stop()
+        for _, thread in self.running.values():
+            thread.join(timeout=10)
+        self.running.clear()
+
+
+def _run_tracker(tracker: ClusterTracker) -> None:
+    try:
+        tracker.run()
+    except Exception:
+        logger.exception("tracker of cluster %s ended", tracker.cluster.name)
+    finally:
+        connection.close()

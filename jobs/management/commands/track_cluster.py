@@ -6,7 +6,6 @@ Run one or more (one leads per cluster); SIGTERM or SIGINT stops it."""
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -14,13 +13,11 @@ import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 
-from cluster.services import clusters_tracked
+from cluster.models import Cluster
 from jobs.tracking.reconcile import reconcile_requeue
-from jobs.tracking.tracker import ClusterTracker
-
-logger = logging.getLogger(__name__)
+from jobs.tracking.tracker import ClusterTracker, TrackerSupervisor
 
 
 class Command(BaseCommand):
@@ -47,60 +44,16 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stopping)
         signal.signal(signal.SIGINT, stopping)
+
+        def make(cluster: Cluster) -> ClusterTracker:
+            # Finished jobs free quota: their teams' admission is queued as the reconcile does.
+            return ClusterTracker(options["identity"], on_report=reconcile_requeue, cluster=cluster)
+
+        supervisor = TrackerSupervisor(make)
         self.stdout.write(f"tracker {options['identity']} started")
-        running: dict[tuple[int, str, str, str], tuple[ClusterTracker, threading.Thread]] = {}
         while not stop.is_set():
             close_old_connections()
-            try:
-                wanted = {_key(c): c for c in clusters_tracked()}
-            except Exception:
-                logger.exception("tracker: the clusters could not be read")
-                connection.close()
-                wanted = {key: tracker.cluster for key, (tracker, _) in running.items()}
-            for key in [k for k, (_, thread) in running.items() if not thread.is_alive()]:
-                running.pop(key)  # it ended on an error (logged): started again below
-            for key in set(running) - set(wanted):
-                # Disabled, removed, or reached differently now: its tracker stops (and
-                # starts again below with the new way to reach it).
-                tracker, thread = running.pop(key)
-                tracker.stop()
-                thread.join(timeout=10)
-                self.stdout.write(f"tracker of cluster {key[1]} stopped")
-            for key, cluster in wanted.items():
-                if key not in running:
-                    # Finished jobs free quota: their teams' admission is queued as the
-                    # reconcile does.
-                    tracker = ClusterTracker(
-                        options["identity"], on_report=reconcile_requeue, cluster=cluster
-                    )
-                    thread = threading.Thread(
-                        target=_run, args=(tracker,), name=f"track-{cluster.name}", daemon=True
-                    )
-                    thread.start()
-                    running[key] = (tracker, thread)
-                    self.stdout.write(f"tracking cluster {cluster.name}")
+            supervisor.step()
             stop.wait(options["rescan"])
-        for tracker, _ in running.values():
-            tracker.stop()
-        for _, thread in running.values():
-            thread.join(timeout=10)
+        supervisor.stop()
         self.stdout.write("tracker stopped")
-
-
-def _key(cluster: Any) -> tuple[int, str, str, str]:
-    """What a running tracker depends on: the cluster, and how it is reached."""
-    return (
-        cluster.pk,
-        cluster.name,
-        cluster.access,
-        f"{cluster.kubeconfig_path}|{cluster.kube_context}",
-    )
-
-
-def _run(tracker: ClusterTracker) -> None:
-    try:
-        tracker.run()
-    except Exception:
-        logger.exception("tracker of cluster %s ended", tracker.cluster.name)
-    finally:
-        connection.close()
