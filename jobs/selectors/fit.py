@@ -31,7 +31,9 @@ from scheduling import (
 )
 from teams.models import Team
 
-_recent: tuple[tuple[str, str, str, bool], float, ClusterSnapshot] | None = None
+# One recent snapshot per cluster (a placement for ``any`` asks each in turn: a single entry
+# was replaced at every turn and never hit, bench_placement).
+_recent: dict[tuple[str, str, str, bool], tuple[float, ClusterSnapshot]] = {}
 _recent_lock = threading.Lock()
 
 
@@ -42,17 +44,20 @@ def recent_cluster_snapshot() -> ClusterSnapshot:
     for each keystroke would load the API server for an answer that is approximate anyway.
     Callers get a copy-safe snapshot: the preview places pods on a fresh one each time.
     """
-    global _recent
     ttl = float(settings.FIT_SNAPSHOT_TTL_SECONDS)
     cluster = kube.cluster_key()
     now = time.monotonic()
     with _recent_lock:
-        if ttl > 0 and _recent is not None and _recent[0] == cluster and now - _recent[1] < ttl:
-            cached = _recent[2]
+        found = _recent.get(cluster)
+        if ttl > 0 and found is not None and now - found[0] < ttl:
+            cached = found[1]
             return ClusterSnapshot(cached.nodes, cached.pods)
     snapshot = cluster_snapshot()
     with _recent_lock:
-        _recent = (cluster, now, snapshot)
+        # Those past their time go as a new one is kept (a cluster removed leaves nothing).
+        for key in [k for k, (at, _) in _recent.items() if now - at >= ttl]:
+            del _recent[key]
+        _recent[cluster] = (now, snapshot)
     return ClusterSnapshot(snapshot.nodes, snapshot.pods)
 
 

@@ -5,8 +5,8 @@ A cluster takes new work while it is enabled (not draining nor disabled); ``any`
 passes over one its tracker finds unreachable while another answers. For ``any`` with
 several such clusters, each is asked the fit preview's question (``jobs.selectors.fit``),
 and the best answer wins: fits now on nominal quota, then on borrowed quota, then by
-preempting, then waiting; the first cluster by name among equals. One cluster is chosen
-without asking.
+preempting, then waiting; the first cluster by name among equals (so the first that fits
+now on nominal quota ends the asking). One cluster is chosen without asking.
 """
 
 from __future__ import annotations
@@ -91,6 +91,11 @@ def job_place(candidates: list[Cluster], preview: Callable[[], FitPreview]) -> P
             fit = preview()
         rank, words = _answer(fit)
         answers.append((rank, words, cluster, fit))
+        if rank == 0:
+            # Nothing beats fitting now on nominal quota, and the clusters are asked in the
+            # order that breaks ties: the rest need not be asked (each answer is a scheduling
+            # pass over its cluster's snapshot, ~0.25 s at 540 nodes: bench_placement).
+            break
     rank, _, chosen, fit = min(answers, key=lambda answer: (answer[0], answer[2].name))
     reason = "; ".join(f"{c.name}: {words}" for _, words, c, _ in answers)
     return Placement(chosen, f"Placed on {chosen.name} ({reason}).", fit)

@@ -190,3 +190,46 @@ def test_each_cluster_is_tracked_alone_and_one_down_changes_no_job(
     assert here.state == JobState.RUNNING
     second.refresh_from_db()
     assert second.unreachable_since is None and second.last_error == ""
+
+
+def test_the_first_cluster_where_the_job_fits_now_ends_the_asking() -> None:
+    second_cluster("a100-south")
+    second_cluster("h200-east")
+    asked: list[str] = []
+
+    def preview() -> FitPreview:
+        asked.append(kube.current_cluster().name)
+        return FitPreview("fits", "Fits now.", quota="nominal")
+
+    placement = job_place(clusters_for("any"), preview)
+
+    # nothing can beat the first (by name) that fits now: the others are not asked
+    assert asked == ["a100-south"]
+    assert placement.cluster.name == "a100-south"
+    assert placement.reason == "Placed on a100-south (a100-south: fits now)."
+
+
+def test_each_cluster_keeps_its_own_recent_snapshot(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from jobs.selectors import fit
+
+    listed: list[str] = []
+
+    def snapshot() -> Any:
+        listed.append(kube.current_cluster().name)
+        return fit.ClusterSnapshot([], [])
+
+    monkeypatch.setattr(fit, "cluster_snapshot", snapshot)
+    monkeypatch.setattr(fit, "_recent", {})
+    settings.FIT_SNAPSHOT_TTL_SECONDS = 60
+    first, second = cluster_first(), second_cluster()
+
+    # A placement asks each cluster in turn, again and again within the TTL
+    for _ in range(3):
+        for cluster in (first, second):
+            with kube.on_cluster(cluster.access_to()):
+                fit.recent_cluster_snapshot()
+
+    # Each cluster was listed once (one shared entry listed at every turn)
+    assert listed == [first.name, second.name]
