@@ -55,11 +55,14 @@ def run_cell(page: Page, code: str) -> None:
 
 
 def workspace_state(page: Page, base: str, name: str, state: str) -> None:
-    """Reload the Workspaces page until the workspace shows ``state``."""
+    """Reload the Workspaces page until the workspace's state is ``state`` (its state cell:
+    its message may say "running" while it is still pending, and the page then has no Open
+    button yet)."""
 
     def shows() -> bool:
         page.goto(f"{base}/workspaces/")
-        return bool(state in page.locator(f"[data-testid=workspace-{name}]").inner_text())
+        cell = page.locator(f"[data-testid=workspace-{name}] .state")
+        return bool(cell.inner_text().strip() == state)
 
     wait_for(shows, timeout=120, interval=2)
 
