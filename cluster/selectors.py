@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import connection
 
 from cluster.models import CatalogSettings, Cluster
@@ -89,5 +90,8 @@ def catalog_get() -> Catalog:
 
 def clusters_list() -> list[Cluster]:
     """Every registered cluster, by name (``GET /api/v1/clusters/``)."""
-    Cluster.first()
+    clusters = list(Cluster.objects.order_by("name"))
+    if any(c.name == settings.CLUSTER_NAME for c in clusters):
+        return clusters
+    Cluster.first()  # made again from the settings (a flushed database lost it)
     return list(Cluster.objects.order_by("name"))
