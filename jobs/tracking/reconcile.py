@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -189,12 +189,17 @@ def tracked_jobs() -> Any:
     """Applied jobs that have not finished: the ones a pass follows (with Kueue, also the
     queued ones: they wait in the cluster, in Kueue's queue; not one whose objects the
     portal is deleting, an eviction or a workspace's stop, which its pods still running
-    must not undo)."""
+    must not undo).
+
+    Admitted ones first: a pass writes its rows one at a time, so a job Kueue evicted (or
+    one that finished) is written before the job Kueue admitted in its place, and the rows
+    never count more quota in use than the cluster holds, not even halfway through a pass.
+    """
     return Job.objects.filter(
         Q(state__in=[JobState.PENDING, JobState.RUNNING])
         | Q(state=JobState.QUEUED, queueing=Job.Queueing.KUEUE, evicted_at__isnull=True),
         applied_at__isnull=False,
-    )
+    ).order_by(F("admitted_at").asc(nulls_last=True), "pk")
 
 
 def known_event_keys(jobs: Any = None) -> dict[int, set[str]]:

@@ -141,8 +141,20 @@ def stays_queued(*jobs: Job, seconds: float = 4.0) -> None:
     """Nothing admits the jobs over a few seconds of real time (minutes of the cluster's)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        assert all(fresh(j).admitted_at is None for j in jobs)
+        admitted = [row for j in jobs if (row := fresh(j)).admitted_at is not None]
+        assert not admitted, "admitted: " + "; ".join(_said(row) for row in admitted)
         time.sleep(0.3)
+
+
+def _said(job: Job) -> str:
+    """A job's row and timeline, for a failed scenario's message."""
+    events = " | ".join(
+        f"{e.created_at:%H:%M:%S.%f} {e.reason}: {e.message}" for e in job.events.order_by("pk")
+    )
+    return (
+        f"{job} state={job.state} reason={job.reason} admitted_at={job.admitted_at:%H:%M:%S.%f} "
+        f"evictions={job.evictions} timeline: {events}"
+    )
 
 
 # --- borrowing and its limits ---------------------------------------------------------------

@@ -11,7 +11,9 @@ from django.utils import timezone
 
 from cluster.labels import JOB_ID_LABEL, MANAGED_BY_LABEL
 from jobs.models import Job, JobState
+from jobs.tracking import tracker
 from jobs.tracking.reconcile import Advisor, ReconcileReport, job_observe
+from jobs.tracking.tracker import ClusterTracker, _Informer
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -114,3 +116,46 @@ def test_an_eviction_is_counted_when_the_suspended_job_is_seen_before_the_evicte
     assert len(evicted.earlier_runs) == 1
     # and seeing it again counts nothing more
     assert observe(evicted, suspended_job(job), EVICTED).evictions == 1
+
+
+def owned_by(job: Job, kueue_workload: Obj) -> Obj:
+    """The Workload as Kueue makes it for the job's Job (its owner reference)."""
+    meta = {
+        **kueue_workload["metadata"],
+        "name": f"job-{job.object_name}",
+        "namespace": job.namespace,
+        "ownerReferences": [{"kind": "Job", "name": job.object_name}],
+    }
+    return {**kueue_workload, "metadata": meta}
+
+
+def test_a_pass_never_counts_more_admitted_jobs_than_kueue_holds_even_halfway(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a running job and a queued one
+    running = running_kueue_job()
+    waiting = JobFactory(
+        state=JobState.QUEUED,
+        queueing=Job.Queueing.KUEUE,
+        object_name="next",
+        applied_at=timezone.now() - timedelta(minutes=1),
+    )
+    # and Kueue has since evicted the running one and admitted the queued one in its place
+    unsuspended = suspended_job(waiting)
+    unsuspended["spec"]["suspend"] = False
+    informer = _Informer()
+    informer.replace("Job", [suspended_job(running), unsuspended])
+    informer.replace("Workload", [owned_by(running, EVICTED), owned_by(waiting, ADMITTED)])
+    # When the tracker writes what it sees, one row at a time
+    admitted_after_each_row: list[int] = []
+
+    def observe_and_count(job: Job, **kwargs: Any) -> None:
+        job_observe(job, **kwargs)
+        admitted_after_each_row.append(Job.objects.filter(admitted_at__isnull=False).count())
+
+    monkeypatch.setattr(tracker, "job_observe", observe_and_count)
+    ClusterTracker("test")._observe(informer)
+    # Then at no point do both hold the quota
+    assert admitted_after_each_row == [0, 1]
+    assert Job.objects.get(pk=running.pk).admitted_at is None
+    assert Job.objects.get(pk=waiting.pk).admitted_at is not None
