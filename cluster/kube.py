@@ -23,6 +23,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -245,6 +246,24 @@ def _map_api_exception(exc: ApiException) -> ClusterError:
     return PermanentClusterError(message, status=status, reason=reason)
 
 
+# urllib3 names the connection object in its words ("<urllib3.connection.HTTPSConnection
+# object at 0x7f2d…>: Failed to establish…"): nothing a reader of the cluster page can use.
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*")
+
+
+def _unreachable(exc: Exception) -> TemporaryClusterError:
+    """A connection that failed, in words an operator can act on: the address the client
+    tried and why (``Cluster unreachable: 10.0.0.5:6443: Failed to establish a new
+    connection: [Errno 111] Connection refused``)."""
+    cause = getattr(exc, "reason", None) or exc  # MaxRetryError keeps the last attempt's
+    words = _OBJECT_REPR.sub("", str(cause)).strip()
+    # The connection (NewConnectionError, the client making no retries) or its pool.
+    peer: Any = getattr(cause, "conn", None) or getattr(exc, "pool", None)
+    host, port = getattr(peer, "host", None), getattr(peer, "port", None)
+    where = f"{host}:{port}: " if host else ""
+    return TemporaryClusterError(f"Cluster unreachable: {where}{words}")
+
+
 def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call one client method with a timeout, returning the decoded JSON body."""
     kwargs.setdefault("_request_timeout", settings.KUBE_REQUEST_TIMEOUT)
@@ -254,7 +273,7 @@ def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except ApiException as exc:
         raise _map_api_exception(exc) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TemporaryClusterError(f"Cluster unreachable: {exc}") from exc
+        raise _unreachable(exc) from exc
     data = response.data if hasattr(response, "data") else response
     if isinstance(data, bytes | bytearray):
         try:
@@ -507,7 +526,7 @@ def watch(
             raise WatchExpired(error.message, status=410, reason="Expired") from exc
         raise error from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TemporaryClusterError(f"Cluster unreachable: {exc}") from exc
+        raise _unreachable(exc) from exc
     try:
         buffer = b""
         for chunk in response.stream(amt=None, decode_content=False):

@@ -95,3 +95,18 @@ def clusters_list() -> list[Cluster]:
         return clusters
     Cluster.first()  # made again from the settings (a flushed database lost it)
     return list(Cluster.objects.order_by("name"))
+
+
+def cluster_choices() -> list[tuple[str, str]]:
+    """The clusters a job may be sent to by name (those taking new work), as the forms offer
+    them: one that does not answer says since when, so nobody picks it unawares."""
+    return [
+        (
+            c.name,
+            f"{c.name} (not answering since {c.unreachable_since:%Y-%m-%d %H:%M} UTC)"
+            if c.unreachable_since is not None
+            else c.name,
+        )
+        for c in clusters_list()
+        if c.takes_new_work
+    ]

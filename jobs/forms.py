@@ -140,14 +140,14 @@ class JobForm(forms.Form):
         teams: list[Team],
         catalog: Catalog,
         launchers: list[str] | None = None,
-        clusters: list[str] | None = None,
+        clusters: list[tuple[str, str]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         cast(forms.ChoiceField, self.fields["team"]).choices = [(t.slug, t.name) for t in teams]
         cast(forms.ChoiceField, self.fields["cluster"]).choices = [
             ("any", "Any: where it would start soonest"),
-            *((name, name) for name in clusters or []),
+            *(clusters or []),
         ]
         if "launcher" in self.fields:
             cast(forms.ChoiceField, self.fields["launcher"]).choices = [

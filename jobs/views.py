@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from cluster import kube
 from cluster.launchers import launchers_offered_now
-from cluster.selectors import catalog_get, clusters_list
+from cluster.selectors import catalog_get, cluster_choices
 from core.errors import ApplicationError, PermissionDenied
 from jobs.forms import JobForm, initial_from_spec
 from jobs.manifests import to_yaml
@@ -49,7 +49,7 @@ def _form(request: HttpRequest, data: Any = None, initial: dict[str, Any] | None
         teams=list(teams_for_user(user=request.user)),
         catalog=catalog_get(),
         launchers=launchers,
-        clusters=[c.name for c in clusters_list() if c.takes_new_work],
+        clusters=cluster_choices(),
     )
 
 

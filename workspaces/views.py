@@ -12,7 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from cluster.selectors import catalog_get, clusters_list
+from cluster.selectors import catalog_get, cluster_choices
 from core.errors import ApplicationError
 from jobs.manifests.naming import home_claim_name
 from jobs.models import LIVE_STATES, Job, WorkspaceImage
@@ -37,7 +37,7 @@ def _form(request: HttpRequest, data: Any = None) -> WorkspaceForm:
         teams=list(teams_for_user(user=request.user)),
         catalog=catalog_get(),
         images=images,
-        clusters=[c.name for c in clusters_list() if c.takes_new_work],
+        clusters=cluster_choices(),
     )
 
 

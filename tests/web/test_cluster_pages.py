@@ -47,3 +47,21 @@ def test_a_jobs_page_names_its_cluster_and_says_when_it_does_not_answer(alice: U
     Cluster.objects.filter(pk=cluster.pk).update(unreachable_since=timezone.now())
     page = _client(alice).get(f"/jobs/{job.pk}/").content.decode()
     assert "cluster unreachable since" in page
+
+
+def test_the_forms_offer_each_cluster_taking_work_and_say_which_does_not_answer(
+    alice: User,
+) -> None:
+    Cluster.objects.create(name="a100-west", kubeconfig_path="/k/a100-west")
+    Cluster.objects.create(
+        name="h200-east",
+        kubeconfig_path="/k/h200-east",
+        unreachable_since=timezone.now().replace(hour=9, minute=30),
+    )
+    Cluster.objects.create(name="old", kubeconfig_path="/k/old", state=Cluster.State.DRAINING)
+
+    for form in ("/jobs/new/", "/workspaces/"):
+        page = _client(alice).get(form).content.decode()
+        assert '<option value="a100-west">a100-west</option>' in page, form
+        assert "h200-east (not answering since " in page and " 09:30 UTC)</option>" in page
+        assert 'value="old"' not in page, form
