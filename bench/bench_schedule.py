@@ -453,7 +453,7 @@ def preview_call() -> Callable[[], Any]:
     )
     manifests = build_manifests(spec, ManifestContext(job_id=1, namespace="team-bench"))
     demand = job_demand(spec, cpu_millis=8_000, memory_bytes=64 * GIB)
-    return lambda: job_fit_preview(manifests=manifests, team=team, demand=demand)
+    return lambda: job_fit_preview(manifests=manifests, team=team, demand=demand, cluster=None)
 
 
 def bench_fit_preview(report: Report, sizes: Sequence[int], repeat: int) -> None:

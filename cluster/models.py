@@ -239,6 +239,12 @@ class Cluster(models.Model):
         return found
 
     @property
+    def is_first(self) -> bool:
+        """The portal's first cluster: it also holds the rows from before several clusters
+        (jobs and quotas whose cluster is empty)."""
+        return self.name == settings.CLUSTER_NAME
+
+    @property
     def takes_new_work(self) -> bool:
         return self.state == self.State.ENABLED
 

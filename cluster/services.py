@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Greatest
@@ -174,6 +175,15 @@ def cluster_first() -> Cluster:
     """The portal's first cluster, the one its settings reach (``CLUSTER_NAME``): made by a
     migration, and made again from the settings should it be gone (a flushed database)."""
     return Cluster.first()
+
+
+def cluster_current() -> Cluster:
+    """The cluster the Kubernetes adapter is bound to now (``kube.on_cluster``; outside any
+    block, the first): what a write to "the cluster" means for the rows it is made from."""
+    name = kube.current_cluster().name
+    if name == settings.CLUSTER_NAME:
+        return cluster_first()
+    return Cluster.objects.filter(name=name).first() or cluster_first()
 
 
 @contextmanager

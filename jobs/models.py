@@ -46,7 +46,7 @@ def queue_key(priority: int, created_at: datetime, pk: int) -> tuple[int, dateti
 
 
 class JobQuerySet(models.QuerySet["Job"]):
-    def on_cluster(self, cluster_id: int, *, first: bool) -> JobQuerySet:
+    def on_cluster(self, cluster_id: int | None, *, first: bool) -> JobQuerySet:
         """The jobs placed on one cluster (``first``: the portal's first cluster, which also
         holds the rows from before several clusters, their cluster empty)."""
         placed = Q(cluster_id=cluster_id)

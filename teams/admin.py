@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
+from cluster.models import Cluster
 from teams.audit import audit_record
 from teams.models import (
     AuditLog,
@@ -45,7 +47,7 @@ class MembershipInline(admin.TabularInline):
 class GpuQuotaInline(admin.TabularInline):
     model = GpuQuota
     extra = 1
-    fields = ["resource", "limit", "borrowing_limit", "lending_limit"]
+    fields = ["cluster", "resource", "limit", "borrowing_limit", "lending_limit"]
 
 
 def _quota_form_save(request: HttpRequest, form: ModelForm, team: Team) -> GpuQuota:
@@ -53,11 +55,19 @@ def _quota_form_save(request: HttpRequest, form: ModelForm, team: Team) -> GpuQu
     is the old quota deleted and the new one set, each audited."""
     quota: GpuQuota = form.instance
     old_team, old_resource = form.initial.get("team"), form.initial.get("resource")
+    old_cluster = form.initial.get("cluster")
     if quota.pk is not None and (
-        old_resource != quota.resource or (old_team is not None and old_team != team.pk)
+        old_resource != quota.resource
+        or (old_team is not None and old_team != team.pk)
+        or old_cluster != quota.cluster_id
     ):
         old = Team.objects.get(pk=old_team) if old_team is not None else team
-        quota_delete(actor=request.user, team=old, resource=str(old_resource))
+        quota_delete(
+            actor=request.user,
+            team=old,
+            resource=str(old_resource),
+            cluster=Cluster.objects.filter(pk=old_cluster).first() if old_cluster else None,
+        )
     return quota_set(
         actor=request.user,
         team=team,
@@ -65,6 +75,7 @@ def _quota_form_save(request: HttpRequest, form: ModelForm, team: Team) -> GpuQu
         limit=quota.limit,
         borrowing_limit=quota.borrowing_limit,
         lending_limit=quota.lending_limit,
+        cluster=quota.cluster,
     )
 
 
@@ -188,10 +199,18 @@ class CohortAdmin(admin.ModelAdmin):
 
 @admin.register(GpuQuota)
 class GpuQuotaAdmin(admin.ModelAdmin):
-    list_display = ["team", "resource", "limit", "borrowing_limit", "lending_limit", "updated_at"]
-    list_filter = ["team", "resource"]
-    search_fields = ["team__slug", "team__name", "resource"]
-    list_select_related = ["team"]
+    list_display = [
+        "team",
+        "cluster_name",
+        "resource",
+        "limit",
+        "borrowing_limit",
+        "lending_limit",
+        "updated_at",
+    ]
+    list_filter = ["team", "cluster", "resource"]
+    search_fields = ["team__slug", "team__name", "resource", "cluster__name"]
+    list_select_related = ["team", "cluster"]
     autocomplete_fields = ["team"]
 
     def save_model(
@@ -200,8 +219,14 @@ class GpuQuotaAdmin(admin.ModelAdmin):
         saved = _quota_form_save(request, form, obj.team)
         obj.pk, obj.updated_at = saved.pk, saved.updated_at
 
+    @admin.display(description="cluster", ordering="cluster__name")
+    def cluster_name(self, quota: GpuQuota) -> str:
+        return (
+            quota.cluster.name if quota.cluster is not None else f"{settings.CLUSTER_NAME} (first)"
+        )
+
     def delete_model(self, request: HttpRequest, obj: GpuQuota) -> None:
-        quota_delete(actor=request.user, team=obj.team, resource=obj.resource)
+        quota_delete(actor=request.user, team=obj.team, resource=obj.resource, cluster=obj.cluster)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[GpuQuota]) -> None:
         for quota in queryset.select_related("team"):

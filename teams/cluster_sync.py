@@ -19,17 +19,18 @@ from cluster.labels import (
     TEAM_LABEL,
     WORKLOAD_SERVICE_ACCOUNT,
 )
+from cluster.models import Cluster
 from cluster.priority_classes import priority_classes
 from cluster.selectors import Catalog, catalog_get
-from cluster.services import clusters_tracked
+from cluster.services import cluster_current, clusters_tracked
 from cluster.training_runtime import training_runtime_sync
 from scheduling import parse_quantity
 from scheduling.quantity import quota_quantity
 from scheduling.resources import ANY_GPU, CPU, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams import kueue_config
 from teams.audit import audit_record
-from teams.models import GpuQuota, Team
-from teams.selectors import TeamQuotas, cohort_pool
+from teams.models import Team
+from teams.selectors import TeamQuotas, cohort_pool, quotas_on_cluster, team_has_cluster
 
 logger = logging.getLogger(__name__)
 
@@ -325,12 +326,14 @@ def priority_classes_sync() -> dict[str, str]:
     }
 
 
-def team_quota_ceilings(*, team: Team) -> dict[str, int]:
-    """What the team's ResourceQuota allows: its nominal quota, or in a cohort the most it
-    may legitimately reach by borrowing (nominal + borrowing limit, or what the cohort
-    lends when there is no limit). The portal's admission stays the guard of the cohort's
-    total; the ResourceQuota only stops what the portal would never admit."""
-    rows = list(GpuQuota.objects.filter(team=team))
+def team_quota_ceilings(*, team: Team, cluster: Cluster | None = None) -> dict[str, int]:
+    """What the team's ResourceQuota on the cluster (the first with ``None``) allows: its
+    nominal quota there, or in a cohort the most it may legitimately reach by borrowing
+    (nominal + borrowing limit, or what the cohort lends there when there is no limit).
+    The portal's admission stays the guard of the cohort's total; the ResourceQuota only
+    stops what the portal would never admit."""
+    cluster = cluster or cluster_current()
+    rows = list(quotas_on_cluster(team=team, cluster=cluster))
     quotas = TeamQuotas(
         team=team,
         limits={q.resource: q.limit for q in rows},
@@ -339,21 +342,37 @@ def team_quota_ceilings(*, team: Team) -> dict[str, int]:
     )
     if team.cohort_id is None:
         return quotas.limits
-    return quotas.ceilings(cohort_pool(cohort_id=team.cohort_id))
+    return quotas.ceilings(cohort_pool(cohort_id=team.cohort_id, cluster=cluster))
 
 
-def team_cluster_sync(*, team_id: int) -> dict[str, str]:
+def _namespace_made(team: Team) -> bool:
+    try:
+        kube.get("Namespace", team.namespace)
+    except kube.ObjectNotFound:
+        return False
+    return True
+
+
+def team_cluster_sync(*, team_id: int, cluster: Cluster | None = None) -> dict[str, str]:
     """Namespace, ResourceQuota, LimitRange, the workloads' ServiceAccount and NetworkPolicy
-    of one team, plus the PriorityClasses and (where Trainer runs) the portal's
+    of one team in the cluster (the first with ``None``; the Kubernetes adapter bound to
+    it), plus the PriorityClasses and (where Trainer runs) the portal's
     ClusterTrainingRuntime.
+
+    Only where the team has quota (``team_has_cluster``): elsewhere its namespace is not
+    made, and one made before keeps its objects, its ResourceQuota now allowing nothing
+    (its jobs there, if any, run on; nothing is deleted under them).
 
     Returns what happened to each object (``created``/``updated``/``unchanged``; the
     NetworkPolicy may also be ``deleted`` or ``absent`` when ``TEAM_NETWORK_POLICY`` is off).
     Raises ``kube.TemporaryClusterError`` when the cluster cannot be reached.
     """
     team = Team.objects.get(pk=team_id)
+    cluster = cluster or cluster_current()
+    if not team_has_cluster(team=team, cluster=cluster) and not _namespace_made(team):
+        return {f"Namespace/{team.namespace}": "not wanted (no quota here)"}
     catalog = catalog_get()
-    limits = team_quota_ceilings(team=team)
+    limits = team_quota_ceilings(team=team, cluster=cluster)
     outcome = {
         f"Namespace/{team.namespace}": kube.ensure(
             namespace_manifest(team), compare=_namespace_same
@@ -393,12 +412,16 @@ def team_clusters_sync(*, team_id: int | None) -> dict[str, str]:
         prefix = "" if first else f"{cluster.name}: "
         try:
             with kube.on_cluster(cluster.access_to()):
-                done = team_cluster_sync(team_id=team_id) if team_id is not None else {}
+                done = (
+                    team_cluster_sync(team_id=team_id, cluster=cluster)
+                    if team_id is not None
+                    else {}
+                )
                 # Kueue's configuration is read back (external mode) from the first alone.
                 if first:
                     done.update(kueue_config.kueue_sync())
                 elif settings.KUEUE_MANAGED:
-                    done.update(kueue_config.kueue_managed_sync())
+                    done.update(kueue_config.kueue_managed_sync(cluster=cluster))
         except kube.ClusterError as exc:
             if first:
                 raise

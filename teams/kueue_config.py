@@ -42,11 +42,14 @@ from django.conf import settings
 from cluster import kube
 from cluster.compare import contains
 from cluster.labels import MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE, TEAM_LABEL
+from cluster.models import Cluster
 from cluster.selectors import Catalog, catalog_get
+from cluster.services import cluster_current
 from core.redis_client import redis_client
 from scheduling.quantity import quota_from_quantity, quota_quantity
 from scheduling.resources import ANY_GPU, CPU, GPU_PRODUCT_LABEL, MEMORY, MIG_PREFIX, SHARED_GPU
 from teams.models import Cohort, GpuQuota, Team
+from teams.selectors import quotas_on_cluster, teams_on_cluster
 from teams.services import cohort_save, quota_delete, quota_set, team_save
 
 logger = logging.getLogger(__name__)
@@ -236,9 +239,13 @@ def _queue_resources(spec: Obj) -> list[Obj]:
     ]
 
 
-def kueue_config_sync(*, teams: Iterable[Team], catalog: Catalog) -> dict[str, str]:
-    """Write the flavors, every team's ClusterQueue and LocalQueue, and remove the portal's
-    Kueue objects no team calls for any more. Returns ``{"<Kind>/<name>": outcome}``.
+def kueue_config_sync(
+    *, teams: Iterable[Team], catalog: Catalog, cluster: Cluster | None = None
+) -> dict[str, str]:
+    """Write the flavors, the ClusterQueue and LocalQueue of every team with quota on the
+    cluster (the first with ``None``; the Kubernetes adapter bound to it), from its quotas
+    there, and remove the portal's Kueue objects no team calls for any more. Returns
+    ``{"<Kind>/<name>": outcome}``.
 
     1. Ensure the wanted objects (create, or replace when their spec differs).
     2. List the portal's LocalQueues, ClusterQueues and flavors (by the managed-by label)
@@ -246,8 +253,10 @@ def kueue_config_sync(*, teams: Iterable[Team], catalog: Catalog) -> dict[str, s
     Raises ``kube.ClusterError``.
     """
     wanted: list[Obj] = resource_flavors(catalog)
+    cluster = cluster or cluster_current()
     for team in teams:
-        wanted += [cluster_queue(team, team.quotas.all(), catalog), local_queue(team)]
+        quotas = quotas_on_cluster(team=team, cluster=cluster)
+        wanted += [cluster_queue(team, quotas, catalog), local_queue(team)]
     results: dict[str, str] = {}
     for manifest in wanted:
         meta = manifest["metadata"]
@@ -266,9 +275,10 @@ def kueue_config_sync(*, teams: Iterable[Team], catalog: Catalog) -> dict[str, s
     return results
 
 
-def kueue_managed_sync() -> dict[str, str]:
-    """Kueue's configuration from every team when the portal manages it (``QUEUEING=kueue``
-    and ``KUEUE_MANAGED``); nothing otherwise (docs/queueing.md)."""
+def kueue_managed_sync(cluster: Cluster | None = None) -> dict[str, str]:
+    """Kueue's configuration in the cluster (the first with ``None``) from its teams when
+    the portal manages it (``QUEUEING=kueue`` and ``KUEUE_MANAGED``); nothing otherwise
+    (docs/queueing.md)."""
     if settings.QUEUEING != "kueue" or not settings.KUEUE_MANAGED:
         return {}
     # One writer at a time, reading the teams once it holds the lock. Two syncs that both
@@ -284,8 +294,9 @@ def kueue_managed_sync() -> dict[str, str]:
             f"{SYNC_LOCK_WAIT_SECONDS} s; this one is retried"
         )
     try:
-        teams = Team.objects.prefetch_related("quotas").order_by("slug")
-        outcome = kueue_config_sync(teams=teams, catalog=catalog_get())
+        cluster = cluster or cluster_current()
+        teams = teams_on_cluster(cluster=cluster).select_related("cohort").order_by("slug")
+        outcome = kueue_config_sync(teams=teams, catalog=catalog_get(), cluster=cluster)
     finally:
         try:
             lock.release()

@@ -252,6 +252,15 @@ class SsoIdentity(models.Model):
         return f"{self.subject} at {self.issuer}"
 
 
+class GpuQuotaQuerySet(models.QuerySet["GpuQuota"]):
+    def on_cluster(self, cluster_id: int, *, first: bool) -> GpuQuotaQuerySet:
+        """The quotas on one cluster (``first``: the portal's first cluster, whose rows have
+        no cluster)."""
+        if first:
+            return self.filter(models.Q(cluster_id=cluster_id) | models.Q(cluster__isnull=True))
+        return self.filter(cluster_id=cluster_id)
+
+
 class GpuQuota(models.Model):
     """A ceiling on what a team's admitted jobs may hold at once.
 
@@ -262,6 +271,17 @@ class GpuQuota(models.Model):
     """
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    # The cluster whose GPUs it is a share of (as Kueue's ClusterQueues, and Run:ai's
+    # quotas, are per cluster); empty: the portal's first cluster (every quota from
+    # before several clusters).
+    cluster = models.ForeignKey(
+        "cluster.Cluster",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="quotas",
+        help_text="Empty: the first cluster.",
+    )
     resource = models.CharField(max_length=100)
     limit = models.PositiveIntegerField(
         "nominal", help_text="Guaranteed quota. Whole number: GPUs, slices, cores or GiB."
@@ -279,9 +299,15 @@ class GpuQuota(models.Model):
     )
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = GpuQuotaQuerySet.as_manager()
+
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["team", "resource"], name="quota_unique_team_resource"),
+            models.UniqueConstraint(
+                fields=["team", "cluster", "resource"],
+                name="quota_unique_team_cluster_resource",
+                nulls_distinct=False,  # one first-cluster row per team and resource
+            ),
             models.CheckConstraint(
                 condition=models.Q(lending_limit__isnull=True)
                 | models.Q(lending_limit__lte=models.F("limit")),
@@ -290,7 +316,7 @@ class GpuQuota(models.Model):
                 "quota: a team lends only what it has.",
             ),
         ]
-        ordering = ["team__slug", "resource"]
+        ordering = ["team__slug", "cluster__name", "resource"]
         verbose_name = "GPU quota"
 
     def __str__(self) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
+from cluster.models import Cluster
 from core.errors import NotFound
 from scheduling.sharing import ResourceQuota
 from teams.models import GpuQuota, Membership, Team
@@ -25,10 +27,21 @@ def teams_for_user(*, user: User | AnonymousUser) -> QuerySet[Team]:
 
 @dataclass(frozen=True)
 class TeamQuotas:
+    """A team's quotas on one cluster (``on``), or as read: every cluster's rows, each
+    cluster's under its id (``None``: the first cluster's)."""
+
     team: Team
     limits: dict[str, int]  # resource → limit (nominal), as the team's GpuQuota rows say
     borrowing_limits: dict[str, int | None] = field(default_factory=dict)
     lending_limits: dict[str, int | None] = field(default_factory=dict)
+    clusters: dict[int | None, TeamQuotas] = field(default_factory=dict)
+
+    def on(self, cluster: Cluster) -> TeamQuotas:
+        """The team's quotas on ``cluster`` (none there: empty)."""
+        key = None if cluster.is_first else cluster.pk
+        if not self.clusters:
+            return self if key is None else TeamQuotas(self.team, {})
+        return self.clusters.get(key) or TeamQuotas(self.team, {})
 
     def ceilings(self, pool: dict[str, int]) -> dict[str, int]:
         """The most of each resource the team could ever hold, given what its cohort lends
@@ -55,7 +68,8 @@ _TEAM_QUOTAS_SQL = """
 SELECT t.id, t.name, t.slug, t.namespace, t.description, t.created_at, t.cohort_id,
        t.weight, t.inference_may_borrow,
        q.resource AS quota_resource, q."limit" AS quota_limit,
-       q.borrowing_limit AS quota_borrowing_limit, q.lending_limit AS quota_lending_limit
+       q.borrowing_limit AS quota_borrowing_limit, q.lending_limit AS quota_lending_limit,
+       q.cluster_id AS quota_cluster_id
 FROM teams_team t LEFT JOIN teams_gpuquota q ON q.team_id = t.id
 WHERE t.slug = %s
 """
@@ -83,27 +97,45 @@ def team_quotas_for_user(*, user: User | AnonymousUser, slug: str) -> TeamQuotas
         return None
     quotas = [r for r in rows if getattr(r, "quota_resource") is not None]  # noqa: B009
     # raw() columns that are not fields of Team, read by name.
+    by_cluster: dict[int | None, list[Any]] = {}
+    for row in quotas:
+        by_cluster.setdefault(getattr(row, "quota_cluster_id"), []).append(row)  # noqa: B009
     return TeamQuotas(
-        team=rows[0],
-        limits={getattr(r, "quota_resource"): getattr(r, "quota_limit") for r in quotas},  # noqa: B009
-        borrowing_limits={
+        **_quotas_of(rows[0], by_cluster.get(None, [])),
+        clusters={
+            cluster_id: TeamQuotas(**_quotas_of(rows[0], found))
+            for cluster_id, found in by_cluster.items()
+        },
+    )
+
+
+def _quotas_of(team: Team, rows: list[Any]) -> dict[str, Any]:
+    return {
+        "team": team,
+        "limits": {getattr(r, "quota_resource"): getattr(r, "quota_limit") for r in rows},  # noqa: B009
+        "borrowing_limits": {
             getattr(r, "quota_resource"): getattr(r, "quota_borrowing_limit")  # noqa: B009
-            for r in quotas
+            for r in rows
         },
-        lending_limits={
+        "lending_limits": {
             getattr(r, "quota_resource"): getattr(r, "quota_lending_limit")  # noqa: B009
-            for r in quotas
+            for r in rows
         },
-    )
+    }
 
 
-def cohort_pool(*, cohort_id: int) -> dict[str, int]:
-    """What the cohort's teams lend, per resource, in quota units (Kueue's pool: the sum
-    of each team's nominal quota, or of its lending limit where one is set)."""
+def cohort_pool(*, cohort_id: int, cluster: Cluster | None = None) -> dict[str, int]:
+    """What the cohort's teams lend on the cluster (the first with ``None``), per resource,
+    in quota units (Kueue's pool: the sum of each team's nominal quota, or of its lending
+    limit where one is set)."""
     pool: dict[str, int] = {}
-    rows = GpuQuota.objects.filter(team__cohort_id=cohort_id).values_list(
-        "resource", "limit", "lending_limit"
+    found = GpuQuota.objects.filter(team__cohort_id=cohort_id)
+    found = (
+        found.filter(cluster__isnull=True)
+        if cluster is None or cluster.is_first
+        else found.filter(cluster=cluster)
     )
+    rows = found.values_list("resource", "limit", "lending_limit")
     for resource, limit, lending_limit in rows:
         pool[resource] = pool.get(resource, 0) + ResourceQuota(limit, None, lending_limit).lendable
     return pool
@@ -143,3 +175,24 @@ def team_get_for_user(*, user: User | AnonymousUser, slug: str) -> Team:
     if team is None:
         raise NotFound("No such team.")
     return team
+
+
+def team_has_cluster(*, team: Team, cluster: Cluster) -> bool:
+    """The team's namespace and queues belong on ``cluster``: it has quota there. On the
+    first cluster also a team with quota on no other (every team from before several
+    clusters, and one given no quota yet)."""
+    return teams_on_cluster(cluster=cluster).filter(pk=team.pk).exists()
+
+
+def teams_on_cluster(*, cluster: Cluster) -> QuerySet[Team]:
+    """The teams ``team_has_cluster`` puts on ``cluster``."""
+    if not cluster.is_first:
+        return Team.objects.filter(quotas__cluster=cluster).distinct()
+    elsewhere = GpuQuota.objects.filter(team=OuterRef("pk"), cluster__isnull=False)
+    here = GpuQuota.objects.filter(team=OuterRef("pk"), cluster__isnull=True)
+    return Team.objects.filter(Exists(here) | ~Exists(elsewhere))
+
+
+def quotas_on_cluster(*, team: Team, cluster: Cluster) -> QuerySet[GpuQuota]:
+    """The team's quota rows on ``cluster`` (the first's have no cluster)."""
+    return GpuQuota.objects.filter(team=team, cluster=None if cluster.is_first else cluster)

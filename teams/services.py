@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from cluster.models import Cluster
 from core.errors import ApplicationError
 from teams.audit import Actor, audit_record
 from teams.models import Cohort, GpuQuota, GroupMapping, Membership, Team
@@ -29,6 +30,7 @@ def _quota_audit(
     actor: Actor,
     team: Team,
     resource: str,
+    cluster: Cluster | None,
     old: dict[str, Any] | None,
     new: dict[str, Any] | None,
 ) -> None:
@@ -41,11 +43,21 @@ def _quota_audit(
         "old": old["limit"] if old else None,
         "new": new["limit"] if new else None,
     }
+    target = f"{team.slug}/{resource}"
+    if cluster is not None:  # another than the first: named (the first's stay as they were)
+        changes["cluster"] = cluster.name
+        target = f"{team.slug}/{cluster.name}/{resource}"
     for name in _QUOTA_FIELDS[1:]:
         before, after = (old or {}).get(name), (new or {}).get(name)
         if before != after:
             changes[name] = {"old": before, "new": after}
-    audit_record(actor=actor, action=action, target=f"{team.slug}/{resource}", changes=changes)
+    audit_record(actor=actor, action=action, target=target, changes=changes)
+
+
+def _other_than_first(cluster: Cluster | None) -> Cluster | None:
+    """How a quota row names its cluster: the first cluster as empty (as every row from
+    before several clusters), so each team has one row per resource there."""
+    return None if cluster is None or cluster.is_first else cluster
 
 
 def _sync_with_cohort(team: Team, *also: int | None) -> None:
@@ -90,15 +102,22 @@ def quota_set(
     limit: int,
     borrowing_limit: int | object | None = _UNSET,
     lending_limit: int | object | None = _UNSET,
+    cluster: Cluster | None = None,
 ) -> GpuQuota:
-    """Create or change a team's quota on one resource: its nominal ``limit`` and, in a
-    cohort, its borrowing and lending limits (left as they are when not given); audited,
-    mirrored into the cluster with the rest of the cohort.
+    """Create or change a team's quota on one resource of one cluster (``None``: the first):
+    its nominal ``limit`` and, in a cohort, its borrowing and lending limits (left as they
+    are when not given); audited, mirrored into the clusters with the rest of the cohort.
 
     The row is locked while it changes, so two admins saving at once both land in the
     audit log with the values each of them replaced.
     """
-    quota = GpuQuota.objects.select_for_update().filter(team=team, resource=resource).first()
+    cluster = _other_than_first(cluster)
+    quota = (
+        GpuQuota.objects.select_for_update()
+        .filter(team=team, resource=resource, cluster=cluster)
+        .order_by("pk")  # not the default order's joins: FOR UPDATE refuses outer ones
+        .first()
+    )
     old = {f: getattr(quota, f) for f in _QUOTA_FIELDS} if quota else None
     new: dict[str, int | None] = {
         "limit": limit,
@@ -107,26 +126,35 @@ def quota_set(
     }
     _check_limits(limit, new["borrowing_limit"], new["lending_limit"])
     if quota is None:
-        quota = GpuQuota.objects.create(team=team, resource=resource, **new)
+        quota = GpuQuota.objects.create(team=team, resource=resource, cluster=cluster, **new)
     elif old != new:
         for name, value in new.items():
             setattr(quota, name, value)
         quota.save(update_fields=[*_QUOTA_FIELDS, "updated_at"])
-    _quota_audit(actor=actor, team=team, resource=resource, old=old, new=new)
+    _quota_audit(actor=actor, team=team, resource=resource, cluster=cluster, old=old, new=new)
     if old != new:
         _sync_with_cohort(team)
     return quota
 
 
 @transaction.atomic
-def quota_delete(*, actor: Actor, team: Team, resource: str) -> None:
-    """Remove a team's quota on one resource (the team may then use none of it)."""
-    quota = GpuQuota.objects.select_for_update().filter(team=team, resource=resource).first()
+def quota_delete(
+    *, actor: Actor, team: Team, resource: str, cluster: Cluster | None = None
+) -> None:
+    """Remove a team's quota on one resource of one cluster (``None``: the first): the team
+    may then use none of it there."""
+    cluster = _other_than_first(cluster)
+    quota = (
+        GpuQuota.objects.select_for_update()
+        .filter(team=team, resource=resource, cluster=cluster)
+        .order_by("pk")  # not the default order's joins: FOR UPDATE refuses outer ones
+        .first()
+    )
     if quota is None:
         return
     quota.delete()
     old = {f: getattr(quota, f) for f in _QUOTA_FIELDS}
-    _quota_audit(actor=actor, team=team, resource=resource, old=old, new=None)
+    _quota_audit(actor=actor, team=team, resource=resource, cluster=cluster, old=old, new=None)
     _sync_with_cohort(team)
 
 

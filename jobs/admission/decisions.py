@@ -20,6 +20,10 @@ The rules (Kueue's, ``docs/sharing.md``; the arithmetic is ``scheduling.sharing`
   preemptor can never be a victim of the job it evicted: no ping-pong.
 - Inference deployments and workspaces borrow only when their team allows it.
 
+A pass is over one cluster: a team's quota is per cluster (as Kueue's ClusterQueues are), so
+its jobs placed on one cluster are admitted against its quota there and hold nothing on
+another. ``cluster=None`` reads every cluster's rows together (one cluster: the same).
+
 The locks and the writes are ``jobs.services.admission``'s; selectors (the fit preview, the
 Kueue words) read through this module.
 """
@@ -32,9 +36,10 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from cluster.models import Cluster
 from cluster.priority_classes import may_preempt_own_team
 from jobs.admission.words import evicting_words, wait_words, waiting_for_evictions_words
 from jobs.models import ACTIVE_STATES, Job, JobQuerySet, queue_key
@@ -71,10 +76,18 @@ QUEUE_PAGE = 50
 _QUEUE_FIELDS = ("pk", "team_id", "kind", "priority_value", "created_at", "demand")
 
 
-def queued(team_ids: list[int], queueing: str = Job.Queueing.PORTAL) -> JobQuerySet:
-    """The teams' jobs waiting for one engine to admit them, in queue order (a pass admits
-    only its own: Kueue admits the others, in the cluster)."""
-    return Job.objects.filter(team__in=team_ids).waiting_for_admission(queueing)
+def on(rows: Any, cluster: Cluster | None) -> Any:
+    """The rows (jobs or quotas) of one cluster; all of them with ``None``."""
+    return rows if cluster is None else rows.on_cluster(cluster.pk, first=cluster.is_first)
+
+
+def queued(
+    team_ids: list[int], queueing: str = Job.Queueing.PORTAL, cluster: Cluster | None = None
+) -> JobQuerySet:
+    """The teams' jobs waiting for one engine to admit them (on one cluster), in queue
+    order (a pass admits only its own: Kueue admits the others, in the cluster)."""
+    found: JobQuerySet = on(Job.objects.filter(team__in=team_ids), cluster)
+    return found.waiting_for_admission(queueing)
 
 
 @dataclass
@@ -89,6 +102,7 @@ class AdmissionPass:
     # Teams whose queue holds more than was read, and the last job read of each.
     more: dict[int, QueuedJob] = field(default_factory=dict)
     queueing: str = Job.Queueing.PORTAL  # whose admitted and queued jobs these are
+    cluster: Cluster | None = None  # where (None: every cluster's together)
 
     def head(self, team_id: int) -> QueuedJob | None:
         """The team's first queued job not yet admitted in this pass (reading the next
@@ -97,7 +111,7 @@ class AdmissionPass:
         if not queue and team_id in self.more:
             last = self.more.pop(team_id)
             rows = list(
-                queued([team_id], self.queueing)
+                queued([team_id], self.queueing, self.cluster)
                 .behind(last.priority, last.created_at, last.job_id)
                 .values_list(*_QUEUE_FIELDS)[: QUEUE_PAGE + 1]
             )
@@ -140,13 +154,19 @@ def _lock_teams(team_id: int, *, lock: bool = True) -> list[Team]:
 
 
 def _snapshot(
-    teams: list[Team], *, lock: bool = True, queueing: str = Job.Queueing.PORTAL
+    teams: list[Team],
+    *,
+    lock: bool = True,
+    queueing: str = Job.Queueing.PORTAL,
+    cluster: Cluster | None = None,
 ) -> tuple[Cohort, list[dict[str, Any]]]:
-    """The cohort's quotas (locked unless only previewing) and what the jobs one engine
-    admitted hold."""
+    """The cohort's quotas on the cluster (locked unless only previewing) and what the jobs
+    one engine admitted there hold."""
     in_cohort = teams[0].cohort_id is not None
     quotas: dict[int, dict[str, ResourceQuota]] = defaultdict(dict)
-    rows = GpuQuota.objects.filter(team__in=[t.pk for t in teams]).order_by("team_id", "resource")
+    rows: QuerySet[GpuQuota] = on(
+        GpuQuota.objects.filter(team__in=[t.pk for t in teams]), cluster
+    ).order_by("team_id", "resource")
     for q in rows.select_for_update() if lock else rows:
         base = quota_base(q.resource, 1)
         quotas[q.team_id][q.resource] = ResourceQuota(
@@ -159,7 +179,7 @@ def _snapshot(
             if in_cohort and q.lending_limit is not None
             else None,
         )
-    found = holders([t.pk for t in teams], queueing)
+    found = holders([t.pk for t in teams], queueing, cluster)
     usage: dict[int, dict[str, int]] = {t.pk: defaultdict(int) for t in teams}
     for job in found:
         for resource, amount in job["demand"].items():
@@ -173,11 +193,14 @@ def _snapshot(
     return cohort, found
 
 
-def holders(team_ids: list[int], queueing: str) -> list[dict[str, Any]]:
-    """The admitted, unfinished jobs of one engine, in admission order."""
+def holders(
+    team_ids: list[int], queueing: str, cluster: Cluster | None = None
+) -> list[dict[str, Any]]:
+    """The admitted, unfinished jobs of one engine (on one cluster), in admission order."""
     return [
         {**row, "evicting": row["evicted_at"] is not None}
-        for row in Job.objects.filter(
+        for row in on(Job.objects, cluster)
+        .filter(
             team__in=team_ids,
             state__in=ACTIVE_STATES,
             admitted_at__isnull=False,
@@ -197,6 +220,7 @@ def admission_read(
     lock: bool = True,
     page: int | None = QUEUE_PAGE,
     queueing: str = Job.Queueing.PORTAL,
+    cluster: Cluster | None = None,
 ) -> AdmissionPass | None:
     """The pass's snapshot: the cohort's teams (locked), quotas, holders, and the first
     ``page`` jobs of each team's queue (one statement: a window over the queue order), or
@@ -205,9 +229,9 @@ def admission_read(
     teams = _lock_teams(team_id, lock=lock)
     if not teams:
         return None
-    cohort, found = _snapshot(teams, lock=lock, queueing=queueing)
+    cohort, found = _snapshot(teams, lock=lock, queueing=queueing, cluster=cluster)
     queues: dict[int, deque[QueuedJob]] = {t.pk: deque() for t in teams}
-    rows = queued([t.pk for t in teams], queueing)
+    rows = queued([t.pk for t in teams], queueing, cluster)
     if page is not None:
         rows = rows.first_of_each_team(page + 1)
     for row in rows.values_list(*_QUEUE_FIELDS).iterator(chunk_size=5000):
@@ -227,6 +251,7 @@ def admission_read(
         queues=queues,
         more=more,
         queueing=queueing,
+        cluster=cluster,
     )
 
 
@@ -360,12 +385,19 @@ class QuotaVerdict:
 
 
 def admission_preview(
-    *, team_id: int, kind: str, priority: int, demand: dict[str, int]
+    *,
+    team_id: int,
+    kind: str,
+    priority: int,
+    demand: dict[str, int],
+    cluster: Cluster | None = None,
 ) -> QuotaVerdict:
-    """Would a job of this kind, priority and demand be admitted now, by borrowing, by
-    evicting, or wait? Read-only: takes no lock and changes nothing. It queues behind the
-    team's queued jobs of the same or higher priority, which go first."""
-    state = admission_read(team_id, lock=False, page=None, queueing=settings.QUEUEING)
+    """Would a job of this kind, priority and demand be admitted now on the cluster, by
+    borrowing, by evicting, or wait? Read-only: takes no lock and changes nothing. It queues
+    behind the team's queued jobs there of the same or higher priority, which go first."""
+    state = admission_read(
+        team_id, lock=False, page=None, queueing=settings.QUEUEING, cluster=cluster
+    )
     assert state is not None, "the team exists: the spec check found it"
     team, cohort = state.teams[team_id], state.cohort
     job = QueuedJob(0, team_id, kind, priority, timezone.now(), demand)

@@ -17,6 +17,7 @@ from django.conf import settings
 
 from cluster import kube
 from cluster.labels import JOB_ID_LABEL
+from cluster.models import Cluster
 from cluster.nodes import cluster_snapshot
 from cluster.priority_classes import PRIORITY_CLASSES
 from jobs.admission.decisions import admission_preview
@@ -111,11 +112,15 @@ def job_fit_preview(
     demand: dict[str, int],
     kind: str = "training",
     priority: int = 0,
+    cluster: Cluster | None = None,
 ) -> FitPreview:
-    """Would the job start now? First the quota, as admission would decide it in the
-    team's cohort; then the cluster: pods are placed one after another on the same
-    snapshot, so a 4-worker job must find room for all four."""
-    quota = admission_preview(team_id=team.pk, kind=kind, priority=priority, demand=demand)
+    """Would the job start now on ``cluster`` (the one the Kubernetes adapter is bound to)?
+    First the quota, as admission would decide it in the team's cohort there; then the
+    cluster: pods are placed one after another on the same snapshot, so a 4-worker job
+    must find room for all four."""
+    quota = admission_preview(
+        team_id=team.pk, kind=kind, priority=priority, demand=demand, cluster=cluster
+    )
     if quota.kind == "waits":
         return FitPreview("waits-for-quota", quota.message, quota=quota.kind)
     if quota.kind == "preempts":

@@ -17,7 +17,8 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from jobs.admission.decisions import AdmissionPass, QueuedJob, admission_read
+from cluster.models import Cluster
+from jobs.admission.decisions import AdmissionPass, QueuedJob, admission_read, on
 from jobs.admission.words import evicting_words, eviction_words
 from jobs.models import Job, queue_key
 from jobs.tracking.kueue import KueueIndex
@@ -33,14 +34,17 @@ class KueueWords:
     """One per tracking pass: each cohort's snapshot and each team's queue are read once,
     however many of their jobs are explained."""
 
-    def __init__(self, index: KueueIndex) -> None:
+    def __init__(self, index: KueueIndex, cluster: Cluster | None = None) -> None:
         self.index = index
+        self.cluster = cluster  # whose Workloads these are (a team's quota is per cluster)
         self._passes: dict[int, AdmissionPass | None] = {}
         self._queues: dict[int, list[tuple[int, datetime, int]]] = {}
 
     def _pass(self, team_id: int) -> AdmissionPass | None:
         if team_id not in self._passes:
-            state = admission_read(team_id, lock=False, queueing=Job.Queueing.KUEUE)
+            state = admission_read(
+                team_id, lock=False, queueing=Job.Queueing.KUEUE, cluster=self.cluster
+            )
             if state is not None:
                 self._as_kueue_holds(state)
             for tid in state.teams if state is not None else [team_id]:
@@ -66,9 +70,9 @@ class KueueWords:
         engine's order: priority, then submission); its ``preemptor`` among them, as when
         Kueue evicted it, whether or not Kueue has admitted it since."""
         if job.team_id not in self._queues:
-            waiting = Job.objects.filter(team_id=job.team_id).waiting_for_admission(
-                Job.Queueing.KUEUE
-            )
+            waiting = on(
+                Job.objects.filter(team_id=job.team_id), self.cluster
+            ).waiting_for_admission(Job.Queueing.KUEUE)
             self._queues[job.team_id] = [queue_key(*row) for row in waiting.values_list(*_PLACE)]
         queue = self._queues[job.team_id]
         if preemptor is not None and all(other[2] != preemptor for other in queue):

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from cluster import kube
 from jobs.cluster_scope import in_job_cluster
-from jobs.models import ACTIVE_STATES, Job, JobState
+from jobs.models import ACTIVE_STATES, Job, JobQuerySet, JobState
 from scheduling.quantity import quota_base
 from teams.models import GpuQuota
 
@@ -68,14 +68,17 @@ def _start_estimate(job: Job, ahead: list[Job]) -> tuple[str | None, datetime | 
        cannot free makes the estimate unknown. Jobs often finish earlier: it is
        a "no later than, if the deadlines hold" guess, not a promise.
     """
+    # The team's quota and holders on the job's cluster (a team's quota is per cluster).
+    cluster = job.cluster
+    first = cluster is None or cluster.is_first
     limits = {
         q.resource: quota_base(q.resource, q.limit)
-        for q in GpuQuota.objects.filter(team_id=job.team_id)
+        for q in GpuQuota.objects.filter(team_id=job.team_id, cluster=None if first else cluster)
     }
     holders = list(
-        Job.objects.filter(
-            team_id=job.team_id, state__in=ACTIVE_STATES, admitted_at__isnull=False
-        ).only("state", "demand", "spec", "started_at")
+        _same_cluster(Job.objects, job)
+        .filter(team_id=job.team_id, state__in=ACTIVE_STATES, admitted_at__isnull=False)
+        .only("state", "demand", "spec", "started_at")
     )
     used = _sum_demands(h.demand for h in holders)
     wanted = _sum_demands([*(j.demand for j in ahead), job.demand])
@@ -116,6 +119,14 @@ def _start_estimate(job: Job, ahead: list[Job]) -> tuple[str | None, datetime | 
     )
 
 
+def _same_cluster(jobs: Any, job: Job) -> JobQuerySet:
+    """The jobs on ``job``'s cluster: its queue and its quota are that cluster's."""
+    cluster = job.cluster
+    first = cluster is None or cluster.is_first
+    found: JobQuerySet = jobs.on_cluster(job.cluster_id, first=first)
+    return found
+
+
 @dataclass(frozen=True)
 class _KueueQueue:
     place: int  # 1-based, in the job's ClusterQueue
@@ -152,7 +163,7 @@ def job_queue_position(*, job: Job) -> QueuePosition | None:
     rest is the portal's estimate on its own rows."""
     if job.state != JobState.QUEUED or job.admitted_at is not None:
         return None
-    queued = Job.objects.waiting_for_admission()
+    queued = _same_cluster(Job.objects, job).waiting_for_admission()
     in_team = queued.filter(team_id=job.team_id).only("pk", "demand")
     place = (job.priority_value, job.created_at, job.pk)
     kueue = _kueue_queue(job) if job.queueing == Job.Queueing.KUEUE else None

@@ -20,6 +20,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from cluster.models import Cluster
+from cluster.services import clusters_tracked
 from jobs.admission.decisions import (
     AdmissionPass,
     QueuedJob,
@@ -45,7 +47,20 @@ class AdmissionResult:
 
 
 def admission_run(*, team_id: int) -> AdmissionResult:
-    """One admission pass over the cohort of ``team_id`` (or the team alone).
+    """An admission pass over the cohort of ``team_id`` (or the team alone) on each cluster
+    not disabled (a team's quota is per cluster): ``admission_pass``."""
+    result = AdmissionResult()
+    for cluster in clusters_tracked():
+        done = admission_pass(team_id=team_id, cluster=cluster)
+        result.admitted += done.admitted
+        result.waiting.update(done.waiting)
+        result.evicted += done.evicted
+    return result
+
+
+def admission_pass(*, team_id: int, cluster: Cluster) -> AdmissionResult:
+    """One admission pass over the cohort of ``team_id`` (or the team alone) on one
+    cluster: its jobs placed there, against their teams' quotas there.
 
     1. Lock the cohort's team rows in id order, then their quota rows; read what admitted
        jobs hold and every queued job, in queue order.
@@ -61,7 +76,7 @@ def admission_run(*, team_id: int) -> AdmissionResult:
     """
     result = AdmissionResult()
     with transaction.atomic():
-        state = admission_read(team_id)
+        state = admission_read(team_id, cluster=cluster)
         if state is None:
             return result
         now = timezone.now()
@@ -83,7 +98,7 @@ def _write_kueue_borrowing(state: AdmissionPass) -> None:
     quota rows the pass read, which Kueue's ClusterQueues are written from (managed mode)."""
     if state.cohort_name is None:
         return
-    kueue_holders = holders(list(state.teams), Job.Queueing.KUEUE)
+    kueue_holders = holders(list(state.teams), Job.Queueing.KUEUE, state.cluster)
     if kueue_holders:
         _write_borrowing(replace(state, holders=kueue_holders))
 
@@ -160,7 +175,7 @@ def _write_evictions(
             continue
         position = (
             1
-            + queued([job.team_id]).ahead_of(*_place(job)).count()
+            + queued([job.team_id], cluster=state.cluster).ahead_of(*_place(job)).count()
             + sum(1 for other in evicted_keys[job.team_id] if other < _key(job))
         )
         message = eviction_words(
@@ -202,6 +217,7 @@ FROM (
            CASE WHEN row_number() OVER w = 2 THEN ' job ahead' ELSE ' jobs ahead' END AS message
     FROM jobs_job
     WHERE team_id = %s AND state = 'queued' AND admitted_at IS NULL
+      AND (%s OR cluster_id = %s OR (%s AND cluster_id IS NULL))
     WINDOW w AS (ORDER BY {QUEUE_ORDER_SQL})
 ) AS ranked
 WHERE jobs_job.id = ranked.id AND jobs_job.reason <> 'Preempted'
@@ -214,9 +230,12 @@ def _write_waiting(state: AdmissionPass, reasons: dict[int, str], result: Admiss
     one statement per team, rewriting only the rows whose words changed (an evicted job
     keeps its ``Preempted`` words until it is admitted again)."""
     now = timezone.now()
+    # The queue of the pass's cluster (every cluster's with none).
+    where = state.cluster
+    on_cluster = [where is None, where.pk if where else None, where.is_first if where else False]
     for tid, words in reasons.items():
         head = state.queues[tid][0]
         result.waiting[head.job_id] = words
         reason = "QuotaExceeded"
         with connection.cursor() as cursor:
-            cursor.execute(_WAITING_SQL, [reason, now, words, tid, reason])
+            cursor.execute(_WAITING_SQL, [reason, now, words, tid, *on_cluster, reason])

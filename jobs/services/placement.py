@@ -81,14 +81,14 @@ def clusters_for(name: str) -> list[Cluster]:
     return [cluster]  # one not answering now: the job waits for it (its page says so)
 
 
-def job_place(candidates: list[Cluster], preview: Callable[[], FitPreview]) -> Placement:
+def job_place(candidates: list[Cluster], preview: Callable[[Cluster], FitPreview]) -> Placement:
     """The candidate where ``preview`` (run against each cluster in turn) answers best."""
     if len(candidates) == 1:
         return Placement(candidates[0], "")
     answers: list[tuple[int, str, Cluster, FitPreview]] = []
     for cluster in candidates:
         with on_cluster_row(cluster.pk):
-            fit = preview()
+            fit = preview(cluster)
         rank, words = _answer(fit)
         answers.append((rank, words, cluster, fit))
         if rank == 0:

@@ -41,7 +41,7 @@ from scheduling import cpu_millis, memory_bytes
 from scheduling.quantity import human_number, human_quantity
 from teams.kueue_config import team_local_queue
 from teams.models import Cohort, Membership, Team
-from teams.selectors import cohort_pool, membership_role, team_quotas_for_user
+from teams.selectors import TeamQuotas, cohort_pool, membership_role, team_quotas_for_user
 from teams.services import audit_record
 
 logger = logging.getLogger(__name__)
@@ -258,16 +258,7 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
     pod_cpu, pod_memory = cpu_millis(requests["cpu"]), memory_bytes(requests["memory"])
     _check_node_capacity(spec, catalog, cpu_millis=pod_cpu, memory_bytes=pod_memory)
     demand = job_demand(spec, cpu_millis=pod_cpu, memory_bytes=pod_memory)
-    ceilings, cohort = None, None
-    if team.cohort_id is not None and kind_may_borrow(team, spec.kind):
-        ceilings = found.ceilings(cohort_pool(cohort_id=team.cohort_id))
-        cohort = Cohort.objects.filter(pk=team.cohort_id).values_list("slug", flat=True).first()
-    problem = quota_never_fits(
-        spec, demand, found.limits, team=team.slug, ceilings=ceilings, cohort=cohort
-    )
-    if problem is not None:
-        field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
-        raise _field_error(field, problem.message)
+    clusters = _check_quotas(spec, demand, found, clusters)
     return CheckedSpec(
         spec=spec,
         team=team,
@@ -279,6 +270,39 @@ def job_spec_check(*, user: User | AnonymousUser, data: Any) -> CheckedSpec:
         kueue_queue=_kueue_queue(team, settings.QUEUEING),
         clusters=tuple(clusters),
     )
+
+
+def _check_quotas(
+    spec: JobSpec, demand: dict[str, int], found: TeamQuotas, clusters: list[Cluster]
+) -> list[Cluster]:
+    """The clusters where the team's quotas could ever admit the job (a team's quota is per
+    cluster); refused, naming the field, when there is none."""
+    team = found.team
+    cohort = None
+    if team.cohort_id is not None and kind_may_borrow(team, spec.kind):
+        cohort = Cohort.objects.filter(pk=team.cohort_id).values_list("slug", flat=True).first()
+    fitting, problems = [], []
+    for cluster in clusters:
+        quotas = found.on(cluster)
+        ceilings = None
+        if cohort is not None and team.cohort_id is not None:
+            ceilings = quotas.ceilings(cohort_pool(cohort_id=team.cohort_id, cluster=cluster))
+        problem = quota_never_fits(
+            spec, demand, quotas.limits, team=team.slug, ceilings=ceilings, cohort=cohort
+        )
+        if problem is None:
+            fitting.append(cluster)
+        else:
+            problems.append(problem)
+    if fitting:
+        return fitting
+    problem = problems[0]
+    field = "gpu.count" if problem.resource not in ("cpu", "memory") else problem.resource
+    message = problem.message
+    if len(clusters) > 1 or not clusters[0].is_first:
+        # Where it was asked: the first cluster alone is every installation before several.
+        message = f"On {', '.join(c.name for c in clusters)}: {message}"
+    raise _field_error(field, message)
 
 
 def _check_home_path(spec: JobSpec, image: WorkspaceImage) -> None:
@@ -347,8 +371,9 @@ def _place(checked: CheckedSpec, manifests: list[dict[str, Any]], *, ask: bool =
     """Where the job would run (``jobs.services.placement``), with that cluster's fit
     preview when ``ask`` (the cluster is asked even when it is the only one)."""
 
-    def preview() -> FitPreview:
+    def preview(cluster: Cluster) -> FitPreview:
         return job_fit_preview(
+            cluster=cluster,
             manifests=manifests,
             team=checked.team,
             demand=checked.demand,
@@ -359,7 +384,7 @@ def _place(checked: CheckedSpec, manifests: list[dict[str, Any]], *, ask: bool =
     placement = job_place(list(checked.clusters), preview)
     if ask and placement.fit is None:
         with on_cluster_row(placement.cluster.pk):
-            placement = replace(placement, fit=preview())
+            placement = replace(placement, fit=preview(placement.cluster))
     return placement
 
 

@@ -325,12 +325,15 @@ def _kueue_changes(job: Job, seen: Observation, now: datetime) -> dict[str, Any]
     return {}
 
 
-def kueue_words_for(by_job: dict[int, list[Obj]]) -> KueueWords | None:
-    """The explainer of a pass over these jobs' Workloads: only when the portal manages
-    Kueue's configuration (else the quotas Kueue applies are not the portal's)."""
+def kueue_words_for(
+    by_job: dict[int, list[Obj]], cluster: Cluster | None = None
+) -> KueueWords | None:
+    """The explainer of a pass over these jobs' Workloads (in ``cluster``): only when the
+    portal manages Kueue's configuration (else the quotas Kueue applies are not the
+    portal's)."""
     if not by_job or not settings.KUEUE_MANAGED:
         return None
-    return KueueWords(kueue_index(by_job))
+    return KueueWords(kueue_index(by_job), cluster)
 
 
 def _kueue_message(job: Job, seen: Observation, workload: Obj, words: KueueWords) -> str:
@@ -425,7 +428,7 @@ def _track(report: ReconcileReport, cluster: Cluster, *, first: bool) -> None:
             [o for objs in owners.values() for o in objs] + [p for ps in pods.values() for p in ps],
         )
     advisor = Advisor()
-    words = kueue_words_for(kueue)
+    words = kueue_words_for(kueue, cluster)
     now = timezone.now()
     for job in active:
         workload = owners.get(job.pk, [])

@@ -406,7 +406,7 @@ class ClusterTracker:
                 known = known_event_keys(Job.objects.filter(pk__in=[j.pk for j in jobs]))
                 advisor, now = Advisor(), timezone.now()
                 followed = any(kueue.get(j.pk) for j in jobs)
-                words = kueue_words_for(kueue) if followed else None
+                words = kueue_words_for(kueue, self.cluster) if followed else None
                 for job in jobs:
                     job_observe(
                         job,

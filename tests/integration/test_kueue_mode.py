@@ -183,6 +183,11 @@ def waits_in_kueue_then_cancelled(alice: Any, extra: Job) -> None:
     wait_for(lambda: not kube.pending_workloads("team-vision", "gpu-portal"), timeout=30)
 
 
+# The reclaiming job's run: long enough (15 s of real time) that Kueue has not admitted its
+# victim again when the eviction is read (at 3 s it could have, on a loaded machine).
+RECLAIMER_RUN = {"SANDBOX_DURATION": "450s"}
+
+
 def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     kueue_worker: WorkerProcess, cluster: SandboxProcess
 ) -> None:
@@ -228,7 +233,7 @@ def test_on_kueue_a_lender_reclaims_and_the_evicted_job_runs_again(
     waits_in_kueue_then_cancelled(alice, extra)
 
     # When dave submits 2 GPUs of robotics' own quota
-    mine = submit(dave, "robotics", 2, "mine", env={"SANDBOX_DURATION": "90s"})
+    mine = submit(dave, "robotics", 2, "mine", env=RECLAIMER_RUN)
     samples = []
 
     def reclaimed() -> bool:

@@ -23,9 +23,13 @@ from core.errors import ApplicationError
 from jobs.cluster_scope import in_job_cluster
 from jobs.models import Job, JobState
 from jobs.selectors.fit import FitPreview
+from jobs.services.admission import admission_run
 from jobs.services.placement import clusters_for, job_place
 from jobs.services.submit import job_submit
 from jobs.tracking.reconcile import cluster_reconcile
+from scheduling.resources import ANY_GPU as GPU
+from teams.models import Team
+from teams.services import quota_set
 from tests.conftest import api_client_for, training_spec
 from tests.factories import JobFactory, TeamFactory
 from tests.jobs.test_reconcile_events import FakeCluster
@@ -36,6 +40,13 @@ pytestmark = pytest.mark.django_db
 def second_cluster(name: str = "h200-east", **fields: Any) -> Cluster:
     return Cluster.objects.create(
         name=name, access=Cluster.Access.KUBECONFIG, kubeconfig_path=f"/etc/portal/{name}", **fields
+    )
+
+
+def gpus_for(team: str, cluster: Cluster, limit: int = 8) -> None:
+    """Quota for ``team`` on ``cluster``: a team's quota is per cluster."""
+    quota_set(
+        actor=None, team=Team.objects.get(slug=team), resource=GPU, limit=limit, cluster=cluster
     )
 
 
@@ -81,7 +92,7 @@ def test_a_draining_cluster_takes_no_new_job_and_any_passes_it_over(alice: User)
 
 
 def test_a_job_runs_on_the_cluster_its_spec_names(alice: User) -> None:
-    second_cluster()
+    gpus_for("vision", second_cluster())
 
     response = api_client_for(alice).post(
         "/api/v1/jobs/", training_spec(name="named", cluster="h200-east"), format="json"
@@ -109,7 +120,7 @@ def test_any_takes_the_cluster_where_the_job_would_start_soonest_and_says_why() 
         second.name: FitPreview("fits", "Fits now on h200-0.", ["h200-0"], quota="nominal"),
     }
 
-    placement = job_place(clusters_for("any"), lambda: answers[kube.current_cluster().name])
+    placement = job_place(clusters_for("any"), lambda cluster: answers[cluster.name])
 
     assert placement.cluster == second
     assert placement.fit is answers[second.name]
@@ -197,8 +208,9 @@ def test_the_first_cluster_where_the_job_fits_now_ends_the_asking() -> None:
     second_cluster("h200-east")
     asked: list[str] = []
 
-    def preview() -> FitPreview:
-        asked.append(kube.current_cluster().name)
+    def preview(cluster: Cluster) -> FitPreview:
+        assert kube.current_cluster().name == cluster.name  # the adapter bound to it
+        asked.append(cluster.name)
         return FitPreview("fits", "Fits now.", quota="nominal")
 
     placement = job_place(clusters_for("any"), preview)
@@ -233,3 +245,46 @@ def test_each_cluster_keeps_its_own_recent_snapshot(
 
     # Each cluster was listed once (one shared entry listed at every turn)
     assert listed == [first.name, second.name]
+
+
+def test_a_team_runs_only_where_it_has_quota_and_is_told_where_that_is(alice: User) -> None:
+    # Given vision with quota on the first cluster and none on h200-east
+    second_cluster()
+    client = api_client_for(alice)
+    # When alice names h200-east, Then it is refused, naming where and why; nothing stored
+    response = client.post(
+        "/api/v1/jobs/", training_spec(name="far", cluster="h200-east"), format="json"
+    )
+    assert response.status_code == 400, response.content
+    errors = response.json()["errors"]
+    assert "On h200-east: Team vision has no quota for GPUs" in errors["gpu.count"][0]
+    assert not Job.objects.filter(name="far").exists()
+    # and ``any`` places it where the quota is, without asking the other
+    response = client.post("/api/v1/jobs/", training_spec(name="near"), format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["cluster"] == settings.CLUSTER_NAME
+
+
+def test_admission_counts_a_teams_jobs_against_its_quota_on_their_own_cluster(
+    alice: User, settings: Any
+) -> None:
+    # Given vision with 16 GPUs on the first cluster and 8 on h200-east, and 16 in use on
+    # the first
+    second = second_cluster()
+    gpus_for("vision", second, limit=8)
+    settings.QUEUEING = "portal"
+    here = [
+        job_submit(
+            user=alice,
+            data=training_spec(name=f"here{i}", gpu={"count": 8}, cluster=settings.CLUSTER_NAME),
+        )
+        for i in range(3)
+    ]
+    job_submit(user=alice, data=training_spec(name="far", gpu={"count": 8}, cluster="h200-east"))
+    # When admission runs
+    admission_run(team_id=here[0].team_id)
+    # Then the first cluster admits two of its three (16 of 16), and h200-east its own
+    admitted = {j.name for j in Job.objects.filter(admitted_at__isnull=False)}
+    assert admitted == {"here0", "here1", "far"}
+    waiting = Job.objects.get(name="here2")
+    assert waiting.reason == "QuotaExceeded" and "16 of 16" in waiting.message, waiting.message

@@ -9,6 +9,7 @@ import base64
 import datetime as dt
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -56,6 +57,28 @@ def serves_the_note_again(base: str) -> None:
     assert body["content"] == "kept"
 
 
+def survivor_running(cluster: SandboxProcess, ns: str) -> dict[str, Any]:
+    """A Job of 8 GPUs in Kueue's queue, admitted and its pod running. Made last, just
+    before the kill: its 75 s of real time must outlast the kill and the restart, not also
+    the workspace's start on a loaded machine."""
+    apply(
+        cluster,
+        gpu_job("survivor", ns, 8, duration="750s", labels={"kueue.x-k8s.io/queue-name": "team"}),
+    )
+    found: dict[str, Any] = wait_for(
+        "the pod running",
+        lambda: next(
+            (
+                p
+                for p in pods(cluster, ns)
+                if p["status"].get("phase") == "Running" and p["metadata"]["name"] != "nb"
+            ),
+            None,
+        ),
+    )
+    return found
+
+
 def test_after_sigkill_and_a_restart_jobs_workloads_and_pods_carry_on(
     own_cluster: SandboxProcess,
 ) -> None:
@@ -65,15 +88,8 @@ def test_after_sigkill_and_a_restart_jobs_workloads_and_pods_carry_on(
     ns = namespace(cluster)
     queue = f"cq-{ns}"
     gpu_queue(cluster, ns, queue, gpus=8)
-    apply(
-        cluster,
-        gpu_job("survivor", ns, 8, duration="250s", labels={"kueue.x-k8s.io/queue-name": "team"}),
-    )
-    running = wait_for(
-        "the pod running",
-        lambda: next((p for p in pods(cluster, ns) if p["status"].get("phase") == "Running"), None),
-    )
     notebook = notebook_with_a_note(cluster, ns)
+    running = survivor_running(cluster, ns)
 
     # When the process that started the cluster is killed outright, and started again
     killed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
