@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from rest_framework import serializers
 
 from core.errors import NotFound
@@ -153,7 +153,10 @@ def _units(resource: str, base: int) -> int:
 def _usage_by_team(team_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     totals: dict[int, dict[str, int]] = {pk: defaultdict(int) for pk in team_ids}
     rows = Job.objects.filter(
-        team__in=team_ids, state__in=ACTIVE_STATES, admitted_at__isnull=False
+        Q(cluster__isnull=True) | Q(cluster__name=settings.CLUSTER_NAME),
+        team__in=team_ids,
+        state__in=ACTIVE_STATES,
+        admitted_at__isnull=False,
     ).values_list("team_id", "demand")
     for team_id, demand in rows:
         for resource, amount in demand.items():
@@ -163,12 +166,15 @@ def _usage_by_team(team_ids: Sequence[int]) -> dict[int, dict[str, int]]:
 
 def quota_usage_for_teams(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]:
     """Each team's quotas with what its admitted jobs hold, and, in a cohort, what it
-    borrows and lends now (``scheduling.sharing``): three queries, however many teams."""
+    borrows and lends now (``scheduling.sharing``): three queries, however many teams.
+    On the first cluster (the other clusters' quotas and use are not shown here yet:
+    docs/clusters.md)."""
     cohort_ids = {t.cohort_id for t in teams if t.cohort_id}
     mates = list(Team.objects.filter(cohort_id__in=cohort_ids)) if cohort_ids else []
     everyone = {t.pk: t for t in [*teams, *mates]}
     quotas: dict[int, list[GpuQuota]] = defaultdict(list)
-    for quota in GpuQuota.objects.filter(team__in=list(everyone)).order_by("resource"):
+    first = GpuQuota.objects.filter(team__in=list(everyone), cluster__isnull=True)
+    for quota in first.order_by("resource"):
         quotas[quota.team_id].append(quota)
     usage = _usage_by_team(list(everyone))
     lent: dict[int, dict[str, int]] = defaultdict(dict)

@@ -1,7 +1,8 @@
-"""Two real local clusters behind one portal: a job runs on the cluster its spec names (its
-objects there, its team's namespace made there), each cluster is tracked alone, and one
-whose API server is stopped marks itself unreachable while no job changes, new ``any`` jobs
-go to the other, and tracking resumes when it is back (no restart of anything)."""
+"""Two real local clusters behind one portal: a team's namespace, quota and policies are in
+each cluster where it has quota and nowhere else; a job runs on the cluster its spec names
+(its objects there), each cluster is tracked alone, and one whose API server is stopped
+marks itself unreachable while no job changes, new ``any`` jobs go to the other, and
+tracking resumes when it is back (no restart of anything)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from kubernetes import client, config
 from cluster.models import Cluster
 from jobs.models import Job, JobState
 from jobs.services.submit import job_submit
+from scheduling.resources import ANY_GPU
+from teams.models import Team
+from teams.services import quota_set
 from tests.conftest import api_client_for, training_spec
 from tests.sandbox_process import SandboxProcess, start_sandbox
 from tests.worker_process import WorkerProcess, wait_for, wait_job
@@ -39,10 +43,41 @@ def east(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
 @pytest.fixture
 def seeded(worker_env: dict[str, str], east: SandboxProcess) -> dict[str, User]:
     call_command("seed_demo", verbosity=0, stdout=open("/dev/null", "w"))  # noqa: SIM115
-    Cluster.objects.create(
+    second = Cluster.objects.create(
         name=EAST, access=Cluster.Access.KUBECONFIG, kubeconfig_path=str(east.kubeconfig)
     )
+    # vision has quota on both clusters; the other teams on the first alone
+    vision = Team.objects.get(slug="vision")
+    quota_set(actor=None, team=vision, resource=ANY_GPU, limit=8, cluster=second)
     return {u.username: u for u in User.objects.all()}
+
+
+def _namespaced(sandbox: SandboxProcess, namespace: str) -> dict[str, Any]:
+    """The team's namespace in a cluster, with its ResourceQuota's GPU limit and its
+    NetworkPolicies; None when there is no such namespace."""
+    api = config.new_client_from_config(config_file=str(sandbox.kubeconfig))
+    core, net = client.CoreV1Api(api), client.NetworkingV1Api(api)
+    if namespace not in {n.metadata.name for n in core.list_namespace().items}:
+        return {}
+    quotas = core.list_namespaced_resource_quota(namespace).items
+    return {
+        "gpus": {q.spec.hard.get(f"requests.{ANY_GPU}") for q in quotas},
+        "policies": {p.metadata.name for p in net.list_namespaced_network_policy(namespace).items},
+    }
+
+
+def test_a_teams_namespace_quota_and_policies_are_where_it_has_quota_and_nowhere_else(
+    seeded: dict[str, User], cluster: SandboxProcess, east: SandboxProcess
+) -> None:
+    # When the teams are mirrored into the clusters
+    call_command("cluster_sync", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    # Then vision is in both, each with its quota there (on the first, its 16 and the 8
+    # robotics lends it in their cohort; on the second, its 8, no other team lending there);
+    # nlp in the first alone
+    first, second = _namespaced(cluster, "team-vision"), _namespaced(east, "team-vision")
+    assert first["gpus"] == {"24"} and second["gpus"] == {"8"}, (first, second)
+    assert first["policies"] and second["policies"] == first["policies"]
+    assert _namespaced(cluster, "team-nlp") and _namespaced(east, "team-nlp") == {}
 
 
 def _jobs_in(sandbox: SandboxProcess, namespace: str) -> set[str]:

@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from cluster.models import Cluster
 from jobs.services.submit import job_submit
+from teams.models import Team
+from teams.services import quota_set
 from tests.conftest import training_spec
 
 pytestmark = pytest.mark.django_db
@@ -39,6 +41,8 @@ def test_the_cluster_page_lists_the_clusters_and_one_that_does_not_answer(alice:
 
 def test_a_jobs_page_names_its_cluster_and_says_when_it_does_not_answer(alice: User) -> None:
     cluster = Cluster.objects.create(name="h200-east", kubeconfig_path="/k/h200-east")
+    vision = Team.objects.get(slug="vision")
+    quota_set(actor=None, team=vision, resource="nvidia.com/gpu", limit=8, cluster=cluster)
     job = job_submit(user=alice, data=training_spec(name="far", cluster="h200-east"))
 
     page = _client(alice).get(f"/jobs/{job.pk}/").content.decode()
