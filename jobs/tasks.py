@@ -176,6 +176,15 @@ def jobs_waiting_check_task() -> list[int]:
     return jobs_waiting_check()
 
 
+@shared_task(**ROBUST, soft_time_limit=120, time_limit=150)
+def spill_over_task() -> list[int]:
+    """Periodic (beat): move jobs for any cluster waiting past their team's spill-over time
+    to a cluster where they would start now (``jobs.services.spill_over``)."""
+    from jobs.services.spill_over import jobs_spill_over
+
+    return jobs_spill_over()
+
+
 # Its name from before it moved here, so notices queued by an older release still run.
 @shared_task(name="jobs.notices.job_notify_task", **ROBUST, soft_time_limit=30, time_limit=60)
 def job_notify_task(job_id: int, event: str, entry_id: int) -> list[int]:

@@ -250,6 +250,7 @@ CELERY_BEAT_SCHEDULE = {
     "catalog-refresh": {"task": "cluster.tasks.catalog_refresh_task", "schedule": 300.0},
     "teams-sync": {"task": "teams.tasks.teams_sync_task", "schedule": 300.0},
     "waiting-check": {"task": "jobs.tasks.jobs_waiting_check_task", "schedule": 60.0},
+    "spill-over": {"task": "jobs.tasks.spill_over_task", "schedule": 60.0},
     "gpu-changes": {
         "task": "jobs.tasks.gpu_changes_resume_task",
         "schedule": 60.0,

@@ -65,6 +65,14 @@ class Team(models.Model):
         "GPUs may then evict them). Training jobs always may.",
     )
 
+    spill_over_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="With several clusters: a job for any cluster still waiting for quota this "
+        "many minutes after it was placed is moved, once, to another cluster where it would "
+        "start now (portal engine). Empty: jobs stay where they were placed.",
+    )
+
     kueue_local_queue = models.CharField(
         max_length=63,
         blank=True,

@@ -163,6 +163,7 @@ _TEAM_AUDITED = (
     "cohort_id",
     "weight",
     "inference_may_borrow",
+    "spill_over_minutes",
     "idle_policy",
     "idle_threshold_percent",
     "idle_window_minutes",
