@@ -66,7 +66,11 @@ def _use(quota: GpuQuota) -> QuotaUse | None:
     if quota.pk is None:
         return None
     if not hasattr(quota, "_use"):
-        found = (q for q in quota_usage(team=quota.team) if q.resource == quota.resource)
+        found = (
+            q
+            for q in quota_usage(team=quota.team, cluster=quota.cluster)
+            if q.resource == quota.resource
+        )
         quota._use = next(found, None)  # type: ignore[attr-defined]
     use: QuotaUse | None = quota._use  # type: ignore[attr-defined]
     return use
@@ -101,6 +105,7 @@ class TeamInUseAdmin(TeamAdmin):
 class GpuQuotaInUseAdmin(_QuotaUseColumns, GpuQuotaAdmin):
     list_display = [
         "team",
+        "cluster_name",
         "resource",
         "limit",
         "borrowing_limit",

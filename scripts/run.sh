@@ -41,6 +41,17 @@ if [ -z "${KUBECONFIG:-}" ]; then
     --ports-file var/sandbox-ports.json >var/log/sandbox.log 2>&1 &
   pids+=($!)
   SANDBOX_PID=$!
+  # A second local cluster (several clusters behind one portal, docs/clusters.md): H100s and
+  # time-sliced T4s, registered as h100-east. DEMO_SECOND_CLUSTER=0 leaves it out.
+  if [ "${DEMO_SECOND_CLUSTER:-1}" != 0 ]; then
+    rm -f var/sandbox-east-ports.json
+    $BIN/python -m sandbox --profile east --port "${SANDBOX_EAST_PORT:-6444}" \
+      --metrics-port "${SANDBOX_EAST_METRICS_PORT:-9401}" --speed "${SANDBOX_SPEED:-10}" \
+      --state var/sandbox-east --kubeconfig var/sandbox-east-kubeconfig \
+      --ports-file var/sandbox-east-ports.json >var/log/sandbox-east.log 2>&1 &
+    pids+=($!)
+    EAST_PID=$!
+  fi
 fi
 
 $BIN/python scripts/ensure_db.py
@@ -60,6 +71,19 @@ if [ -n "${SANDBOX_PID:-}" ]; then
   fi
   export KUBECONFIG="$PWD/var/sandbox-kubeconfig"
   CLUSTER="sandbox cluster (profile ${SANDBOX_PROFILE:-default}, logs var/log/sandbox.log; try KUBECONFIG=var/sandbox-kubeconfig .venv/bin/kubectl get nodes)"
+  if [ -n "${EAST_PID:-}" ]; then
+    for _ in $(seq 1 1800); do
+      [ -s var/sandbox-east-ports.json ] && break
+      kill -0 "$EAST_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if [ -s var/sandbox-east-ports.json ]; then
+      $BIN/python manage.py seed_demo --cluster "h100-east=$PWD/var/sandbox-east-kubeconfig" >/dev/null
+      CLUSTER="$CLUSTER; and h100-east (profile east, logs var/log/sandbox-east.log)"
+    else
+      echo "The second demo cluster (h100-east) did not start; see var/log/sandbox-east.log. The demo runs on one." >&2
+    fi
+  fi
 else
   CLUSTER="cluster of KUBECONFIG=$KUBECONFIG"
 fi

@@ -14,6 +14,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Q, QuerySet
 from rest_framework import serializers
 
+from cluster.models import Cluster
 from core.errors import NotFound
 from jobs.models import ACTIVE_STATES, Job, JobEvent, JobState
 from jobs.spec import spec_submittable
@@ -150,10 +151,19 @@ def _units(resource: str, base: int) -> int:
     return -(-base // unit)  # round up: 500m of cpu is "1 core in use"
 
 
-def _usage_by_team(team_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+def _on(cluster: Cluster | None) -> Q:
+    """The jobs on ``cluster`` (the first with ``None``, which holds those with none)."""
+    if cluster is None or cluster.is_first:
+        return Q(cluster__isnull=True) | Q(cluster__name=settings.CLUSTER_NAME)
+    return Q(cluster=cluster)
+
+
+def _usage_by_team(
+    team_ids: Sequence[int], cluster: Cluster | None = None
+) -> dict[int, dict[str, int]]:
     totals: dict[int, dict[str, int]] = {pk: defaultdict(int) for pk in team_ids}
     rows = Job.objects.filter(
-        Q(cluster__isnull=True) | Q(cluster__name=settings.CLUSTER_NAME),
+        _on(cluster),
         team__in=team_ids,
         state__in=ACTIVE_STATES,
         admitted_at__isnull=False,
@@ -164,19 +174,25 @@ def _usage_by_team(team_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     return totals
 
 
-def quota_usage_for_teams(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]:
-    """Each team's quotas with what its admitted jobs hold, and, in a cohort, what it
-    borrows and lends now (``scheduling.sharing``): three queries, however many teams.
-    On the first cluster (the other clusters' quotas and use are not shown here yet:
-    docs/clusters.md)."""
+def quota_usage_for_teams(
+    *, teams: Sequence[Team], cluster: Cluster | None = None
+) -> dict[int, list[QuotaUse]]:
+    """Each team's quotas on ``cluster`` (the first with ``None``) with what its admitted
+    jobs there hold, and, in a cohort, what it borrows and lends there now
+    (``scheduling.sharing``): three queries, however many teams."""
     cohort_ids = {t.cohort_id for t in teams if t.cohort_id}
     mates = list(Team.objects.filter(cohort_id__in=cohort_ids)) if cohort_ids else []
     everyone = {t.pk: t for t in [*teams, *mates]}
     quotas: dict[int, list[GpuQuota]] = defaultdict(list)
-    first = GpuQuota.objects.filter(team__in=list(everyone), cluster__isnull=True)
-    for quota in first.order_by("resource"):
+    here = GpuQuota.objects.filter(team__in=list(everyone))
+    here = (
+        here.filter(cluster__isnull=True)
+        if cluster is None or cluster.is_first
+        else here.filter(cluster=cluster)
+    )
+    for quota in here.order_by("resource"):
         quotas[quota.team_id].append(quota)
-    usage = _usage_by_team(list(everyone))
+    usage = _usage_by_team(list(everyone), cluster)
     lent: dict[int, dict[str, int]] = defaultdict(dict)
     for cohort_id in cohort_ids:
         members = [t for t in everyone.values() if t.cohort_id == cohort_id]
@@ -223,9 +239,10 @@ def quota_usage_for_teams(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]
     return out
 
 
-def quota_usage(*, team: Team) -> list[QuotaUse]:
-    """Each quota of the team with its limit and what admitted jobs hold now."""
-    return quota_usage_for_teams(teams=[team])[team.pk]
+def quota_usage(*, team: Team, cluster: Cluster | None = None) -> list[QuotaUse]:
+    """Each quota of the team on ``cluster`` (the first with ``None``) with its limit and
+    what admitted jobs there hold now."""
+    return quota_usage_for_teams(teams=[team], cluster=cluster)[team.pk]
 
 
 def queued_count(*, team: Team) -> int:

@@ -21,7 +21,7 @@ from django.utils import timezone
 from cluster.models import Cluster
 from cluster.services import cluster_first, on_cluster_row
 from core.errors import ApplicationError
-from jobs.models import Job, JobState
+from jobs.models import QUEUE_ORDER, Job, JobState
 from jobs.selectors.fit import FitPreview, job_fit_preview
 from jobs.services.placement import ANY, clusters_for, job_place
 from jobs.services.transitions import job_transition
@@ -48,7 +48,7 @@ def jobs_spill_over(*, now: datetime | None = None) -> list[int]:
         )
         .exclude(events__reason=MOVED)
         .select_related("team", "cluster")
-        .order_by("-priority_value", "created_at", "pk")
+        .order_by(*QUEUE_ORDER)
     )
     moved: list[Job] = []
     for job in due:

@@ -23,6 +23,7 @@ from core.errors import ApplicationError
 from jobs.cluster_scope import in_job_cluster
 from jobs.models import Job, JobState
 from jobs.selectors.fit import FitPreview
+from jobs.selectors.jobs import quota_usage
 from jobs.services.admission import admission_run
 from jobs.services.placement import clusters_for, job_place
 from jobs.services.submit import job_submit
@@ -288,3 +289,26 @@ def test_admission_counts_a_teams_jobs_against_its_quota_on_their_own_cluster(
     assert admitted == {"here0", "here1", "far"}
     waiting = Job.objects.get(name="here2")
     assert waiting.reason == "QuotaExceeded" and "16 of 16" in waiting.message, waiting.message
+
+
+def test_a_teams_quota_use_is_read_per_cluster(alice: User) -> None:
+    # Given vision's 16 GPUs on the first cluster and 8 on h200-east, 2 in use on each
+    east = second_cluster()
+    gpus_for("vision", east, limit=8)
+    vision = Team.objects.get(slug="vision")
+    for cluster in (cluster_first(), east):
+        JobFactory(
+            team=vision,
+            state=JobState.RUNNING,
+            admitted_at=timezone.now(),
+            cluster=cluster,
+            demand={GPU: 2},
+        )
+
+    # Then each cluster's quota is shown with that cluster's use alone
+    def gpus(cluster: Cluster | None) -> tuple[int, int]:
+        use = next(q for q in quota_usage(team=vision, cluster=cluster) if q.resource == GPU)
+        return use.limit, use.used
+
+    assert gpus(None) == (16, 2)
+    assert gpus(east) == (8, 2)

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
+from cluster.models import Cluster
 from core.errors import ApplicationError
 from jobs.models import Job
 from jobs.services.submit import job_submit
@@ -71,9 +72,21 @@ DEMO_JOBS: list[tuple[str, dict[str, Any]]] = [
     ("bob", {"team": "vision", "name": "gpt-pretrain-2", "kind": "training", "image": PYTORCH,
              "gpu": {"count": 8, "product": "NVIDIA-H100-80GB-HBM3"},
              "env": {"SANDBOX_DURATION": "12h"}}),
-    # And past what the cohort has: queued for quota, saying why.
+    # And past what the cohort has on the first cluster: queued for quota there, saying why
+    # (with make run's second cluster, vision's big jobs may have gone there and left room).
     ("alice", {"team": "vision", "name": "lr-sweep", "kind": "training", "image": PYTORCH,
-               "gpu": {"count": 4}, "env": {"SANDBOX_DURATION": "30m"}}),
+               "gpu": {"count": 4}, "env": {"SANDBOX_DURATION": "30m"}, "cluster": "FIRST"}),
+]  # fmt: skip
+# With make run's second cluster (h100-east): one job named there, and one for any cluster,
+# which goes where it starts now (vision's quota on the first is in use), saying why.
+SECOND_CLUSTER_JOBS: list[tuple[str, dict[str, Any]]] = [
+    ("bob", {"team": "vision", "name": "llm-eval-east", "kind": "training", "image": PYTORCH,
+             "gpu": {"count": 2}, "cluster": "h100-east", "env": {"SANDBOX_DURATION": "3h"}}),
+    ("alice", {"team": "vision", "name": "detr-anywhere", "kind": "training", "image": PYTORCH,
+               "gpu": {"count": 4}, "env": {"SANDBOX_DURATION": "2h"}}),
+    ("admin", {"team": "speech", "name": "tts-serve-east", "kind": "inference", "image": TRITON,
+               "gpu": {"count": 1, "sharing": "shared"}, "replicas": 2, "port": 8000,
+               "health_path": "/v2/health/ready", "cluster": "h100-east"}),
 ]  # fmt: skip
 
 
@@ -87,7 +100,12 @@ class Command(BaseCommand):
             self.stdout.write("Demo jobs already submitted.")
             return
         users = {u.username: u for u in User.objects.all()}
-        for username, spec in DEMO_JOBS:
+        jobs = DEMO_JOBS
+        if Cluster.objects.filter(name="h100-east").exists():
+            jobs = [*DEMO_JOBS, *SECOND_CLUSTER_JOBS]
+        for username, spec in jobs:
+            if spec.get("cluster") == "FIRST":
+                spec = {**spec, "cluster": settings.CLUSTER_NAME}
             try:
                 job = job_submit(user=users[username], data=spec)
             except ApplicationError as exc:

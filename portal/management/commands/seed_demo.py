@@ -39,6 +39,12 @@ PRICES = [
 PRICES_FROM = date(2026, 1, 1)
 MIG_PROFILES = [("1g.10gb", 10, 56), ("2g.20gb", 20, 24), ("3g.40gb", 40, 16)]
 TEAMS = [("vision", "Vision"), ("nlp", "NLP"), ("speech", "Speech"), ("robotics", "Robotics")]
+# A second cluster's quotas (``--cluster NAME=KUBECONFIG``: make run's H100 and T4 cluster):
+# vision and speech have quota there, nlp and robotics not (so not their namespaces either).
+SECOND_CLUSTER_QUOTAS = [
+    ("vision", "nvidia.com/gpu", 8),
+    ("speech", "nvidia.com/gpu.shared", 8),
+]
 # Teams that lend each other their unused quota; no borrowing or lending limits.
 COHORTS = [("research", "Research", ["vision", "robotics"])]
 USERS = [
@@ -62,6 +68,16 @@ QUOTAS = [
 class Command(BaseCommand):
     help = "Create the demo teams, users (password 'demo'), GPU catalog and quotas."
 
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--cluster",
+            action="append",
+            default=[],
+            metavar="NAME=KUBECONFIG",
+            help="Register another cluster, reached by this kubeconfig, with the demo's "
+            "quotas there (make run's second local cluster).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PRODUCTION:
             raise CommandError(
@@ -75,6 +91,8 @@ class Command(BaseCommand):
             for slug, resource, limit in QUOTAS:
                 quota_set(actor=None, team=teams[slug], resource=resource, limit=limit)
             self._cohorts(teams)
+            for given in options["cluster"]:
+                self._second_cluster(given, teams)
             # The workspace images the migration offers (a test database may have lost them).
             for values in DEFAULT_IMAGES:
                 WorkspaceImage.objects.get_or_create(name=values["name"], defaults=values)
@@ -90,6 +108,18 @@ class Command(BaseCommand):
         for username, team, role, staff in USERS:
             what = "platform admin" if staff else f"{role} of {team}"
             self.stdout.write(f"  {username:6} / {DEMO_PASSWORD}   ({what})")
+
+    def _second_cluster(self, given: str, teams: dict[str, Team]) -> None:
+        name, _, kubeconfig = given.partition("=")
+        if not name or not kubeconfig:
+            raise CommandError(f"--cluster {given!r}: give NAME=KUBECONFIG")
+        cluster, _ = Cluster.objects.update_or_create(
+            name=name,
+            defaults={"access": Cluster.Access.KUBECONFIG, "kubeconfig_path": kubeconfig},
+        )
+        for slug, resource, limit in SECOND_CLUSTER_QUOTAS:
+            quota_set(actor=None, team=teams[slug], resource=resource, limit=limit, cluster=cluster)
+        self.stdout.write(f"Cluster {name} registered ({kubeconfig}).")
 
     def _catalog(self) -> None:
         for name, memory_mib, per_node in PRODUCTS:
