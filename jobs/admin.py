@@ -103,18 +103,8 @@ class TeamInUseAdmin(TeamAdmin):
 
 
 class GpuQuotaInUseAdmin(_QuotaUseColumns, GpuQuotaAdmin):
-    list_display = [
-        "team",
-        "cluster_name",
-        "resource",
-        "limit",
-        "borrowing_limit",
-        "lending_limit",
-        "in_use",
-        "borrowed",
-        "lent",
-        "updated_at",
-    ]
+    # The quota's own columns, then what is in use, borrowed and lent, then when it changed.
+    list_display = [*GpuQuotaAdmin.list_display[:-1], "in_use", "borrowed", "lent", "updated_at"]
 
 
 class CohortInUseAdmin(CohortAdmin):

@@ -54,6 +54,18 @@ def _quota_audit(
     audit_record(actor=actor, action=action, target=target, changes=changes)
 
 
+def _quota_locked(team: Team, resource: str, cluster: Cluster | None) -> GpuQuota | None:
+    """The team's quota row on one resource of one cluster, locked until the transaction
+    ends (so two admins saving at once are audited each with what they replaced)."""
+    found: GpuQuota | None = (
+        GpuQuota.objects.select_for_update()
+        .filter(team=team, resource=resource, cluster=cluster)
+        .order_by("pk")  # not the default order's joins: FOR UPDATE refuses outer ones
+        .first()
+    )
+    return found
+
+
 def _other_than_first(cluster: Cluster | None) -> Cluster | None:
     """How a quota row names its cluster: the first cluster as empty (as every row from
     before several clusters), so each team has one row per resource there."""
@@ -112,12 +124,7 @@ def quota_set(
     audit log with the values each of them replaced.
     """
     cluster = _other_than_first(cluster)
-    quota = (
-        GpuQuota.objects.select_for_update()
-        .filter(team=team, resource=resource, cluster=cluster)
-        .order_by("pk")  # not the default order's joins: FOR UPDATE refuses outer ones
-        .first()
-    )
+    quota = _quota_locked(team, resource, cluster)
     old = {f: getattr(quota, f) for f in _QUOTA_FIELDS} if quota else None
     new: dict[str, int | None] = {
         "limit": limit,
@@ -144,12 +151,7 @@ def quota_delete(
     """Remove a team's quota on one resource of one cluster (``None``: the first): the team
     may then use none of it there."""
     cluster = _other_than_first(cluster)
-    quota = (
-        GpuQuota.objects.select_for_update()
-        .filter(team=team, resource=resource, cluster=cluster)
-        .order_by("pk")  # not the default order's joins: FOR UPDATE refuses outer ones
-        .first()
-    )
+    quota = _quota_locked(team, resource, cluster)
     if quota is None:
         return
     quota.delete()
