@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from cluster.models import Cluster
 from jobs.models import JobState
 from monitoring.models import GpuPrice
 from teams.models import AuditLog, GpuQuota, GroupMapping, Team
@@ -280,3 +281,26 @@ def test_group_mappings_and_gpu_prices_are_audited(client: Client, admin_user: U
     ]
     created = AuditLog.objects.get(action="gpu_price.create")
     assert created.changes["price_per_gpu_hour"] == [None, "4.25"]
+
+
+def test_a_quota_on_another_cluster_is_set_in_the_admin_audited_and_listed_with_it(
+    client: Client, admin_user: User
+) -> None:
+    # Given a second cluster
+    east = Cluster.objects.create(name="h200-east", kubeconfig_path="/k/h200-east")
+    vision = Team.objects.get(slug="vision")
+    admin_client(client, admin_user)
+    # When the admin adds vision 8 GPUs there
+    url = "/admin/teams/gpuquota/add/"
+    data = form_fields(client.get(url).content.decode(), "gpuquota_form")
+    data.update(team=str(vision.pk), cluster=str(east.pk), resource="nvidia.com/gpu", limit="8")
+    response = client.post(url, {**data, "_save": "Save"})
+    # Then it is a quota of that cluster, beside the first's, audited with the cluster
+    assert response.status_code == 302, response.content.decode()[:2000]
+    rows = GpuQuota.objects.filter(team=vision, resource="nvidia.com/gpu")
+    assert {q.cluster_id: q.limit for q in rows} == {east.pk: 8, None: 16}
+    entry = AuditLog.objects.get(action="quota.create", target="vision/h200-east/nvidia.com/gpu")
+    assert entry.actor == admin_user and entry.changes["cluster"] == "h200-east"
+    # ...and the quota list names each row's cluster
+    page = client.get(f"/admin/teams/gpuquota/?team__id__exact={vision.pk}").content.decode()
+    assert "h200-east" in page and "(first)" in page
