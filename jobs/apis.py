@@ -36,7 +36,7 @@ from jobs.selectors.jobs import (
     jobs_for_user,
     jobs_in_order,
     queued_count,
-    quota_usage_for_teams,
+    quota_usage_every_cluster,
 )
 from jobs.selectors.live import MAX_LOG_TAIL, job_log_tail
 from jobs.selectors.queue_position import job_queue_position
@@ -447,6 +447,9 @@ class JobResumeApi(APIView):
 
 
 class QuotaOutput(serializers.Serializer):
+    cluster = serializers.CharField(
+        help_text="The cluster it is a share of: a team's quota is per cluster."
+    )
     resource = serializers.CharField()
     limit = serializers.IntegerField(help_text="The nominal (guaranteed) quota; = nominal.")
     nominal = serializers.IntegerField()
@@ -478,7 +481,7 @@ class TeamListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         teams = list(teams_for_user(user=request.user).select_related("cohort"))
-        quotas = quota_usage_for_teams(teams=teams)
+        quotas = quota_usage_every_cluster(teams=teams)
         rows = [
             {
                 "slug": team.slug,

@@ -27,7 +27,7 @@ from jobs.selectors.jobs import (
     job_get_for_user,
     job_list_page,
     queued_count,
-    quota_usage_for_teams,
+    quota_usage_every_cluster,
 )
 from jobs.selectors.live import job_live_get, job_log_tail
 from jobs.services import templates as template_services
@@ -311,7 +311,8 @@ def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 def team_list(request: HttpRequest) -> HttpResponse:
     found = list(teams_for_user(user=request.user).select_related("cohort"))
-    quotas = quota_usage_for_teams(teams=found)
+    quotas = quota_usage_every_cluster(teams=found)
+    clusters = {q.cluster for rows in quotas.values() for q in rows}
     teams = [
         {
             "team": team,
@@ -321,4 +322,4 @@ def team_list(request: HttpRequest) -> HttpResponse:
         }
         for team in found
     ]
-    return render(request, "portal/teams.html", {"teams": teams})
+    return render(request, "portal/teams.html", {"teams": teams, "with_cluster": len(clusters) > 1})

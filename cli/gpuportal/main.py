@@ -549,6 +549,7 @@ def quota(output: str) -> None:
         rows,
         [
             Column("team", lambda r: r["team"]["slug"]),
+            Column("cluster", lambda r: r.get("cluster", "")),
             Column("resource", lambda r: r["resource"]),
             Column("nominal", lambda r: r["nominal"]),
             Column("used", lambda r: r["used"]),

@@ -136,6 +136,7 @@ class QuotaUse:
     lent: int = 0  # of the team's nominal, what other teams use now
     borrowing_limit: int | None = None
     lending_limit: int | None = None
+    cluster: str = ""  # the cluster's name
 
     @property
     def nominal(self) -> int:
@@ -233,9 +234,26 @@ def quota_usage_for_teams(
                     lent=_units(quota.resource, lent[team.pk].get(quota.resource, 0)),
                     borrowing_limit=quota.borrowing_limit if team.cohort_id else None,
                     lending_limit=quota.lending_limit if team.cohort_id else None,
+                    cluster=cluster.name if cluster is not None else settings.CLUSTER_NAME,
                 )
             )
         out[team.pk] = rows
+    return out
+
+
+def quota_usage_every_cluster(*, teams: Sequence[Team]) -> dict[int, list[QuotaUse]]:
+    """``quota_usage_for_teams`` on every cluster where one of the teams has quota, the
+    first cluster's first, then the others' by name (three queries per cluster)."""
+    out = quota_usage_for_teams(teams=teams)
+    others = (
+        Cluster.objects.filter(quotas__team__in=list(teams))
+        .exclude(name=settings.CLUSTER_NAME)
+        .distinct()
+        .order_by("name")
+    )
+    for cluster in others:
+        for team_id, rows in quota_usage_for_teams(teams=teams, cluster=cluster).items():
+            out[team_id] = [*out[team_id], *rows]
     return out
 
 

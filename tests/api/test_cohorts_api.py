@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
 
@@ -50,6 +51,7 @@ def test_teams_say_their_cohort_and_what_they_borrow_and_lend(borrowed: dict[str
     assert teams["vision"]["cohort"] == "research"
     assert teams["nlp"]["cohort"] is None
     assert quota(teams["vision"]) == {
+        "cluster": settings.CLUSTER_NAME,
         "resource": "nvidia.com/gpu",
         "limit": 16,
         "nominal": 16,
@@ -61,6 +63,7 @@ def test_teams_say_their_cohort_and_what_they_borrow_and_lend(borrowed: dict[str
         "percent": 100,
     }
     assert quota(teams["robotics"]) | {"percent": 0} == {
+        "cluster": settings.CLUSTER_NAME,
         "resource": "nvidia.com/gpu",
         "limit": 8,
         "nominal": 8,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from cluster import kube
@@ -312,3 +313,27 @@ def test_a_teams_quota_use_is_read_per_cluster(alice: User) -> None:
 
     assert gpus(None) == (16, 2)
     assert gpus(east) == (8, 2)
+
+
+def test_the_teams_api_page_and_cli_list_each_clusters_quota_with_its_use(alice: User) -> None:
+    # Given vision's 16 GPUs on the first cluster and 8 on h200-east, 2 in use there
+    east = second_cluster()
+    gpus_for("vision", east, limit=8)
+    vision = Team.objects.get(slug="vision")
+    JobFactory(
+        team=vision, state=JobState.RUNNING, admitted_at=timezone.now(), cluster=east,
+        demand={GPU: 2},
+    )  # fmt: skip
+    # When alice lists her teams
+    teams = api_client_for(alice).get("/api/v1/teams/").json()
+    quotas = {(q["cluster"], q["resource"]): q for q in teams[0]["quotas"]}
+    # Then each cluster's quota is there with its own use
+    assert quotas[(settings.CLUSTER_NAME, GPU)]["nominal"] == 16
+    assert quotas[(settings.CLUSTER_NAME, GPU)]["used"] == 0
+    assert quotas[("h200-east", GPU)]["nominal"] == 8
+    assert quotas[("h200-east", GPU)]["used"] == 2
+    # ...and the teams page has a cluster column
+    client = Client()
+    client.force_login(alice)
+    page = client.get("/teams/").content.decode()
+    assert "<th>Cluster</th>" in page and "<td><code>h200-east</code></td>" in page
