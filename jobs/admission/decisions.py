@@ -382,6 +382,7 @@ class QuotaVerdict:
     kind: str  # nominal | borrowing | preempts | waits
     message: str
     victims: tuple[int, ...] = ()
+    ahead: int = 0  # the team's queued jobs that go first (same or higher priority)
 
 
 def admission_preview(
@@ -413,6 +414,7 @@ def admission_preview(
                 f"Waits for quota: {count} job{'s' if count != 1 else ''} of team "
                 f"{team.slug} queued ahead of it wait{'s' if count == 1 else ''} first "
                 f"({state.wait_words(team_id, waiting)}).",
+                ahead=len(ahead),
             )
         cohort.add(team.slug, waiting.demand)
     fit = cohort.fit(team.slug, demand)
@@ -454,4 +456,6 @@ def admission_preview(
     for holder in state.holders:
         if holder["pk"] in evicting:
             cohort.add(slugs[holder["team_id"]], holder["demand"])
-    return QuotaVerdict("waits", f"Waits for quota: {state.wait_words(team_id, job)}.")
+    return QuotaVerdict(
+        "waits", f"Waits for quota: {state.wait_words(team_id, job)}.", ahead=len(ahead)
+    )

@@ -103,6 +103,7 @@ class FitPreview:
     scheduler_message: str = ""
     # What admission would do: nominal | borrowing | preempts | waits ("" when not asked).
     quota: str = ""
+    ahead: int = 0  # waiting for quota: the team's queued jobs that go first
 
 
 def job_fit_preview(
@@ -122,7 +123,7 @@ def job_fit_preview(
         team_id=team.pk, kind=kind, priority=priority, demand=demand, cluster=cluster
     )
     if quota.kind == "waits":
-        return FitPreview("waits-for-quota", quota.message, quota=quota.kind)
+        return FitPreview("waits-for-quota", quota.message, quota=quota.kind, ahead=quota.ahead)
     if quota.kind == "preempts":
         return FitPreview(
             "preempts", quota.message, preempted_jobs=list(quota.victims), quota=quota.kind

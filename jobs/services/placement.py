@@ -5,8 +5,9 @@ A cluster takes new work while it is enabled (not draining nor disabled); ``any`
 passes over one its tracker finds unreachable while another answers. For ``any`` with
 several such clusters, each is asked the fit preview's question (``jobs.selectors.fit``),
 and the best answer wins: fits now on nominal quota, then on borrowed quota, then by
-preempting, then waiting; the first cluster by name among equals (so the first that fits
-now on nominal quota ends the asking). One cluster is chosen without asking.
+preempting, then waiting; among equals, the one where fewer of the team's jobs are queued
+ahead of it, then the first by name (so the first that fits now on nominal quota ends the
+asking). One cluster is chosen without asking.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ _VERDICTS = {
 def _answer(fit: FitPreview) -> tuple[int, str]:
     if fit.verdict == "fits" and fit.quota == "borrowing":
         return 1, "fits now on borrowed quota"
-    return _VERDICTS.get(fit.verdict, (5, fit.verdict))
+    rank, words = _VERDICTS.get(fit.verdict, (5, fit.verdict))
+    if fit.ahead:
+        words += f" ({fit.ahead} job{'s' if fit.ahead != 1 else ''} ahead)"
+    return rank, words
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,10 @@ def job_place(candidates: list[Cluster], preview: Callable[[Cluster], FitPreview
             # order that breaks ties: the rest need not be asked (each answer is a scheduling
             # pass over its cluster's snapshot, ~0.25 s at 540 nodes: bench_placement).
             break
-    rank, _, chosen, fit = min(answers, key=lambda answer: (answer[0], answer[2].name))
+    # Among equal answers, where fewer of the team's jobs wait ahead of it (it starts sooner
+    # there), then the first by name.
+    rank, _, chosen, fit = min(
+        answers, key=lambda answer: (answer[0], answer[3].ahead, answer[2].name)
+    )
     reason = "; ".join(f"{c.name}: {words}" for _, words, c, _ in answers)
     return Placement(chosen, f"Placed on {chosen.name} ({reason}).", fit)

@@ -21,6 +21,7 @@ from cluster import kube
 from cluster.models import Cluster
 from cluster.services import cluster_first
 from core.errors import ApplicationError
+from jobs.admission.decisions import admission_preview
 from jobs.cluster_scope import in_job_cluster
 from jobs.models import Job, JobState
 from jobs.selectors.fit import FitPreview
@@ -337,3 +338,42 @@ def test_the_teams_api_page_and_cli_list_each_clusters_quota_with_its_use(alice:
     client.force_login(alice)
     page = client.get("/teams/").content.decode()
     assert "<th>Cluster</th>" in page and "<td><code>h200-east</code></td>" in page
+
+
+def test_with_every_cluster_full_any_waits_where_fewer_of_the_teams_jobs_are_ahead() -> None:
+    first, second = cluster_first(), second_cluster()
+    answers = {
+        first.name: FitPreview("waits-for-quota", "Waits.", quota="waits", ahead=3),
+        second.name: FitPreview("waits-for-quota", "Waits.", quota="waits", ahead=1),
+    }
+
+    placement = job_place(clusters_for("any"), lambda cluster: answers[cluster.name])
+
+    assert placement.cluster == second
+    assert placement.reason == (
+        f"Placed on h200-east ({first.name}: waits for the team's quota (3 jobs ahead); "
+        "h200-east: waits for the team's quota (1 job ahead))."
+    )
+
+
+def test_the_quota_preview_counts_the_jobs_ahead_on_its_own_cluster(alice: User) -> None:
+    # Given vision's quota in use on both clusters, and two jobs queued on the first
+    east = second_cluster()
+    gpus_for("vision", east, limit=8)
+    vision = Team.objects.get(slug="vision")
+    for cluster, gpus in ((cluster_first(), 16), (east, 8)):
+        JobFactory(
+            team=vision, state=JobState.RUNNING, admitted_at=timezone.now(), cluster=cluster,
+            demand={GPU: gpus},
+        )  # fmt: skip
+    for _ in range(2):
+        JobFactory(team=vision, state=JobState.QUEUED, cluster=cluster_first(), demand={GPU: 1})
+
+    def ahead(cluster: Cluster) -> int:
+        verdict = admission_preview(
+            team_id=vision.pk, kind="training", priority=0, demand={GPU: 1}, cluster=cluster
+        )
+        assert verdict.kind == "waits"
+        return verdict.ahead
+
+    assert (ahead(cluster_first()), ahead(east)) == (2, 0)
