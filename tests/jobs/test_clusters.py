@@ -338,6 +338,11 @@ def test_the_teams_api_page_and_cli_list_each_clusters_quota_with_its_use(alice:
     client.force_login(alice)
     page = client.get("/teams/").content.decode()
     assert "<th>Cluster</th>" in page and "<td><code>h200-east</code></td>" in page
+    # ...and says when its jobs spill over to another cluster, once the team has a time
+    assert 'data-testid="spill-over"' not in page
+    Team.objects.filter(pk=vision.pk).update(spill_over_minutes=45)
+    page = client.get("/teams/").content.decode()
+    assert "still waiting for quota 45 min after it was placed moves" in page
 
 
 def test_with_every_cluster_full_any_waits_where_fewer_of_the_teams_jobs_are_ahead() -> None:
