@@ -545,11 +545,13 @@ def quota(output: str) -> None:
     """
     teams = api().get("teams/")
     rows = [{"team": t, **q} for t in teams for q in t["quotas"]]
+    # A team's quota is per cluster: the cluster column when there is more than one.
+    several = len({r.get("cluster") for r in rows}) > 1
     show(
         rows,
         [
             Column("team", lambda r: r["team"]["slug"]),
-            Column("cluster", lambda r: r.get("cluster", "")),
+            *([Column("cluster", lambda r: r["cluster"])] if several else []),
             Column("resource", lambda r: r["resource"]),
             Column("nominal", lambda r: r["nominal"]),
             Column("used", lambda r: r["used"]),

