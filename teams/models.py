@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+
+if TYPE_CHECKING:
+    from cluster.models import Cluster
 
 DNS_LABEL = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
@@ -267,6 +271,12 @@ class GpuQuotaQuerySet(models.QuerySet["GpuQuota"]):
         if first:
             return self.filter(models.Q(cluster_id=cluster_id) | models.Q(cluster__isnull=True))
         return self.filter(cluster_id=cluster_id)
+
+    def of(self, cluster: Cluster | None) -> GpuQuotaQuerySet:
+        """The quotas of ``cluster`` (the first with ``None``; its rows have no cluster)."""
+        if cluster is None or cluster.is_first:
+            return self.filter(cluster__isnull=True)
+        return self.filter(cluster=cluster)
 
 
 class GpuQuota(models.Model):

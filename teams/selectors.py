@@ -129,12 +129,7 @@ def cohort_pool(*, cohort_id: int, cluster: Cluster | None = None) -> dict[str, 
     in quota units (Kueue's pool: the sum of each team's nominal quota, or of its lending
     limit where one is set)."""
     pool: dict[str, int] = {}
-    found = GpuQuota.objects.filter(team__cohort_id=cohort_id)
-    found = (
-        found.filter(cluster__isnull=True)
-        if cluster is None or cluster.is_first
-        else found.filter(cluster=cluster)
-    )
+    found = GpuQuota.objects.filter(team__cohort_id=cohort_id).of(cluster)
     rows = found.values_list("resource", "limit", "lending_limit")
     for resource, limit, lending_limit in rows:
         pool[resource] = pool.get(resource, 0) + ResourceQuota(limit, None, lending_limit).lendable
@@ -195,4 +190,4 @@ def teams_on_cluster(*, cluster: Cluster) -> QuerySet[Team]:
 
 def quotas_on_cluster(*, team: Team, cluster: Cluster) -> QuerySet[GpuQuota]:
     """The team's quota rows on ``cluster`` (the first's have no cluster)."""
-    return GpuQuota.objects.filter(team=team, cluster=None if cluster.is_first else cluster)
+    return GpuQuota.objects.filter(team=team).of(cluster)

@@ -185,12 +185,7 @@ def quota_usage_for_teams(
     mates = list(Team.objects.filter(cohort_id__in=cohort_ids)) if cohort_ids else []
     everyone = {t.pk: t for t in [*teams, *mates]}
     quotas: dict[int, list[GpuQuota]] = defaultdict(list)
-    here = GpuQuota.objects.filter(team__in=list(everyone))
-    here = (
-        here.filter(cluster__isnull=True)
-        if cluster is None or cluster.is_first
-        else here.filter(cluster=cluster)
-    )
+    here = GpuQuota.objects.filter(team__in=list(everyone)).of(cluster)
     for quota in here.order_by("resource"):
         quotas[quota.team_id].append(quota)
     usage = _usage_by_team(list(everyone), cluster)

@@ -69,11 +69,9 @@ def _start_estimate(job: Job, ahead: list[Job]) -> tuple[str | None, datetime | 
        a "no later than, if the deadlines hold" guess, not a promise.
     """
     # The team's quota and holders on the job's cluster (a team's quota is per cluster).
-    cluster = job.cluster
-    first = cluster is None or cluster.is_first
     limits = {
         q.resource: quota_base(q.resource, q.limit)
-        for q in GpuQuota.objects.filter(team_id=job.team_id, cluster=None if first else cluster)
+        for q in GpuQuota.objects.filter(team_id=job.team_id).of(job.cluster)
     }
     holders = list(
         _same_cluster(Job.objects, job)
